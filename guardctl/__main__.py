@@ -1,0 +1,5 @@
+"""Allow `python -m guardctl`."""
+
+from guardctl.cli import main
+
+main()

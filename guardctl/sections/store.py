@@ -1,0 +1,18 @@
+"""[store]: where the shared store (telemetry, action log, results) lives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """The shared-filesystem directory every node and command agrees on."""
+
+    root: Path = Path("/var/lib/guardctl")
+    retention_days: float = 14.0
+
+    def __post_init__(self) -> None:
+        if self.retention_days <= 0:
+            raise ValueError("retention_days: must be positive")
