@@ -84,11 +84,14 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
                 return _coerce(value, alt, where)
             except ConfigError as exc:
                 errors.append(str(exc))
-        raise ConfigError(f"{where}: expected {' or '.join(_type_name(a) for a in args)}, "
-                          f"got {value!r}")
+        raise ConfigError(
+            f"{where}: expected {' or '.join(_type_name(a) for a in args)}, got {value!r}"
+        )
     if origin is typing.Literal:
         if value not in args:
-            raise ConfigError(f"{where}: expected one of {', '.join(map(repr, args))}, got {value!r}")
+            raise ConfigError(
+                f"{where}: expected one of {', '.join(map(repr, args))}, got {value!r}"
+            )
         return value
     if origin is tuple:
         if not isinstance(value, list | tuple):
@@ -218,7 +221,9 @@ def build_settings(layers: Iterable[Layer]) -> Settings:
     try:
         built = _build(Settings, merged, "")
     except ConfigError as exc:  # a cross-field check failed only after merging
-        raise ConfigError(f"merged configuration ({', '.join(sources) or 'defaults'}): {exc}") from None
+        raise ConfigError(
+            f"merged configuration ({', '.join(sources) or 'defaults'}): {exc}"
+        ) from None
     return dataclasses.replace(built, sources=tuple(sources))
 
 

@@ -2,8 +2,9 @@
 
 ::
 
-    <root>/telemetry/<node>/<YYYYmmddTHH>.jsonl      node agent records (gpu, host, nic); one writer: that node's agent
-    <root>/steps/<job>/<node>.r<rank>.<YYYYmmddTHH>.jsonl   probe step records; one writer: that rank
+    <root>/telemetry/<node>/<YYYYmmddTHH>.jsonl   node agent records (gpu, host, nic);
+                                                  one writer: that node's agent
+    <root>/steps/<job>/<node>.r<rank>.<hour>.jsonl probe step records; one writer: that rank
     <root>/actions/actions.jsonl                     guardctl's append-only action log
     <root>/sweeps/<sweep id>/                        sweep jobs' outputs and judged results
     <root>/baselines/                                learnt sweep baselines

@@ -8,6 +8,7 @@ stderr so the error message can say exactly what went wrong.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -58,10 +59,8 @@ def _check_argv(argv: Sequence[str]) -> tuple[str, ...]:
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def run(
@@ -81,7 +80,7 @@ def run(
     args = _check_argv(argv)
     started = time.monotonic()
     try:
-        proc = subprocess.Popen(  # noqa: S603 - argv list, never a shell
+        proc = subprocess.Popen(
             args,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -124,7 +123,7 @@ def spawn(
     args = _check_argv(argv)
     out = open(stdout_path, "ab") if stdout_path else subprocess.DEVNULL  # noqa: SIM115
     try:
-        return subprocess.Popen(  # noqa: S603 - argv list, never a shell
+        return subprocess.Popen(
             args,
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -143,10 +142,8 @@ def spawn(
 def stop(proc: subprocess.Popen[bytes], *, grace: float = 5.0) -> int:
     """Stop a spawned child: SIGTERM to its group, SIGKILL after *grace* seconds."""
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         try:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:

@@ -118,9 +118,9 @@ def json_option(func: F) -> F:
 
 def dry_run_option(func: F) -> F:
     """The ``--dry-run`` flag every acting command has."""
-    return click.option(
-        "--dry-run", is_flag=True, help="Say what would be done; change nothing."
-    )(func)
+    return click.option("--dry-run", is_flag=True, help="Say what would be done; change nothing.")(
+        func
+    )
 
 
 def echo_json(data: Any) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -12,13 +12,28 @@ class AgentSettings:
     interval_s: float = 5.0
     collectors: tuple[str, ...] = ("nvml", "host", "infiniband")
     collector_timeout_s: float = 2.0
+    # Per-collector overrides of collector_timeout_s, e.g. {nvml = 4.0}.
+    timeouts: dict[str, float] = field(default_factory=dict)
     sysfs_root: str = "/sys"
     buffer_records: int = 100_000  # kept in memory while the store cannot be written
+    node: str = ""  # empty: the short hostname
+    # Local (not shared) file with each collector's health, rewritten every sample;
+    # empty disables it.
+    status_file: str = "/run/guardctl/agent-status.json"
+    # How often a collector that reported itself unavailable (no driver) is retried.
+    retry_unavailable_s: float = 300.0
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.interval_s <= 10.0:
             raise ValueError("interval_s: must be between 1 and 10 seconds")
         if self.collector_timeout_s <= 0:
             raise ValueError("collector_timeout_s: must be positive")
+        for name, seconds in self.timeouts.items():
+            if seconds <= 0:
+                raise ValueError(f"timeouts.{name}: must be positive")
         if self.buffer_records < 1:
             raise ValueError("buffer_records: must be >= 1")
+        if not self.sysfs_root:
+            raise ValueError("sysfs_root: must not be empty")
+        if self.retry_unavailable_s <= 0:
+            raise ValueError("retry_unavailable_s: must be positive")

@@ -7,12 +7,29 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class DdsSettings:
-    """Lease timing and where the service keeps its state."""
+    """Lease timing, where the service keeps its state, and how clients retry."""
 
-    state_dir: str = ""  # empty: <store>/dds/<job>
-    lease_s: float = 30.0
+    state_dir: str = (
+        ""  # empty: <store>/dds/<job>; else <state_dir>/dds/<job> (a local disk)
+    )
+    lease_s: float = 30.0  # a lease not renewed or acknowledged within this goes back to the queue
     bind: str = "0.0.0.0"
+    port: int = 0  # 0: any free port; the chosen one is published in the job's dds dir
+    commit_interval_ms: float = 2.0  # group commit: how long a write may wait for others to join it
+    speed_halflife: int = (
+        4  # the worker speed estimate forgets half its weight after this many reports
+    )
+    client_retry_s: float = 120.0  # how long a client keeps retrying an unreachable service
+    discover_timeout_s: float = 120.0  # how long a client waits for the service's address to appear
 
     def __post_init__(self) -> None:
         if self.lease_s <= 0:
             raise ValueError("lease_s: must be positive")
+        if not 0 <= self.port <= 65535:
+            raise ValueError("port: must be 0..65535")
+        if self.commit_interval_ms < 0:
+            raise ValueError("commit_interval_ms: must not be negative")
+        if self.speed_halflife < 1:
+            raise ValueError("speed_halflife: must be at least 1")
+        if self.client_retry_s <= 0 or self.discover_timeout_s <= 0:
+            raise ValueError("client_retry_s, discover_timeout_s: must be positive")

@@ -11,6 +11,7 @@ class StoreSettings:
     """The shared-filesystem directory every node and command agrees on."""
 
     root: Path = Path("/var/lib/guardctl")
+    # What `guardctl store prune` keeps when --older-than is not given.
     retention_days: float = 14.0
 
     def __post_init__(self) -> None:

@@ -56,8 +56,17 @@ class JobInfo:
 
     @property
     def finished(self) -> bool:
-        return self.state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
-                                  "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT")
+        return self.state not in (
+            "PENDING",
+            "RUNNING",
+            "CONFIGURING",
+            "COMPLETING",
+            "SUSPENDED",
+            "REQUEUED",
+            "RESIZING",
+            "SIGNALING",
+            "STAGE_OUT",
+        )
 
 
 @dataclass(frozen=True)

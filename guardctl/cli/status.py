@@ -1,0 +1,36 @@
+"""guardctl status: the fleet at a glance, Slurm's state beside guardctl's own."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
+from guardctl.control import Controller
+from guardctl.nodes import expand_all
+
+
+def format_since(ts: float | None) -> str:
+    """Local time of an event, or '-' when unknown."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+@main.command("status")
+@click.argument("nodes", nargs=-1)
+@json_option
+@pass_app
+def status(app: AppContext, nodes: tuple[str, ...], as_json: bool) -> None:
+    """Show each node's Slurm state, guardctl's hold on it, the reason and since when.
+
+    NODES are hostlist expressions (node[1-4,7]); default: every node.
+    """
+    names = expand_all(nodes) if nodes else None
+    rows = Controller(app.settings).status(names)
+    if as_json:
+        echo_json({"nodes": [r.as_dict() for r in rows]})
+        return
+    echo_table(
+        [(r.name, r.slurm_state, r.owner, r.reason or "-", format_since(r.since)) for r in rows],
+        headers=("NODE", "SLURM STATE", "GUARDCTL", "REASON", "SINCE"),
+    )

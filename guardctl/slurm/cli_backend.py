@@ -1,0 +1,181 @@
+"""The default Slurm backend: Slurm's own commands, run through guardctl.runner.
+
+Reads use JSON where the installed release has it (``sinfo --json`` /
+``squeue --json`` on 22.05, ``scontrol --json`` from 23.02); reservations on
+22.05 come from ``scontrol show -o``. Every command has a timeout; a timeout or
+"Unable to contact slurm controller" becomes :class:`SlurmUnavailable`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from pathlib import Path
+
+from guardctl import runner
+from guardctl.errors import SlurmError, SlurmUnavailable
+from guardctl.nodes import fold
+from guardctl.sections.slurm import SlurmSettings
+from guardctl.slurm import parse
+from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SubmitRequest
+
+_DEFAULT_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
+# Words Slurm clients print when the controller does not answer.
+_UNREACHABLE = (
+    "unable to contact slurm controller",
+    "connection refused",
+    "socket timed out",
+    "communication connection failure",
+    "slurm_load_jobs error",  # followed by one of the above on some releases
+    "zero bytes were transmitted or received",
+)
+
+
+class CliSlurm:
+    """A :class:`guardctl.slurm.types.SlurmClient` over sinfo, squeue, scontrol, sbatch, scancel."""
+
+    def __init__(self, settings: SlurmSettings, environ: Mapping[str, str] | None = None) -> None:
+        self.settings = settings
+        env = dict(os.environ if environ is None else environ)
+        if settings.conf:
+            env["SLURM_CONF"] = settings.conf
+        self.env = env
+
+    # -- running -------------------------------------------------------------------------
+    def _binary(self, name: str) -> str:
+        if self.settings.bin_dir:
+            path = Path(self.settings.bin_dir) / name
+            if path.is_file():
+                return str(path)
+            raise SlurmError(f"{name} not found in slurm.bin_dir {self.settings.bin_dir}")
+        for directory in _DEFAULT_DIRS:
+            candidate = Path(directory) / name
+            if candidate.is_file():
+                return str(candidate)
+        found = shutil.which(name, path=self.env.get("PATH"))
+        if not found:
+            raise SlurmError(f"{name} not found: is Slurm installed? (set slurm.bin_dir)")
+        return found
+
+    def _run(self, name: str, *args: str, extra_env: Mapping[str, str] | None = None) -> str:
+        argv = [self._binary(name), *args]
+        env = {**self.env, **extra_env} if extra_env else self.env
+        try:
+            result = runner.run(argv, timeout=self.settings.timeout_s, env=env)
+        except runner.CommandTimeout:
+            raise SlurmUnavailable(
+                f"{name} did not answer within {self.settings.timeout_s:g} s "
+                "(is slurmctld running?)"
+            ) from None
+        except runner.CommandNotFound as exc:
+            raise SlurmError(str(exc)) from None
+        except runner.CommandFailed as exc:
+            raise self._classify(name, exc) from None
+        return result.stdout
+
+    @staticmethod
+    def _classify(name: str, exc: runner.CommandFailed) -> SlurmError:
+        out = exc.result.stderr if exc.result else ""
+        lowered = out.lower()
+        detail = " ".join(out.split())[:300] or str(exc)
+        if any(word in lowered for word in _UNREACHABLE):
+            return SlurmUnavailable(f"{name}: Slurm controller not reachable: {detail}")
+        return SlurmError(f"{name} failed: {detail}")
+
+    @cached_property
+    def version(self) -> tuple[int, int]:
+        return parse.version_from_text(self._run("sinfo", "--version"))
+
+    @property
+    def _modern(self) -> bool:
+        return self.version >= (23, 2)
+
+    # -- reads ---------------------------------------------------------------------------
+    def nodes(self) -> list[NodeInfo]:
+        if self._modern:
+            return parse.nodes_from_json(self._run("scontrol", "--json", "show", "nodes"))
+        return parse.nodes_from_json(self._run("sinfo", "--json"))
+
+    def jobs(self) -> list[JobInfo]:
+        return parse.jobs_from_json(self._run("squeue", "--json"))
+
+    def reservations(self) -> list[ReservationInfo]:
+        if self._modern:
+            return parse.reservations_from_json(
+                self._run("scontrol", "--json", "show", "reservations")
+            )
+        return parse.reservations_from_text(self._run("scontrol", "show", "-o", "reservation"))
+
+    # -- actions -------------------------------------------------------------------------
+    def drain(self, nodes: Sequence[str], reason: str) -> None:
+        if not reason.strip():
+            raise SlurmError("a drain needs a reason")  # scontrol refuses it anyway
+        self._run(
+            "scontrol", "update", f"NodeName={fold(nodes)}", "State=DRAIN", f"Reason={reason}"
+        )
+
+    def resume(self, nodes: Sequence[str]) -> None:
+        self._run("scontrol", "update", f"NodeName={fold(nodes)}", "State=RESUME")
+
+    def create_reservation(
+        self,
+        name: str,
+        nodes: Sequence[str],
+        users: Sequence[str],
+        flags: Sequence[str] = ("MAINT", "IGNORE_JOBS"),
+    ) -> None:
+        self._run(
+            "scontrol", "create", "reservation",
+            f"ReservationName={_check_word(name)}",
+            f"Nodes={fold(nodes)}",
+            f"Users={','.join(_check_word(u) for u in users)}",
+            "StartTime=now",
+            "Duration=infinite",
+            f"Flags={','.join(_check_word(f) for f in flags)}",
+        )  # fmt: skip
+
+    def delete_reservation(self, name: str) -> None:
+        self._run("scontrol", "delete", f"ReservationName={_check_word(name)}")
+
+    def submit(self, request: SubmitRequest) -> int:
+        args = ["--parsable", f"--job-name={request.job_name}"]
+        if request.nodes:
+            args += [f"--nodelist={fold(request.nodes)}", f"--nodes={len(request.nodes)}"]
+        elif request.node_count:
+            args.append(f"--nodes={request.node_count}")
+        if request.reservation:
+            args.append(f"--reservation={_check_word(request.reservation)}")
+        if request.partition:
+            args.append(f"--partition={_check_word(request.partition)}")
+        if request.time_limit_min:
+            args.append(f"--time={int(request.time_limit_min)}")
+        if request.ntasks_per_node:
+            args.append(f"--ntasks-per-node={int(request.ntasks_per_node)}")
+        if request.output:
+            args.append(f"--output={request.output}")
+        if request.env:
+            for key in request.env:
+                _check_word(key)
+            args.append("--export=ALL," + ",".join(request.env))
+        args += list(request.extra)
+        out = self._run("sbatch", *args, request.script, *request.args, extra_env=request.env)
+        job_id = out.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch returned no job id: {out.strip()!r}")
+        return int(job_id)
+
+    def cancel(self, job_id: int) -> None:
+        self._run("scancel", str(int(job_id)))
+
+
+_WORD = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def _check_word(text: str) -> str:
+    # Reservation, user, partition, flag and variable names end up inside Key=Value words.
+    if not _WORD.match(text):
+        raise SlurmError(f"invalid Slurm name {text!r}")
+    return text
