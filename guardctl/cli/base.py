@@ -49,6 +49,28 @@ def fail(exc: GuardctlError) -> NoReturn:
 class GuardctlGroup(click.Group):
     """A click group whose invoke turns every foreseen error into one line and an exit code."""
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # Click's own usage errors span several lines; operators and scripts get one.
+        kwargs["standalone_mode"] = False
+        try:
+            result = super().main(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help() if exc.ctx else str(exc), err=True)
+            sys.exit(int(ExitCode.USAGE))
+        except click.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx else "guardctl"
+            click.echo(
+                f"guardctl: error: {exc.format_message()} (see '{command} --help')", err=True
+            )
+            sys.exit(int(ExitCode.USAGE))
+        except click.ClickException as exc:
+            click.echo(f"guardctl: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("guardctl: error: aborted", err=True)
+            sys.exit(int(ExitCode.USAGE))
+        sys.exit(result if isinstance(result, int) else int(ExitCode.OK))
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import TypeVar
 
 from guardctl import runner
 from guardctl.errors import SlurmError, SlurmUnavailable
@@ -22,6 +23,7 @@ from guardctl.sections.slurm import SlurmSettings
 from guardctl.slurm import parse
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SubmitRequest
 
+T = TypeVar("T")
 _DEFAULT_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
 # Words Slurm clients print when the controller does not answer.
 _UNREACHABLE = (
@@ -73,14 +75,17 @@ class CliSlurm:
         except runner.CommandNotFound as exc:
             raise SlurmError(str(exc)) from None
         except runner.CommandFailed as exc:
-            raise self._classify(name, exc) from None
+            raise self._classify(name, exc.result.stderr if exc.result else str(exc)) from None
+        # `sinfo --json` exits 0 with an "Unspecified error" when the controller is down; only
+        # its stderr says why.
+        if any(word in result.stderr.lower() for word in _UNREACHABLE):
+            raise self._classify(name, result.stderr)
         return result.stdout
 
     @staticmethod
-    def _classify(name: str, exc: runner.CommandFailed) -> SlurmError:
-        out = exc.result.stderr if exc.result else ""
-        lowered = out.lower()
-        detail = " ".join(out.split())[:300] or str(exc)
+    def _classify(name: str, stderr: str) -> SlurmError:
+        lowered = stderr.lower()
+        detail = " ".join(stderr.split())[:300] or "no error message"
         if any(word in lowered for word in _UNREACHABLE):
             return SlurmUnavailable(f"{name}: Slurm controller not reachable: {detail}")
         return SlurmError(f"{name} failed: {detail}")
@@ -93,14 +98,34 @@ class CliSlurm:
     def _modern(self) -> bool:
         return self.version >= (23, 2)
 
+    def controller_up(self) -> bool:
+        """Ask ``scontrol ping`` whether the controller answers."""
+        try:
+            out = self._run("scontrol", "ping")
+        except SlurmError:
+            return False
+        return "is UP" in out
+
+    def _read_json(self, parser: Callable[[str], list[T]], name: str, *args: str) -> list[T]:
+        text = self._run(name, *args)
+        try:
+            return parser(text)
+        except SlurmError as exc:
+            # 22.05's `sinfo --json` reports a dead controller only as "Unspecified error".
+            if not self.controller_up():
+                raise SlurmUnavailable(
+                    f"{name}: Slurm controller not reachable (scontrol ping: DOWN)"
+                ) from None
+            raise exc from None
+
     # -- reads ---------------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
         if self._modern:
-            return parse.nodes_from_json(self._run("scontrol", "--json", "show", "nodes"))
-        return parse.nodes_from_json(self._run("sinfo", "--json"))
+            return self._read_json(parse.nodes_from_json, "scontrol", "--json", "show", "nodes")
+        return self._read_json(parse.nodes_from_json, "sinfo", "--json")
 
     def jobs(self) -> list[JobInfo]:
-        return parse.jobs_from_json(self._run("squeue", "--json"))
+        return self._read_json(parse.jobs_from_json, "squeue", "--json")
 
     def reservations(self) -> list[ReservationInfo]:
         if self._modern:

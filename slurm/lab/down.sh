@@ -7,8 +7,8 @@
 #              /etc/slurm/slurm.conf with its state in /var/lib/guardctl-lab)
 #   --all      also stop munged, if a lab started it and no other running lab
 #              instance still uses it
-#   --purge    remove the lab's state, spool, run and log directories
-#              (and, with --dir, DIR/slurm.conf and DIR itself if then empty)
+#   --purge    also remove the lab's slurm.conf and its state, spool, run
+#              and log directories (and the home dir itself if then empty)
 #
 # Only processes named in the lab's PID files are stopped (never by name).
 # Running jobs of the lab are cancelled first and their slurmstepd processes,
@@ -80,13 +80,15 @@ pid_of() {
     printf '%s\n' "$pid"
 }
 
+is_zombie() { [[ $(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1) == Z ]]; }
+
 # stop_pid PID: SIGTERM, wait up to 10 s, then SIGKILL.
 stop_pid() {
     local pid=$1
     kill -TERM "$pid" 2>/dev/null || return 0
     for _ in $(seq 1 100); do
         [[ -d /proc/$pid ]] || return 0
-        [[ $(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1) == Z ]] && return 0
+        is_zombie "$pid" && return 0
         sleep 0.1
     done
     log "pid $pid ignored SIGTERM; sending SIGKILL"
@@ -102,16 +104,24 @@ stop_pidfile() {
     rm -f "$pidfile"
 }
 
-# Pids of slurmstepd processes whose environment carries SLURM_CONF=$conf.
-lab_stepds() {
-    local p pid
-    for p in /proc/[0-9]*; do
-        pid=${p#/proc/}
-        [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd ]] || continue
-        if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$conf"; then
-            printf '%s\n' "$pid"
-        fi
+# Pids of the lab's leftover job processes: slurmstepd and job processes whose
+# environment carries SLURM_CONF=$conf (and, for job processes, SLURM_JOB_ID),
+# excluding this script and its ancestors.
+lab_leftovers() {
+    local f pid skip=" " q=$BASHPID
+    while [[ -n $q && $q != 0 && $q != 1 ]]; do
+        skip+="$q "
+        q=$(sed 's/^.*) //' "/proc/$q/stat" 2>/dev/null | cut -d' ' -f2)
     done
+    while IFS= read -r f; do
+        pid=${f#/proc/}
+        pid=${pid%/environ}
+        [[ $skip == *" $pid "* ]] && continue
+        if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == slurmstepd ]] ||
+            grep -qz '^SLURM_JOB_ID=' "$f" 2>/dev/null; then
+            is_zombie "$pid" || printf '%s\n' "$pid"
+        fi
+    done < <(grep -lzxF "SLURM_CONF=$conf" /proc/[0-9]*/environ 2>/dev/null || true)
 }
 
 (
@@ -137,28 +147,36 @@ lab_stepds() {
     done
     stop_pidfile "$ctld" slurmctld
 
-    for pid in $(lab_stepds); do
-        log "ending leftover slurmstepd (pid $pid)"
-        stop_pid "$pid"
-    done
+    leftovers=$(lab_leftovers)
+    if [[ -n $leftovers ]]; then
+        log "ending leftover job processes of the lab: $(tr '\n' ' ' <<<"$leftovers")"
+        # shellcheck disable=SC2086 # word splitting of pids intended
+        kill -TERM $leftovers 2>/dev/null || true
+        for _ in $(seq 1 10); do
+            [[ -z $(lab_leftovers) ]] && break
+            sleep 0.1
+        done
+        leftovers=$(lab_leftovers)
+        # shellcheck disable=SC2086 # word splitting of pids intended
+        [[ -z $leftovers ]] || kill -KILL $leftovers 2>/dev/null || true
+    fi
 
     rm -f "$REGISTRY/instances/$(printf '%s' "$home" | md5sum | cut -c1-16)"
 
     if ((purge)); then
         log "purging $home"
         rm -rf "$home/state" "$home/spool" "$home/run" "$home/log"
-        if [[ -n $dir ]]; then
-            rm -f "$conf"
-        fi
+        rm -f "$conf"
     fi
 ) 8>"$home/.lock"
 
 if ((purge)); then
     rm -f "$home/.lock"
-    [[ -n $dir ]] && rmdir "$home" 2>/dev/null || true
+    rmdir "$home" 2>/dev/null || true
 fi
 
 if ((all)); then
+    mkdir -p "$REGISTRY"
     (
         flock -w 60 9 || die 6 "timed out waiting for $REGISTRY/munge.lock"
         if [[ ! -s $REGISTRY/munged.started-by ]]; then

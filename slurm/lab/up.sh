@@ -6,6 +6,7 @@
 #                        [--cpus C] [--prolog PATH] [--epilog PATH]
 #                        [--health-check PATH] [--health-interval S]
 #                        [--conf-extra FILE] [--timeout S] [--clean] [--no-install]
+#                        [--print-conf]
 #
 # Without --dir the lab writes /etc/slurm/slurm.conf (so a plain `sinfo` works)
 # and keeps its state under /var/lib/guardctl-lab.  With --dir DIR everything
@@ -33,6 +34,7 @@ conf_extra=""
 timeout=60
 clean=0
 install=1
+print_conf=0
 
 die() {
     local rc=$1
@@ -43,7 +45,7 @@ die() {
 log() { printf 'up.sh: %s\n' "$*" >&2; }
 
 usage() {
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 need_arg() {
@@ -73,15 +75,22 @@ while [[ $# -gt 0 ]]; do
         --timeout) need_arg "$@"; timeout=$2; shift 2 ;;
         --clean) clean=1; shift ;;
         --no-install) install=0; shift ;;
+        --print-conf) print_conf=1; shift ;;
         -h | --help) usage; exit 0 ;;
         *) die 2 "unknown argument: $1 (see --help)" ;;
     esac
 done
 
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
-is_uint "$nodes" && ((nodes >= 1 && nodes <= 64)) || die 2 "--nodes must be 1..64"
-is_uint "$port" && ((port >= 1024 && port + nodes <= 65535)) || die 2 "--port must be 1024..$((65535 - nodes))"
-is_uint "$cpus" && ((cpus >= 1)) || die 2 "--cpus must be >= 1"
+if ! is_uint "$nodes" || ((nodes < 1 || nodes > 64)); then
+    die 2 "--nodes must be 1..64"
+fi
+if ! is_uint "$port" || ((port < 1024 || port + nodes > 65535)); then
+    die 2 "--port must be 1024..$((65535 - nodes))"
+fi
+if ! is_uint "$cpus" || ((cpus < 1)); then
+    die 2 "--cpus must be >= 1"
+fi
 is_uint "$timeout" || die 2 "--timeout must be seconds"
 [[ $cluster =~ ^[a-z][a-z0-9_]{0,39}$ ]] || die 2 "--cluster must match [a-z][a-z0-9_]{0,39}"
 if [[ -n $health_interval ]]; then
@@ -101,6 +110,86 @@ if [[ -n $dir ]]; then
 else
     home=/var/lib/guardctl-lab
     conf=/etc/slurm/slurm.conf
+fi
+
+# ---------------------------------------------------------------- slurm.conf
+host=$(hostname -s)
+last_node_port=$((port + nodes))
+if ((nodes == 1)); then
+    nodelist=node1
+    node_ports=$((port + 1))
+else
+    nodelist="node[1-$nodes]"
+    node_ports=$((port + 1))-$last_node_port
+fi
+
+generate_conf() {
+    cat <<EOF
+$MARKER
+# Local Slurm lab for guardctl tests: $nodes slurmd on loopback, one host.
+# Home: $home
+ClusterName=$cluster
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$port
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=cred_expire=10
+CredType=cred/munge
+MpiDefault=none
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,sched_min_interval=100000
+ReturnToService=2
+PrologFlags=Alloc
+SlurmdParameters=config_overrides
+MinJobAge=300
+KillWait=5
+InactiveLimit=0
+SlurmctldTimeout=60
+SlurmdTimeout=60
+MessageTimeout=5
+TCPTimeout=5
+StateSaveLocation=$home/state
+SlurmdSpoolDir=$home/spool/%n
+SlurmctldPidFile=$home/run/slurmctld.pid
+SlurmdPidFile=$home/run/slurmd-%n.pid
+SlurmctldLogFile=$home/log/slurmctld.log
+SlurmdLogFile=$home/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+EOF
+    if [[ -n $prolog ]]; then
+        printf 'Prolog=%s\n' "$prolog"
+    fi
+    if [[ -n $epilog ]]; then
+        printf 'Epilog=%s\n' "$epilog"
+    fi
+    if [[ -n $health_check ]]; then
+        printf 'HealthCheckProgram=%s\n' "$health_check"
+        printf 'HealthCheckInterval=%s\n' "$health_interval"
+        printf 'HealthCheckNodeState=ANY\n'
+    fi
+    cat <<EOF
+NodeName=$nodelist NodeHostname=$host NodeAddr=127.0.0.1 Port=$node_ports CPUs=$cpus RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP
+EOF
+    if [[ -n $conf_extra ]]; then
+        printf '# --- from %s\n' "$conf_extra"
+        cat "$conf_extra"
+    fi
+}
+
+if ((print_conf)); then
+    generate_conf
+    exit 0
 fi
 
 # ---------------------------------------------------------------- safety first
@@ -154,8 +243,10 @@ pid_alive() {
     [[ -r $pidfile ]] || return 1
     pid=$(tr -dc '0-9' <"$pidfile")
     [[ -n $pid ]] || return 1
-    [[ -r /proc/$pid/comm ]] || return 1
-    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm" ]]
+    [[ -r /proc/$pid/stat ]] || return 1
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm" ]] || return 1
+    # A zombie (not yet reaped) is not alive.
+    [[ $(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1) != Z ]]
 }
 
 munge_works() {
@@ -201,79 +292,6 @@ ensure_munge() {
     ) 9>"$REGISTRY/munge.lock"
 }
 
-# ---------------------------------------------------------------- slurm.conf
-host=$(hostname -s)
-last_node_port=$((port + nodes))
-if ((nodes == 1)); then
-    nodelist=node1
-else
-    nodelist="node[1-$nodes]"
-fi
-
-generate_conf() {
-    cat <<EOF
-$MARKER
-# Local Slurm lab for guardctl tests: $nodes slurmd on loopback, one host.
-# Home: $home
-ClusterName=$cluster
-SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=$port
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=cred_expire=10
-CredType=cred/munge
-MpiDefault=none
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SwitchType=switch/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1,sched_min_interval=100000,defer_batch
-ReturnToService=2
-PrologFlags=Alloc
-SlurmdParameters=config_overrides
-MinJobAge=300
-KillWait=5
-InactiveLimit=0
-SlurmctldTimeout=60
-SlurmdTimeout=60
-MessageTimeout=10
-TCPTimeout=5
-StateSaveLocation=$home/state
-SlurmdSpoolDir=$home/spool/%n
-SlurmctldPidFile=$home/run/slurmctld.pid
-SlurmdPidFile=$home/run/slurmd-%n.pid
-SlurmctldLogFile=$home/log/slurmctld.log
-SlurmdLogFile=$home/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-EOF
-    if [[ -n $prolog ]]; then
-        printf 'Prolog=%s\n' "$prolog"
-    fi
-    if [[ -n $epilog ]]; then
-        printf 'Epilog=%s\n' "$epilog"
-    fi
-    if [[ -n $health_check ]]; then
-        printf 'HealthCheckProgram=%s\n' "$health_check"
-        printf 'HealthCheckInterval=%s\n' "$health_interval"
-        printf 'HealthCheckNodeState=ANY\n'
-    fi
-    cat <<EOF
-NodeName=$nodelist NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 1))-$last_node_port CPUs=$cpus RealMemory=1000 State=UNKNOWN
-PartitionName=debug Nodes=$nodelist Default=YES MaxTime=INFINITE State=UP
-EOF
-    if [[ -n $conf_extra ]]; then
-        printf '# --- from %s\n' "$conf_extra"
-        cat "$conf_extra"
-    fi
-}
-
 # ---------------------------------------------------------------- daemons
 ctld_pidfile=$home/run/slurmctld.pid
 slurmd_pidfile() { printf '%s/run/slurmd-%s.pid\n' "$home" "$1"; }
@@ -286,16 +304,22 @@ all_running() {
     done
 }
 
+is_zombie() { [[ $(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1) == Z ]]; }
+
 stop_pidfile() {
     local pidfile=$1 comm=$2 pid
     pid_alive "$pidfile" "$comm" || { rm -f "$pidfile"; return 0; }
     pid=$(tr -dc '0-9' <"$pidfile")
     kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do
-        [[ -d /proc/$pid ]] || break
+        if [[ ! -d /proc/$pid ]] || is_zombie "$pid"; then
+            break
+        fi
         sleep 0.1
     done
-    [[ -d /proc/$pid ]] && kill -KILL "$pid" 2>/dev/null || true
+    if [[ -d /proc/$pid ]] && ! is_zombie "$pid"; then
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
     rm -f "$pidfile"
 }
 
@@ -315,34 +339,65 @@ start_ctld() {
         die 7 "slurmctld failed to start; see $home/log/slurmctld.log"
 }
 
+declare -A started_at=()
+
 start_slurmds() {
     local i node
     for i in $(seq 1 "$nodes"); do
         node=node$i
         pid_alive "$(slurmd_pidfile "$node")" slurmd && continue
         mkdir -p "$home/spool/$node"
+        started_at[$node]=$(date +%s)
         SLURM_CONF=$conf slurmd -f "$conf" -N "$node" </dev/null >>"$home/log/slurmd-$node.out" 2>&1 8>&- 9>&- ||
             die 7 "slurmd $node failed to start; see $home/log/slurmd-$node.log"
     done
 }
 
-# Wait until every node of the lab is plainly idle.
-wait_idle() {
-    local deadline=$((SECONDS + timeout)) out idle
+# Wait until the controller answers and every node has registered: its state
+# is not "unknown" nor flagged not-responding ("*"), and, for each slurmd
+# started by this run, its SlurmdStartTime is not older than that start.
+# A fresh lab is then all idle; a restarted one may still hold old jobs,
+# drained or down nodes, which are reported.
+wait_ready() {
+    local deadline=$((SECONDS + timeout)) out nodeinfo ready
     while :; do
         out=$(SLURM_CONF=$conf sinfo -h -N -o '%N %T' 2>/dev/null || true)
-        idle=$(awk '$2 == "idle" {n++} END {print n + 0}' <<<"$out")
-        if ((idle == nodes)); then
+        nodeinfo=$(SLURM_CONF=$conf scontrol show nodes -o 2>/dev/null |
+            sed -n 's/^NodeName=\([^ ]*\) .*SlurmdStartTime=\([^ ]*\).*$/\1 \2/p' || true)
+        ready=0
+        for i in $(seq 1 "$nodes"); do
+            node_ready "node$i" && ready=$((ready + 1))
+        done
+        if ((ready == nodes)); then
+            if [[ $(awk '$2 == "idle" {n++} END {print n + 0}' <<<"$out") != "$nodes" ]]; then
+                log "warning: not all nodes are idle:"
+                printf '%s\n' "$out" >&2
+            fi
             return 0
         fi
         if ((SECONDS >= deadline)); then
-            log "nodes not idle after ${timeout}s:"
+            log "nodes not ready after ${timeout}s:"
             printf '%s\n' "${out:-(sinfo gave no answer)}" >&2
             log "logs: $home/log/"
             return 1
         fi
-        sleep 0.5
+        sleep 0.3
     done
+}
+
+# node_ready NODE (uses $out, $nodeinfo, started_at[])
+node_ready() {
+    local node=$1 state since t
+    state=$(awk -v n="$node" '$1 == n {print $2; exit}' <<<"$out")
+    case $state in
+        "" | *'*' | unknown* | not_responding* | future*) return 1 ;;
+    esac
+    since=${started_at[$node]:-}
+    [[ -z $since ]] && return 0
+    t=$(awk -v n="$node" '$1 == n {print $2; exit}' <<<"$nodeinfo")
+    [[ -n $t && $t != None && $t != Unknown ]] || return 1
+    t=$(date -d "$t" +%s 2>/dev/null) || return 1
+    ((t >= since))
 }
 
 # ---------------------------------------------------------------- main
@@ -366,6 +421,10 @@ install -d -m 0755 "$home"
             if pid_alive "$ctld_pidfile" slurmctld || compgen -G "$home/run/slurmd-*.pid" >/dev/null; then
                 log "configuration changed; restarting the lab daemons"
                 stop_all
+            fi
+            # Re-check under the lock, right before writing.
+            if [[ -e $conf ]] && [[ $(head -n 1 "$conf") != "# guardctl-lab:"* ]]; then
+                die 3 "$conf appeared and is not a guardctl lab conf; refusing to overwrite it"
             fi
             tmp=$(mktemp "$conf.XXXXXX")
             printf '%s\n' "$new_conf" >"$tmp"
@@ -392,8 +451,8 @@ install -d -m 0755 "$home"
     printf 'home=%s\nconf=%s\ncluster=%s\nport=%s\nnodes=%s\n' \
         "$home" "$conf" "$cluster" "$port" "$nodes" >"$REGISTRY/instances/$(printf '%s' "$home" | md5sum | cut -c1-16)"
 
-    wait_idle || die 8 "lab '$cluster' did not become idle within ${timeout}s"
+    wait_ready || die 8 "lab '$cluster' did not come up within ${timeout}s"
 ) 8>"$home/.lock"
 
-log "lab '$cluster' is up: $nodes nodes idle (controller port $port, slurmd ports $((port + 1))-$last_node_port)"
+log "lab '$cluster' is up: $nodes nodes (controller port $port, slurmd ports $((port + 1))-$last_node_port)"
 printf 'SLURM_CONF=%s\n' "$conf"

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""GPU truth check: run the gemm sweep program on every GPU and compare with the card's figure.
+
+For a GPU machine (not run in CI; needs torch with CUDA, or cupy). Runs
+``sweeps/gemm_burn.py`` (the same program the ``gemm`` sweep submits) and prints,
+per GPU, the sustained TFLOP/s next to what a healthy card of that model achieves
+in dense BF16 GEMM (about 80% of the datasheet peak), so one can see that the
+burn-in measures what it should. These figures are for this sanity check only;
+sweeps judge against baselines learnt from the fleet, never against them.
+
+Usage: python tools/gpu_truth_gemm.py [--duration 60] [--size 8192] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# Achievable dense BF16 GEMM TFLOP/s (not peak), by a substring of the NVML/torch name.
+EXPECTED = {
+    "H200": 790.0,
+    "H100 80GB HBM3": 790.0,  # SXM
+    "H100 PCIe": 600.0,
+    "H100": 790.0,
+    "A100": 250.0,  # 80% of 312
+    "L40S": 290.0,
+}
+GEMM = Path(__file__).resolve().parents[1] / "sweeps" / "gemm_burn.py"
+
+
+def expected_for(device: str) -> float | None:
+    for name, value in EXPECTED.items():
+        if name in device:
+            return value
+    return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--backend", default="auto", choices=["auto", "torch", "cupy"])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    argv = [sys.executable, str(GEMM), "--duration", str(args.duration), "--size",
+            str(args.size), "--backend", args.backend]
+    proc = subprocess.run(argv, capture_output=True, text=True,
+                          timeout=args.duration * 4 + 300)
+    if proc.returncode != 0:
+        print(f"gpu_truth_gemm: gemm_burn.py failed: {proc.stderr.strip()}", file=sys.stderr)
+        return 2
+    results = [json.loads(line) for line in proc.stdout.splitlines() if '"gemm_result"' in line]
+    rows = []
+    for r in results:
+        want = expected_for(r["device"])
+        rows.append({"gpu": r["gpu"], "device": r["device"], "backend": r["backend"],
+                     "tflops": r["tflops"], "tflops_first": r["tflops_first"],
+                     "tflops_min": r["tflops_min"], "expected": want,
+                     "ratio": round(r["tflops"] / want, 3) if want else None})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(f"{'GPU':>3}  {'DEVICE':<28}{'TFLOP/s':>9}{'FIRST':>9}{'MIN':>9}{'EXPECT':>8}"
+              f"{'RATIO':>7}")
+        for r in rows:
+            print(f"{r['gpu']:>3}  {r['device'][:27]:<28}{r['tflops']:>9.1f}"
+                  f"{r['tflops_first']:>9.1f}{r['tflops_min']:>9.1f}"
+                  f"{r['expected'] or 0:>8.0f}{r['ratio'] or 0:>7.2f}")
+    return 0 if all(r["ratio"] is None or r["ratio"] >= 0.85 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

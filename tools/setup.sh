@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install everything guardctl's demo and tests need on a fresh Debian 12 machine (run as root):
+# Slurm and munge from the distribution, man, Chromium (the HTML report test), and guardctl
+# itself with its development extras. Idempotent: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(slurm-wlm munge man-db chromium)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+echo "setup: done ($(python3 -m guardctl --version))" >&2
