@@ -17,9 +17,11 @@ class AgentSettings:
     sysfs_root: str = "/sys"
     buffer_records: int = 100_000  # kept in memory while the store cannot be written
     node: str = ""  # empty: the short hostname
-    # Local (not shared) file with each collector's health, rewritten every sample;
+    # Local (not shared) file with each collector's health and the store's state;
     # empty disables it.
     status_file: str = "/run/guardctl/agent-status.json"
+    # Rewrite it every this many samples, and at once when a state changes.
+    status_every: int = 10
     # How often a collector that reported itself unavailable (no driver) is retried.
     retry_unavailable_s: float = 300.0
 
@@ -35,5 +37,7 @@ class AgentSettings:
             raise ValueError("buffer_records: must be >= 1")
         if not self.sysfs_root:
             raise ValueError("sysfs_root: must not be empty")
+        if self.status_every < 1:
+            raise ValueError("status_every: must be >= 1")
         if self.retry_unavailable_s <= 0:
             raise ValueError("retry_unavailable_s: must be positive")

@@ -1,0 +1,166 @@
+"""The node agent: sample every collector each interval and append the records to the store.
+
+The agent is a foreground process (systemd runs it; see
+``contrib/guardctl-agent.service``). One sample: start every collector in its
+own thread, wait for each until its timeout, write what came back as one batch
+to ``<store>/telemetry/<node>/<hour>.jsonl`` and rewrite the local status file
+with each collector's health. SIGTERM or SIGINT ends it after the sample in
+progress, writing what is buffered if the store lets it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from guardctl import collectors, layout
+from guardctl.agent.slot import CollectorSlot
+from guardctl.agent.writer import BufferedStore, LineWriter
+from guardctl.collectors import Collector, Record
+from guardctl.nodes import validate_name
+from guardctl.schema import dumps
+from guardctl.sections.agent import AgentSettings
+
+log = logging.getLogger("guardctl.agent")
+
+
+def node_name(configured: str = "") -> str:
+    """The node's name in records: the configured one, else the short hostname."""
+    return validate_name(configured or socket.gethostname().split(".")[0])
+
+
+class Agent:
+    """The collectors of one node, the store they write to, and their health."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        store_root: Path,
+        node: str,
+        *,
+        writer: LineWriter | None = None,
+        make_collector: Callable[[str, AgentSettings], Collector] = collectors.create,
+    ) -> None:
+        self.settings = settings
+        self.root = store_root
+        self.node = validate_name(node)
+        self.store = BufferedStore(settings.buffer_records, log, writer)
+        self.slots = [
+            CollectorSlot(
+                make_collector(name, settings),
+                settings.timeouts.get(name, settings.collector_timeout_s),
+                settings.retry_unavailable_s,
+                log,
+            )
+            for name in settings.collectors
+        ]
+        self.samples = 0
+        self.last_ts = 0.0
+        self._status_error = ""
+        self._states: tuple[object, ...] = ()
+
+    def collect(self, ts: float) -> list[Record]:
+        """One sample of every collector, run side by side, each under its timeout."""
+        started = time.perf_counter()
+        for slot in self.slots:
+            slot.start(self.node, ts)
+        records: list[Record] = []
+        for slot in self.slots:
+            records.extend(slot.finish(started + slot.timeout_s))
+        return records
+
+    def sample(self, ts: float | None = None) -> bool:
+        """Collect and write one sample; True if the store took everything queued."""
+        ts = time.time() if ts is None else ts
+        records = self.collect(ts)
+        path = layout.node_telemetry_file(self.root, self.node, ts)
+        written = self.store.write((path, dumps(record)) for record in records)
+        self.samples += 1
+        self.last_ts = ts
+        states = (self.store.state.writable, *(slot.health.state for slot in self.slots))
+        if states != self._states or self.samples % self.settings.status_every == 0:
+            self.write_status()
+            self._states = states
+        return written
+
+    def status(self) -> dict[str, Any]:
+        """The agent's health: each collector's last sample and the store's state."""
+        return {
+            "node": self.node,
+            "ts": self.last_ts,
+            "samples": self.samples,
+            "interval_s": self.settings.interval_s,
+            "store": {"root": str(self.root), **asdict(self.store.state)},
+            "collectors": [slot.health.to_dict() for slot in self.slots],
+        }
+
+    def write_status(self) -> None:
+        """Rewrite the local status file atomically (tmp + rename); never fatal."""
+        target = self.settings.status_file
+        if not target:
+            return
+        path = Path(target)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(self.status(), indent=1) + "\n")
+            os.replace(tmp, path)
+            error = ""
+        except OSError as exc:
+            error = f"{path}: {exc.strerror or exc}"
+        if error != self._status_error:
+            if error:
+                log.warning("cannot write status file %s", error)
+            self._status_error = error
+
+    def run(self, stop: threading.Event) -> None:
+        """Sample every interval until *stop* is set; samples keep to the interval's grid."""
+        interval = self.settings.interval_s
+        log.info(
+            "agent started: node %s, store %s, every %g s, collectors %s",
+            self.node, self.root, interval, ", ".join(s.name for s in self.slots),
+        )
+        next_at = time.monotonic()
+        while not stop.is_set():
+            self.sample()
+            next_at += interval
+            now = time.monotonic()
+            if next_at < now:  # a slow sample: skip the missed ticks, don't burst
+                next_at = now + interval - (now - next_at) % interval
+            stop.wait(max(0.0, next_at - time.monotonic()))
+        log.info("agent stopping after %d samples", self.samples)
+
+    def close(self) -> None:
+        """Try once more to write what is buffered, then release collectors and files."""
+        if self.store.pending:
+            self.store.write(())
+        if self.store.pending:
+            log.warning("agent exiting with %d records not written", len(self.store.pending))
+        self.write_status()
+        for slot in self.slots:
+            slot.close()
+        self.store.close()
+
+
+def run_forever(agent: Agent) -> None:
+    """Run *agent* until SIGTERM or SIGINT."""
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        agent.run(stop)
+    finally:
+        agent.close()

@@ -1,0 +1,75 @@
+"""``guardctl store check|prune``: validate telemetry files, and apply retention."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from guardctl import store
+from guardctl.cli.base import (
+    AppContext,
+    dry_run_option,
+    echo_json,
+    echo_table,
+    json_option,
+    main,
+    pass_app,
+)
+from guardctl.errors import ExitCode
+
+
+@main.group("store")
+def store_group() -> None:
+    """Inspect and maintain the shared telemetry store."""
+
+
+@store_group.command("check")
+@click.argument("path", type=click.Path(path_type=Path))
+@json_option
+def check_command(path: Path, as_json: bool) -> None:
+    """Count good records per kind and bad lines per reason in PATH (file or directory).
+
+    Exit 0 when every line is a valid schema-v1 record, 1 when some are bad,
+    7 when PATH cannot be read.
+    """
+    report = store.check(path)
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        click.echo(f"{report.path}: {report.files} files, {report.lines} lines, "
+                   f"{sum(report.good.values())} good, {report.bad_total} bad")
+        rows = [["good", kind, n] for kind, n in sorted(report.good.items())]
+        rows += [["bad", reason, n] for reason, n in sorted(report.bad.items())]
+        if rows:
+            echo_table(rows, ["", "kind / reason", "lines"])
+    if report.bad_total:
+        sys.exit(int(ExitCode.FINDINGS))
+
+
+@store_group.command("prune")
+@click.option("--older-than", "older_than", metavar="DURATION",
+              help="Delete hourly files older than this, e.g. 7d, 12h "
+                   "(default: store.retention_days).")
+@click.option("--store", "store_root", type=click.Path(path_type=Path, file_okay=False),
+              help="Store directory (default: store.root).")
+@dry_run_option
+@json_option
+@pass_app
+def prune_command(
+    app: AppContext, older_than: str | None, store_root: Path | None, dry_run: bool, as_json: bool
+) -> None:
+    """Delete telemetry and step files whose hour is older than the retention."""
+    if older_than is not None:
+        seconds = store.parse_duration(older_than)
+    else:
+        seconds = app.settings.store.retention_days * 86400
+    report = store.prune(store_root or app.settings.store.root, seconds, dry_run=dry_run)
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    verb = "would delete" if dry_run else "deleted"
+    for name in report.files:
+        click.echo(f"{verb} {name}")
+    click.echo(f"{verb} {len(report.files)} files, {report.bytes} bytes")

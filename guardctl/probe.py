@@ -1,0 +1,321 @@
+"""Step timing for training scripts: each rank's compute and communication time, per step.
+
+::
+
+    from guardctl import probe
+
+    for batch in loader:
+        with probe.step():
+            loss = model(batch)
+            loss.backward()
+            probe.comm_begin()   # this rank now waits in its gradient collective
+            optimizer.step()
+
+Each step becomes a schema-v1 ``step`` record: ``step_s`` (enter to exit of the
+``with``), ``compute_s`` (enter to :func:`comm_begin`) and ``comm_s``
+(:func:`comm_begin` to exit). In synchronous training every rank's step time is
+the same, so a slow rank shows as high ``compute_s`` and low ``comm_s``.
+
+Job, rank and node come from Slurm (``SLURM_JOB_ID``; ``SLURM_PROCID`` or
+``RANK``; ``SLURMD_NODENAME``, else the short hostname) unless
+:func:`configure` says otherwise; ``GUARDCTL_STORE`` names the store. A step
+costs a few microseconds: it only takes timestamps and appends to a bounded
+in-memory queue. A background thread writes the queue to the store every
+second; when the queue is full, steps are dropped and counted, never waited
+for. :func:`flush` writes what is queued; it also runs at exit.
+
+With ``configure(cuda_events=True)`` (needs torch with CUDA) the three marks
+are CUDA events recorded on the current stream, so the times are GPU times;
+the flush thread waits for them, never the training loop.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from guardctl import layout
+from guardctl.agent.writer import BufferedStore
+from guardctl.schema import dumps, make_record, parse_line
+
+log = logging.getLogger("guardctl.probe")
+
+ENV_STORE = "GUARDCTL_STORE"
+DEFAULT_QUEUE = 100_000
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is writing: the Slurm job, this process's rank, and its node."""
+
+    job: str
+    rank: int
+    node: str
+
+
+def identity_from_env(environ: dict[str, str] | None = None) -> Identity:
+    """Job, rank and node as Slurm (or torchrun's RANK) sets them for this process."""
+    env = os.environ if environ is None else environ
+    job = env.get("SLURM_JOB_ID") or "local"
+    rank = env.get("SLURM_PROCID") or env.get("RANK") or "0"
+    node = env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return Identity(job=job, rank=int(rank), node=node)
+
+
+def store_from_env() -> Path:
+    """``$GUARDCTL_STORE``, else ``store.root`` from guardctl's configuration."""
+    if os.environ.get(ENV_STORE):
+        return Path(os.environ[ENV_STORE])
+    from guardctl.config import load_settings  # only when the variable is not set
+
+    return load_settings().store.root
+
+
+class _CudaTimer:
+    """CUDA events for the three marks; torch is imported only when asked for."""
+
+    def __init__(self) -> None:
+        import torch  # optional dependency: the CPU path never imports it
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("probe: cuda_events=True but CUDA is not available")
+        self.torch = torch
+
+    def mark(self) -> Any:
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    @staticmethod
+    def seconds(start: Any, end: Any) -> float:
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1000.0
+
+
+class Probe:
+    """Times steps of one rank and writes them to the store from a background thread."""
+
+    def __init__(
+        self,
+        who: Identity,
+        store: Path | None = None,
+        *,
+        queue_size: int = DEFAULT_QUEUE,
+        flush_interval_s: float = 1.0,
+        cuda_events: bool = False,
+    ) -> None:
+        if queue_size < 1 or flush_interval_s <= 0:
+            raise ValueError("probe: queue_size must be >= 1 and flush_interval_s > 0")
+        layout.step_file(Path("."), who.job, who.node, who.rank, 0.0)  # validate names now
+        self.who = who
+        self._root = store
+        self.queue_size = queue_size
+        self.flush_interval_s = flush_interval_s
+        self._cuda = _CudaTimer() if cuda_events else None
+        self._queue: deque[tuple[Any, ...]] = deque()
+        self.dropped = 0
+        self._count = 0
+        self._number: int | None = None
+        self._t0: Any = None
+        self._tc: Any = None
+        self._store: BufferedStore | None = None
+        self._hour = -1
+        self._path = Path()
+        self._head = ""
+        self._reset_thread()
+
+    def _reset_thread(self) -> None:
+        # Also called in a forked child: the parent's lock and thread are not ours.
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    # -- the training loop's side: timestamps and an append ---------------
+
+    def step(self, number: int | None = None) -> Probe:
+        """Context manager around one training step (*number* defaults to a counter)."""
+        self._number = number
+        return self
+
+    def __enter__(self) -> Probe:
+        self._tc = None
+        self._t0 = self._cuda.mark() if self._cuda else time.perf_counter()
+        return self
+
+    def comm_begin(self) -> None:
+        """Mark the moment this rank enters its gradient collective."""
+        self._tc = self._cuda.mark() if self._cuda else time.perf_counter()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        t1 = self._cuda.mark() if self._cuda else time.perf_counter()
+        number = self._count if self._number is None else self._number
+        self._count += 1
+        if exc_type is not None:
+            return  # an aborted step is not a step time
+        if self._thread is None or self._pid != os.getpid():
+            self._start_thread()
+        if len(self._queue) >= self.queue_size:
+            self.dropped += 1
+            return
+        self._queue.append((number, time.time(), self._t0, self._tc, t1))
+
+    # -- the background side: records and the store ------------------------
+
+    def _start_thread(self) -> None:
+        if self._pid != os.getpid():
+            # A forked child that steps is a rank of its own: the parent's queue,
+            # open files and thread stay the parent's.
+            self._reset_thread()
+            self._queue.clear()
+            self._store = None
+        self._thread = threading.Thread(target=self._flush_loop, name="guardctl-probe", daemon=True)
+        self._thread.start()
+
+    def _flush_loop(self) -> None:
+        while True:
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+            self.flush()
+
+    def _durations(self, t0: Any, tc: Any, t1: Any) -> tuple[float, float, float]:
+        if self._cuda:
+            seconds = self._cuda.seconds
+            step_s = seconds(t0, t1)
+            compute_s = seconds(t0, tc) if tc is not None else step_s
+        else:
+            step_s = t1 - t0
+            compute_s = (tc - t0) if tc is not None else step_s
+        return step_s, compute_s, max(0.0, step_s - compute_s)
+
+    def _line(self, item: tuple[Any, ...]) -> tuple[Path, str]:
+        number, ts, t0, tc, t1 = item
+        step_s, compute_s, comm_s = self._durations(t0, tc, t1)
+        hour = int(ts // 3600)
+        if hour != self._hour:
+            who = self.who
+            self._hour = hour
+            self._path = layout.step_file(self.root, who.job, who.node, who.rank, ts)
+            # The fixed part of every line, checked once through the schema's
+            # make_record; per step only numbers are formatted (µs are plenty).
+            head = dumps(make_record("step", who.node, 0.0, job=who.job, rank=who.rank, step=0,
+                                     step_s=0.0, compute_s=0.0, comm_s=0.0))
+            self._head = (f'{{"v":1,"kind":"step","node":{json.dumps(who.node)},'
+                          f'"job":{json.dumps(who.job)},"rank":{int(who.rank)}')
+            if parse_line(self._line_text(0, 0.0, 0.0, 0.0, 0.0)) != json.loads(head):
+                raise RuntimeError("probe: step line format disagrees with the schema")
+        return self._path, self._line_text(number, ts, step_s, compute_s, comm_s)
+
+    def _line_text(self, number: int, ts: float, step_s: float, compute_s: float,
+                   comm_s: float) -> str:
+        return (f'{self._head},"ts":{ts!r},"step":{int(number)},"step_s":{step_s:.6f},'
+                f'"compute_s":{compute_s:.6f},"comm_s":{comm_s:.6f}}}')
+
+    @property
+    def root(self) -> Path:
+        if self._root is None:
+            self._root = store_from_env()
+        return self._root
+
+    def flush(self) -> bool:
+        """Write every queued step now; True if the store took them all. Never raises."""
+        with self._lock:
+            items = []
+            while self._queue:
+                items.append(self._queue.popleft())
+            try:
+                if self._store is None:
+                    self._store = BufferedStore(self.queue_size, log)
+                return self._store.write(self._line(item) for item in items)
+            except Exception as exc:  # a training job must never die of its probe
+                self.dropped += len(items)
+                log.warning("guardctl probe: %d steps dropped: %s", len(items), exc)
+                return False
+
+    def stats(self) -> dict[str, int]:
+        """Steps queued, written, waiting for the store, and dropped so far."""
+        state = self._store.state if self._store else None
+        return {
+            "queued": len(self._queue),
+            "written": state.written if state else 0,
+            "buffered": state.buffered if state else 0,
+            "dropped": self.dropped + (state.dropped if state else 0),
+        }
+
+
+_default: Probe | None = None
+
+
+def _probe() -> Probe:
+    global _default
+    if _default is None:
+        _default = Probe(identity_from_env())
+    return _default
+
+
+def configure(
+    *,
+    store: str | os.PathLike[str] | None = None,
+    job: str | None = None,
+    rank: int | None = None,
+    node: str | None = None,
+    queue_size: int = DEFAULT_QUEUE,
+    flush_interval_s: float = 1.0,
+    cuda_events: bool = False,
+) -> Probe:
+    """Set up the module's probe (anything not given comes from the environment)."""
+    global _default
+    if _default is not None:
+        _default.flush()
+    env = identity_from_env()
+    who = Identity(
+        job=env.job if job is None else str(job),
+        rank=env.rank if rank is None else int(rank),
+        node=env.node if node is None else node,
+    )
+    _default = Probe(
+        who,
+        Path(store) if store is not None else None,
+        queue_size=queue_size,
+        flush_interval_s=flush_interval_s,
+        cuda_events=cuda_events,
+    )
+    return _default
+
+
+def step(number: int | None = None) -> Probe:
+    """``with probe.step(): ...`` around one training step."""
+    return _probe().step(number)
+
+
+def comm_begin() -> None:
+    """Mark the moment this rank enters its gradient collective."""
+    _probe().comm_begin()
+
+
+def flush() -> bool:
+    """Write every queued step now (also done at exit); True if all were written."""
+    return _default.flush() if _default is not None else True
+
+
+def stats() -> dict[str, int]:
+    """Counters of the module's probe: queued, written, buffered, dropped."""
+    return _probe().stats()
+
+
+atexit.register(flush)

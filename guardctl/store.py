@@ -1,0 +1,174 @@
+"""The shared store's read side: checking files against schema v1, and retention.
+
+:func:`check` tells an operator what a file or directory of records holds
+(good records per kind, bad lines per reason); :func:`prune` deletes the
+hourly telemetry and step files that are older than the retention. Writing
+lives in :mod:`guardctl.agent.writer`; the layout in :mod:`guardctl.layout`.
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guardctl import layout
+from guardctl.errors import InputError, StoreError, UsageError
+from guardctl.schema import input_files, iter_file
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_HOURLY = re.compile(r"(\d{8}T\d{2})\.jsonl$")
+
+
+def parse_duration(text: str) -> float:
+    """``"7d"`` -> 604800.0; units s, m, h, d, w. Raises UsageError otherwise."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise UsageError(f"invalid duration {text!r}: expected a positive number and a unit "
+                         "(s, m, h, d, w), e.g. 7d or 12h")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+# -- check --------------------------------------------------------------------
+
+
+@dataclass
+class CheckReport:
+    """What a file or directory of schema-v1 records holds."""
+
+    path: str
+    files: int = 0
+    lines: int = 0
+    good: Counter[str] = field(default_factory=Counter)  # kind -> records
+    bad: Counter[str] = field(default_factory=Counter)  # reason -> lines
+    bad_files: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def bad_total(self) -> int:
+        return sum(self.bad.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "files": self.files,
+            "lines": self.lines,
+            "good": dict(sorted(self.good.items())),
+            "good_total": sum(self.good.values()),
+            "bad": dict(sorted(self.bad.items())),
+            "bad_total": self.bad_total,
+            "bad_files": self.bad_files,
+        }
+
+
+def check(path: Path) -> CheckReport:
+    """Read every line under *path*; InputError if *path* itself cannot be read."""
+    try:
+        files = input_files(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or 'no such file or directory'}") \
+            from None
+    report = CheckReport(str(path))
+    for file in files:
+        bad: Counter[str] = Counter()
+        try:
+            for record in iter_file(file, bad):
+                report.good[record["kind"]] += 1
+        except OSError as exc:
+            if file == path:
+                raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+            bad["unreadable_file"] += 1
+        report.files += 1
+        report.bad.update(bad)
+        if bad:
+            report.bad_files[str(file)] = dict(bad)
+    report.lines = sum(report.good.values()) + report.bad_total
+    return report
+
+
+# -- prune --------------------------------------------------------------------
+
+
+@dataclass
+class PruneReport:
+    """The hourly files older than the cutoff: removed, or would be under --dry-run."""
+
+    root: str
+    cutoff: float
+    dry_run: bool
+    files: list[str] = field(default_factory=list)
+    bytes: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "root": self.root,
+            "cutoff": self.cutoff,
+            "dry_run": self.dry_run,
+            "files": self.files,
+            "count": len(self.files),
+            "bytes": self.bytes,
+            "errors": self.errors,
+        }
+
+
+def hour_end(path: Path) -> float | None:
+    """When the hour an hourly file covers ends (Unix seconds); None for other files."""
+    match = _HOURLY.search(path.name)
+    if not match:
+        return None
+    try:
+        start = calendar.timegm(time.strptime(match.group(1), "%Y%m%dT%H"))
+    except ValueError:
+        return None
+    return float(start + 3600)
+
+
+def expired_files(root: Path, cutoff: float) -> list[Path]:
+    """Hourly telemetry and step files whose hour ended at or before *cutoff*."""
+    found = []
+    for top in layout.telemetry_inputs(root):
+        if not top.is_dir():
+            continue
+        for path in sorted(top.rglob("*.jsonl")):
+            end = hour_end(path)
+            # Files not named by the layout are not ours to delete.
+            if end is not None and end <= cutoff and path.is_file():
+                found.append(path)
+    return found
+
+
+def prune(root: Path, older_than_s: float, *, now: float | None = None,
+          dry_run: bool = False) -> PruneReport:
+    """Delete hourly files older than *older_than_s*, and node/job directories left empty."""
+    cutoff = (time.time() if now is None else now) - older_than_s
+    report = PruneReport(str(root), cutoff, dry_run)
+    if not root.is_dir():
+        raise StoreError(f"{root}: store directory not found")
+    for path in expired_files(root, cutoff):
+        size = path.stat().st_size
+        if not dry_run:
+            try:
+                path.unlink()
+            except OSError as exc:
+                report.errors.append(f"{path}: {exc.strerror}")
+                continue
+            _remove_if_empty(path.parent, root)
+        report.files.append(str(path))
+        report.bytes += size
+    if report.errors:
+        raise StoreError(f"could not delete {len(report.errors)} files, first: {report.errors[0]}")
+    return report
+
+
+def _remove_if_empty(directory: Path, root: Path) -> None:
+    # A node's or a job's directory goes with its last file; the top-level ones stay.
+    if directory in layout.telemetry_inputs(root):
+        return
+    with contextlib.suppress(OSError):  # not empty, or already gone: fine
+        directory.rmdir()

@@ -1,0 +1,49 @@
+"""The probe inside a real sbatch job on the local Slurm lab: job, rank and node are right."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardctl.nodes import expand
+from guardctl.schema import read_path
+
+pytestmark = pytest.mark.slurm
+
+TRAIN = textwrap.dedent("""
+    import time
+    from guardctl import probe
+    for _ in range(4):
+        with probe.step():
+            time.sleep(0.01)
+            probe.comm_begin()
+            time.sleep(0.005)
+""")
+
+
+def test_probe_in_a_two_node_job(lab: Any, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    script = (
+        "#!/bin/bash\n"
+        f"export GUARDCTL_STORE={shlex.quote(str(store))}\n"
+        f"srun {shlex.quote(sys.executable)} -c {shlex.quote(TRAIN)}\n"
+    )
+    job = lab.submit(script, "-N2", "--ntasks=2", "--ntasks-per-node=1", "--time=2")
+    info = lab.wait_job(job, timeout=90)
+    assert info["JobState"] == "COMPLETED", info
+    nodes = expand(info["NodeList"])
+    result = read_path(store)
+    assert result.bad_total == 0
+    by_rank = {r["rank"]: r for r in result.records}
+    assert sorted(by_rank) == [0, 1]
+    assert all(r["job"] == job for r in result.records)
+    assert sorted(r["node"] for r in by_rank.values()) == sorted(nodes)
+    assert len(result.records) == 8
+    for path in (store / "steps" / job).iterdir():
+        node, rank = path.name.split(".")[:2]
+        assert {(r["node"], f"r{r['rank']}") for r in read_path(path).records} == {(node, rank)}
