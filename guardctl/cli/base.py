@@ -67,8 +67,8 @@ class GuardctlGroup(click.Group):
             click.echo(f"guardctl: error: {exc.format_message()}", err=True)
             sys.exit(exc.exit_code)
         except click.Abort:
-            click.echo("guardctl: error: aborted", err=True)
-            sys.exit(int(ExitCode.USAGE))
+            click.echo("guardctl: error: interrupted", err=True)
+            sys.exit(130)  # the shell's convention for SIGINT
         sys.exit(result if isinstance(result, int) else int(ExitCode.OK))
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -1,0 +1,491 @@
+"""Running a sweep: quarantine the suspects, run the sweep jobs, judge, then drain or release.
+
+Steps, all through :class:`guardctl.control.Controller` so that ownership, caps
+and the action log hold:
+
+1. quarantine every node (its own MAINT,IGNORE_JOBS reservation): running jobs
+   finish, production jobs wait, sweep jobs run with ``--reservation``;
+2. single-node sweeps (gemm, nccl) on each node in its quarantine reservation;
+3. multi-node sweeps (pairwise): a job may name one reservation only, so each
+   group (suspects plus known-good partners) gets a short-lived sweep
+   reservation over all its nodes (MAINT lets it overlap the quarantine ones);
+   the pairing strategy chooses the groups round after round;
+4. a failure is repeated ``sweep.repeat_failures`` times before it counts,
+   against the reference of the first attempt;
+5. pass: release; fail: drain with the evidence as reason; passing figures
+   update the baselines. Results go to ``<store>/sweeps/<sweep id>/``.
+
+On an error or Ctrl-C the submitted jobs are cancelled, sweep reservations
+deleted, and the nodes stay quarantined (safe) for the operator to decide.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import guardctl
+from guardctl import baseline, layout
+from guardctl.config import Settings
+from guardctl.control import Controller
+from guardctl.errors import StoreError, UsageError
+from guardctl.slurm.types import JobInfo
+from guardctl.sweep import pairing
+from guardctl.sweep.judge import Judgement, Reference, judge_all, references
+from guardctl.sweep.registry import JobSpec, Measurement, SweepPlugin, get, names
+
+Kind = Literal["single", "multi", "all"]
+Verdict = Literal["pass", "fail", "undetermined"]
+Progress = Callable[[str], None]
+MAX_GOOD_PARTNERS = 4  # idle nodes borrowed as known-good partners at most
+PROGRESS_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """What the operator asked for."""
+
+    kind: Kind = "all"
+    duration_s: float | None = None  # None: sweep.gemm_duration_s
+    dry_run: bool = False
+
+
+@dataclass
+class NodeVerdict:
+    """The outcome for one node and what was done about it."""
+
+    node: str
+    verdict: Verdict
+    evidence: str
+    action: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"node": self.node, "verdict": self.verdict, "evidence": self.evidence,
+                "action": self.action}
+
+
+@dataclass
+class SweepReport:
+    """Everything a sweep did; written to results.json and printed by the CLI."""
+
+    sweep_id: str
+    kind: Kind
+    nodes: list[str]
+    dry_run: bool
+    started: float
+    finished: float = 0.0
+    directory: str = ""
+    actions: list[dict[str, str]] = field(default_factory=list)
+    planned: list[dict[str, Any]] = field(default_factory=list)
+    judgements: list[Judgement] = field(default_factory=list)
+    verdicts: list[NodeVerdict] = field(default_factory=list)
+    pairing: dict[str, Any] = field(default_factory=dict)
+    baselines_learnt: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(v.verdict != "pass" for v in self.verdicts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "sweep_id": self.sweep_id, "kind": self.kind, "nodes": self.nodes,
+            "dry_run": self.dry_run, "started": self.started, "finished": self.finished,
+            "directory": self.directory, "verdicts": [v.as_dict() for v in self.verdicts],
+            "actions": self.actions, "planned": self.planned,
+            "judgements": [j.as_dict() for j in self.judgements], "pairing": self.pairing,
+            "baselines_learnt": self.baselines_learnt,
+        }  # fmt: skip
+
+
+def scripts_dir(settings: Settings) -> Path:
+    """Where the sbatch scripts and burn-in programs are (config, source tree, or share/)."""
+    candidates = [Path(settings.sweep.scripts_dir)] if settings.sweep.scripts_dir else [
+        Path(guardctl.__file__).resolve().parent.parent / "sweeps",
+        Path(sys.prefix) / "share" / "guardctl" / "sweeps",
+        Path("/usr/share/guardctl/sweeps"),
+    ]
+    for path in candidates:
+        if (path / "gemm.sbatch").is_file():
+            return path
+    raise UsageError(
+        f"sweep job scripts not found in {', '.join(map(str, candidates))}; set sweep.scripts_dir"
+    )
+
+
+def new_sweep_id(now: float) -> str:
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
+
+
+@dataclass
+class _Job:
+    plugin: SweepPlugin
+    spec: JobSpec
+    job_id: int = 0
+    state: str = ""
+    exit_code: int | None = None
+
+
+class SweepRun:
+    """One sweep in progress: submits batches of jobs, waits, parses and judges."""
+
+    def __init__(self, settings: Settings, ctl: Controller, report: SweepReport,
+                 duration_s: float, progress: Progress) -> None:
+        self.settings, self.ctl, self.report = settings, ctl, report
+        self.cfg = settings.sweep
+        self.duration_s = duration_s
+        self.progress = progress
+        self.out_dir = Path(report.directory)
+        self.scripts = scripts_dir(settings)
+        self.baselines = baseline.values(settings.store.root)
+        self.counter = 0
+        env = {"GUARDCTL_PYTHON": self.cfg.python or sys.executable,
+               "GUARDCTL_SWEEPS_DIR": str(self.scripts)}
+        if self.cfg.inject:
+            env["GUARDCTL_SWEEP_INJECT"] = ",".join(f"{n}={f:g}" for n, f in
+                                                    sorted(self.cfg.inject.items()))
+        self.env = env
+
+    # -- jobs ------------------------------------------------------------------------------
+    def spec(self, plugin: SweepPlugin, nodes: Sequence[str], reservation: str,
+             attempt: int) -> JobSpec:
+        self.counter += 1
+        who = "+".join(nodes) if len(nodes) <= 3 else f"{nodes[0]}+{len(nodes) - 1}"
+        options = {k: getattr(self.cfg, k) for k in (
+            "gemm_size", "gemm_threads", "allreduce_max_bytes", "allreduce_iters", "cpu_tasks",
+            "nccl_tests", "gpus_per_node")}
+        return JobSpec(
+            nodes=tuple(nodes), reservation=reservation, out_dir=self.out_dir,
+            tag=f"{self.counter:03d}-{plugin.name}-{who}-a{attempt}",
+            duration_s=self.duration_s, scripts_dir=self.scripts, python=self.env[
+                "GUARDCTL_PYTHON"], time_limit_min=max(1, math.ceil(self.cfg.job_timeout_s / 60)),
+            partition=self.cfg.partition, env=self.env, options=options,
+        )  # fmt: skip
+
+    def run_batch(self, batch: list[tuple[SweepPlugin, Sequence[str], str]],
+                  attempt: int) -> list[list[Measurement]]:
+        """Submit every (plugin, nodes, reservation) at once, wait, return each job's figures."""
+        jobs = [_Job(p, self.spec(p, nodes, resv, attempt)) for p, nodes, resv in batch]
+        try:
+            for job in jobs:
+                job.job_id = self.ctl.slurm.submit(job.plugin.build(job.spec))
+            self.ctl.record("sweep jobs", sorted({n for j in jobs for n in j.spec.nodes}),
+                            evidence={"sweep": self.report.sweep_id, "attempt": attempt,
+                                      "jobs": {str(j.job_id): j.spec.tag for j in jobs}})
+            self._wait(jobs)
+        except BaseException:
+            self._cancel([j for j in jobs if j.job_id and not j.state])
+            raise
+        return [self._measurements(j) for j in jobs]
+
+    def _wait(self, jobs: list[_Job]) -> None:
+        deadline = time.monotonic() + self.cfg.job_timeout_s
+        last_note, last_done = 0.0, -1
+        while True:
+            seen = {j.job_id: j for j in self.ctl.slurm.jobs()}
+            for job in jobs:
+                info: JobInfo | None = seen.get(job.job_id)
+                if job.state:
+                    continue
+                if info is None:
+                    job.state = "GONE"  # purged from squeue: read what it wrote
+                elif info.finished:
+                    job.state, job.exit_code = info.state, info.exit_code
+            running = [j for j in jobs if not j.state]
+            done = len(jobs) - len(running)
+            now = time.monotonic()
+            if not running:
+                return
+            if done != last_done or now - last_note >= PROGRESS_EVERY_S:
+                states = ", ".join(
+                    f"{j.spec.tag} {seen[j.job_id].state.lower()}" for j in running[:4]
+                    if j.job_id in seen)
+                self.progress(f"sweep {self.report.sweep_id}: {done}/{len(jobs)} jobs done"
+                              + (f"; {states}" if states else ""))
+                last_note, last_done = now, done
+            if now > deadline:
+                self._cancel(running)
+                for job in running:
+                    job.state = "TIMEOUT"
+                return
+            time.sleep(self.cfg.poll_interval_s)
+
+    def _cancel(self, jobs: Sequence[_Job]) -> None:
+        for job in jobs:
+            try:
+                self.ctl.slurm.cancel(job.job_id)
+            except Exception as exc:  # keep cancelling the others, say which one stayed
+                self.progress(f"could not cancel job {job.job_id}: {exc}")
+
+    def _measurements(self, job: _Job) -> list[Measurement]:
+        path = job.spec.output()
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        found = job.plugin.parse(text, job.spec.nodes)
+        if found:
+            return found
+        why = f"no result (job {job.job_id} {job.state.lower() or 'unknown'}"
+        why += f", exit {job.exit_code})" if job.exit_code is not None else ")"
+        return [Measurement(job.plugin.name, job.spec.nodes, "node" if len(job.spec.nodes) == 1
+                            else "group", "", 0.0, f"{job.plugin.name}|error",
+                            error=f"{why}; see {path.name}")]
+
+    # -- single-node sweeps ------------------------------------------------------------------
+    def single(self, nodes: Sequence[str]) -> list[Judgement]:
+        plugins = [get(n) for n in names("single")]
+        batch: list[tuple[SweepPlugin, Sequence[str], str]] = [
+            (p, (n,), self.ctl.reservation_name(n)) for n in nodes for p in plugins]
+        found = self.run_batch(batch, attempt=1)
+        flat = [m for ms in found for m in ms]
+        refs = references(flat, self.baselines)
+        judged = judge_all(flat, refs, self.cfg.tolerance)
+        for attempt in range(2, 2 + self.cfg.repeat_failures):
+            failing = {(j.measurement.sweep, j.measurement.nodes) for j in judged if not j.passed}
+            if not failing:
+                break
+            self.progress(f"repeating {len(failing)} failed sweep(s) before they count: "
+                          + ", ".join(f"{s} {'+'.join(n)}" for s, n in sorted(failing)))
+            again = self.run_batch([(get(s), n, self.ctl.reservation_name(n[0]))
+                                    for s, n in sorted(failing)], attempt)
+            retried = [m for ms in again for m in ms]
+            # The same reference as the first attempt: a rerun alone has no fleet to compare to.
+            new_refs = {**references(retried, self.baselines), **refs}
+            judged = [j for j in judged if (j.measurement.sweep, j.measurement.nodes)
+                      not in failing] + judge_all(retried, new_refs, self.cfg.tolerance, attempt)
+        return judged
+
+    # -- multi-node sweeps -------------------------------------------------------------------
+    def multi(self, suspects: Sequence[str], goods: Sequence[str]) -> tuple[
+            list[Judgement], pairing.Outcome]:
+        plugin = get("pairwise")
+        judged: dict[pairing.Group, Judgement] = {}
+        known_good: dict[str, Reference] = {}
+        if len(goods) >= 2:  # without a baseline, a group of known-good nodes is the reference
+            ref_group = tuple(goods[: 1 + self.cfg.partners])
+            ms = self._groups(plugin, [ref_group], attempt=0)[0]
+            for m in ms:
+                if not m.error and not m.wrong and m.key not in self.baselines:
+                    known_good[m.key] = Reference(m.value, "known-good group",
+                                                  f"{'+'.join(ref_group)}, no baseline")
+
+        def oracle(groups: list[pairing.Group]) -> list[bool]:
+            found = [m for ms in self._groups(plugin, groups, 1) for m in ms]
+            refs = {**references(found, self.baselines), **known_good}
+            results = judge_all(found, refs, self.cfg.tolerance)
+            for attempt in range(2, 2 + self.cfg.repeat_failures):
+                failing = [j.measurement.nodes for j in results if not j.passed]
+                if not failing:
+                    break
+                self.progress(f"repeating {len(failing)} failed group(s) before they count")
+                again = [m for ms in self._groups(plugin, failing, attempt) for m in ms]
+                results = [j for j in results if j.measurement.nodes not in failing] + judge_all(
+                    again, {**references(again, self.baselines), **refs}, self.cfg.tolerance,
+                    attempt)
+            for j in results:
+                judged[j.measurement.nodes] = j
+            return [judged[g].passed if g in judged else False for g in groups]
+
+        outcome = pairing.find_bad(self.cfg.pairing, list(suspects), list(goods), oracle,
+                                   group_size=self.cfg.group_size, partners=self.cfg.partners)
+        return list(judged.values()), outcome
+
+    def _groups(self, plugin: SweepPlugin, groups: Sequence[pairing.Group],
+                attempt: int) -> list[list[Measurement]]:
+        """Run one job per group, each in its own sweep reservation over the group's nodes."""
+        base = self.cfg.reservation_prefix + self.report.sweep_id.replace("-", "_")
+        made: list[str] = []
+        try:
+            batch: list[tuple[SweepPlugin, Sequence[str], str]] = []
+            for group in groups:
+                resv = f"{base}_{self.counter + len(made) + 1}"
+                self.ctl.slurm.create_reservation(resv, group, self.settings.quarantine.users,
+                                                  ("MAINT", "IGNORE_JOBS"))
+                made.append(resv)
+                self.ctl.record("sweep reservation", list(group), evidence={
+                    "sweep": self.report.sweep_id, "reservation": resv, "created": True})
+                batch.append((plugin, group, resv))
+            return self.run_batch(batch, attempt)
+        finally:
+            for resv, group in zip(made, groups, strict=False):
+                try:
+                    self.ctl.slurm.delete_reservation(resv)
+                    self.ctl.record("sweep reservation", list(group), evidence={
+                        "sweep": self.report.sweep_id, "reservation": resv, "deleted": True})
+                except Exception as exc:  # keep deleting the others; the operator must know
+                    self.progress(f"could not delete sweep reservation {resv}: {exc}")
+
+
+def _good_partners(ctl: Controller, settings: Settings, suspects: Sequence[str]) -> list[str]:
+    if settings.sweep.good_nodes:
+        goods = list(settings.sweep.good_nodes)
+        overlap = set(goods) & set(suspects)
+        if overlap:
+            raise UsageError(f"sweep.good_nodes includes swept node(s): {', '.join(overlap)}")
+        ctl.status(goods)  # unknown names are a usage error
+        return goods
+    idle = [s.name for s in ctl.status() if s.owner == "in service" and s.slurm_state == "idle"
+            and s.name not in suspects]
+    return idle[:MAX_GOOD_PARTNERS]
+
+
+def _verdicts(nodes: Sequence[str], judged: Sequence[Judgement],
+              outcome: pairing.Outcome | None) -> list[NodeVerdict]:
+    out = []
+    for node in nodes:
+        fails = [j for j in judged if not j.passed and node in j.measurement.nodes
+                 and j.measurement.sweep != "pairwise"]
+        if outcome is not None and node in outcome.bad:
+            fails += [j for j in judged if not j.passed and j.measurement.sweep == "pairwise"
+                      and j.measurement.nodes[0] == node]
+        if fails:
+            more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
+            out.append(NodeVerdict(node, "fail", fails[0].evidence + more))
+        elif outcome is not None and node in outcome.undetermined:
+            out.append(NodeVerdict(node, "undetermined",
+                                   "sweep pairwise: failed in a group, no known-good partner "
+                                   "left to isolate it"))
+        else:
+            out.append(NodeVerdict(node, "pass", "all sweeps passed"))
+    return out
+
+
+def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *,
+              controller: Controller | None = None,
+              progress: Progress = lambda _msg: None) -> SweepReport:
+    """Qualify *nodes*: quarantine, sweep, judge, then drain failures and release passes."""
+    if not nodes:
+        raise UsageError("no nodes to sweep")
+    ctl = controller or Controller(settings)
+    duration = options.duration_s or settings.sweep.gemm_duration_s
+    if duration <= 0:
+        raise UsageError("--duration must be positive")
+    now = time.time()
+    report = SweepReport(new_sweep_id(now), options.kind, list(nodes),
+                         options.dry_run or settings.safety.observe_only, now)
+    drained = [s.name for s in ctl.status(list(nodes)) if s.owner == "drained by guardctl"]
+    if drained:
+        raise UsageError(f"{', '.join(drained)}: drained by guardctl, a DRAIN blocks sweep jobs; "
+                         "resume it first (guardctl resume) to sweep it again")
+    goods: list[str] = []
+    if options.kind in ("multi", "all"):
+        goods = _good_partners(ctl, settings, nodes)
+        if not goods and len(nodes) < 2:
+            raise UsageError("multi-node sweep: no idle in-service node to pair with; "
+                             "set sweep.good_nodes or use --kind single")
+    reason = f"sweep {report.sweep_id}"
+    # Refusals (ownership, cap) come from a dry run first: nothing, not even the store, changes.
+    planned_actions = ctl.quarantine(list(nodes), reason, dry_run=True)
+    if report.dry_run:
+        report.actions = [a.as_dict() for a in planned_actions]
+        report.planned = _plan(settings, nodes, options.kind, goods, duration)
+        report.finished = time.time()
+        return report
+    directory = layout.sweep_dir(settings.store.root, report.sweep_id)
+    try:
+        directory.mkdir(parents=True, exist_ok=False)
+        os.chmod(directory, 0o755)
+    except OSError as exc:
+        raise StoreError(f"cannot create {directory}: {exc.strerror}") from None
+    report.directory = str(directory)
+    report.actions = [a.as_dict() for a in ctl.quarantine(
+        list(nodes), reason, evidence={"sweep": report.sweep_id})]
+    ctl.record("sweep started", list(nodes), reason=reason, evidence={
+        "sweep": report.sweep_id, "kind": options.kind, "duration_s": duration,
+        "good_partners": goods})
+    try:
+        _execute(settings, ctl, report, options.kind, goods, duration, progress)
+    except BaseException as exc:
+        ctl.record("sweep aborted", list(nodes), reason=f"{type(exc).__name__}: {exc}",
+                   evidence={"sweep": report.sweep_id, "left": "quarantined"})
+        report.finished = time.time()
+        _write_results(report)
+        raise
+    return report
+
+
+def _execute(settings: Settings, ctl: Controller, report: SweepReport, kind: Kind,
+             goods: list[str], duration: float, progress: Progress) -> None:
+    run = SweepRun(settings, ctl, report, duration, progress)
+    nodes = report.nodes
+    judged: list[Judgement] = []
+    outcome: pairing.Outcome | None = None
+    if kind in ("single", "all"):
+        judged += run.single(nodes)
+    if kind in ("multi", "all"):
+        failed_single = {n for j in judged if not j.passed for n in j.measurement.nodes}
+        suspects = [n for n in nodes if n not in failed_single]
+        if suspects:
+            pair_judged, outcome = run.multi(suspects, goods)
+            judged += pair_judged
+            report.pairing = {"strategy": settings.sweep.pairing, "rounds": outcome.rounds,
+                              "tests": outcome.tests, "good_partners": goods,
+                              "history": [[{"nodes": list(g), "passed": ok} for g, ok in r]
+                                          for r in outcome.history]}
+    report.judgements = judged
+    report.verdicts = _verdicts(nodes, judged, outcome)
+    _act(ctl, report)
+    if settings.sweep.learn_baselines:
+        passed = {v.node for v in report.verdicts if v.verdict == "pass"}
+        good = [j.measurement for j in judged if j.passed and set(j.measurement.nodes) <= (
+            passed | set(goods)) and not j.measurement.error]
+        learnt = baseline.learn(settings.store.root, good, sweep_id=report.sweep_id,
+                                keep=settings.sweep.baseline_history)
+        report.baselines_learnt = [b.key for b in learnt]
+    report.finished = time.time()
+    _write_results(report)
+    ctl.record("sweep judged", nodes, reason=f"sweep {report.sweep_id}", evidence={
+        "sweep": report.sweep_id, "verdicts": {v.node: v.verdict for v in report.verdicts}})
+
+
+def _act(ctl: Controller, report: SweepReport) -> None:
+    for v in report.verdicts:
+        evidence = {"sweep": report.sweep_id}
+        if v.verdict == "pass":
+            actions = ctl.release([v.node], evidence=evidence)
+            v.action = "released"
+        elif v.verdict == "fail":
+            actions = ctl.drain([v.node], v.evidence, evidence=evidence)
+            v.action = "drained"
+        else:
+            actions = []
+            v.action = "kept quarantined"
+        report.actions += [a.as_dict() for a in actions]
+
+
+def _write_results(report: SweepReport) -> None:
+    path = Path(report.directory) / baseline.RESULTS_FILE
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(report.as_dict(), indent=1, default=str) + "\n",
+                       encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise StoreError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _plan(settings: Settings, nodes: Sequence[str], kind: Kind, goods: Sequence[str],
+          duration: float) -> list[dict[str, Any]]:
+    """What a real run would submit (multi-node: the first round only; later ones depend on it)."""
+    planned: list[dict[str, Any]] = []
+    if kind in ("single", "all"):
+        for node in nodes:
+            for sweep in names("single"):
+                planned.append({"sweep": sweep, "nodes": [node], "duration_s": duration,
+                                "reservation": f"{settings.quarantine.reservation_prefix}{node}"})
+    if kind in ("multi", "all"):
+        groups = pairing._chunks(list(nodes), settings.sweep.group_size)
+        for g in groups:
+            members = g if len(g) > 1 else [*g, *goods[: settings.sweep.partners]]
+            planned.append({"sweep": "pairwise", "nodes": members, "round": 1,
+                            "reservation": f"{settings.sweep.reservation_prefix}<sweep>_<n>",
+                            "strategy": settings.sweep.pairing, "good_partners": list(goods)})
+    return planned

@@ -1,0 +1,52 @@
+"""Helpers for the sweep tests: guardctl run as a real process against the lab."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FAST_SWEEPS = """
+[sweep]
+poll_interval_s = 0.3
+gemm_threads = 1
+allreduce_max_bytes = 4194304
+allreduce_iters = 8
+tolerance = 0.5
+"""
+
+
+@dataclass
+class Guardctl:
+    """``python -m guardctl`` with a private store and config, as an operator runs it."""
+
+    env: dict[str, str]
+    store: Path
+    config: Path
+
+    def cmd(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "guardctl", "--config", str(self.config), *args]
+
+    def __call__(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.cmd(*args), env=self.env, capture_output=True, text=True,
+                              timeout=timeout, cwd=str(self.store.parent))
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(self.cmd(*args), env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=str(self.store.parent))
+
+
+def make_guardctl(tmp_path: Path, lab: Any, extra: str = "") -> Guardctl:
+    store = tmp_path / "store"
+    store.mkdir()
+    os.chmod(tmp_path, 0o755)
+    config = tmp_path / "guardctl.toml"
+    config.write_text(
+        f'[store]\nroot = "{store}"\n[slurm]\nconf = "{lab.conf}"\ntimeout_s = 20.0\n'
+        "[safety]\nmax_out_fraction = 0.5\nmax_out_nodes = 2\n" + FAST_SWEEPS + extra
+    )
+    env = {k: v for k, v in lab.env.items() if k not in ("GUARDCTL_STORE", "GUARDCTL_CONFIG")}
+    return Guardctl(env, store, config)
