@@ -25,7 +25,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -263,11 +263,42 @@ class Controller:
             action, "done", [node], reason=reason, evidence=evidence, entry_id=intent.id
         )
 
-    def _plan(self, names: Sequence[str], dry_run: bool) -> tuple[Snapshot, list[str], bool]:
-        self.reconcile()
-        snap = self.snapshot()
-        known = self._known(snap, names)
-        return snap, known, dry_run or self.settings.safety.observe_only
+    def _apply(
+        self,
+        action: str,
+        names: Sequence[str],
+        dry_run: bool,
+        plan: Mapping[Owner, str | None],
+        describe: Callable[[Snapshot, str], str],
+        perform: Callable[[Snapshot, str], str],
+        *,
+        adds_to_cap: bool,
+    ) -> list[Action]:
+        """Decide for every node, check every rule, then act on each node in turn.
+
+        *plan* maps who holds a node to None (act on it) or the message of a no-op; a node
+        held by someone else is always refused. Every check runs before the first change,
+        so a refusal leaves Slurm exactly as it was.
+        """
+        with self.log.locked():
+            self.reconcile()
+            snap = self.snapshot()
+            todo, results, foreign = [], [], {}
+            for name in self._known(snap, names):
+                owner, why = self.owner(snap, name)
+                if owner == "held by someone else":
+                    foreign[name] = why
+                elif plan[owner] is None:
+                    todo.append(name)
+                else:
+                    results.append(Action(name, action, "no change", str(plan[owner])))
+            self._refuse_foreign(action, foreign)
+            if adds_to_cap:
+                self._check_cap(snap, todo)
+            if dry_run or self.settings.safety.observe_only:
+                return results + [Action(n, action, "would do", describe(snap, n)) for n in todo]
+            self._check_rate(len(todo))
+            return results + [Action(n, action, "done", perform(snap, n)) for n in todo]
 
     def quarantine(
         self,
@@ -278,47 +309,29 @@ class Controller:
         evidence: dict[str, Any] | None = None,
     ) -> list[Action]:
         """Hold nodes in guardctl's maintenance reservations (out of production, open to sweeps)."""
-        with self.log.locked():
-            snap, known, dry = self._plan(names, dry_run)
-            todo, results, foreign = [], [], {}
-            for name in known:
-                owner, why = self.owner(snap, name)
-                if owner == "quarantined":
-                    results.append(Action(name, "quarantine", "no change", "already quarantined"))
-                elif owner == "drained by guardctl":
-                    results.append(
-                        Action(name, "quarantine", "no change", "already drained by guardctl")
-                    )
-                elif owner == "held by someone else":
-                    foreign[name] = why
-                else:
-                    todo.append(name)
-            self._refuse_foreign("quarantine", foreign)
-            self._check_cap(snap, todo)
-            if dry:
-                return results + [
-                    Action(
-                        n,
-                        "quarantine",
-                        "would do",
-                        f"create reservation {self.reservation_name(n)}",
-                    )
-                    for n in todo
-                ]
-            self._check_rate(len(todo))
-            full = self.full_reason(reason)
-            for name in todo:
-                resv = self.reservation_name(name)
-                ev = {**(evidence or {}), "reservation": resv}
-                self._do(
-                    "quarantine",
-                    name,
-                    lambda n=name, r=resv: self._create(n, r),
-                    reason=full,
-                    evidence=ev,
-                )
-                results.append(Action(name, "quarantine", "done", f"reservation {resv}"))
-            return results
+        full = self.full_reason(reason)
+
+        def perform(snap: Snapshot, name: str) -> str:
+            resv = self.reservation_name(name)
+            self._do(
+                "quarantine",
+                name,
+                lambda: self._create(name, resv),
+                reason=full,
+                evidence={**(evidence or {}), "reservation": resv},
+            )
+            return f"reservation {resv}"
+
+        plan: dict[Owner, str | None] = {
+            "in service": None,
+            "quarantined": "already quarantined",
+            "drained by guardctl": "already drained by guardctl",
+        }
+        return self._apply(
+            "quarantine", names, dry_run, plan,
+            lambda _, n: f"create reservation {self.reservation_name(n)}", perform,
+            adds_to_cap=True,
+        )  # fmt: skip
 
     def _create(self, node: str, resv: str) -> None:
         self.slurm.create_reservation(resv, [node], self.settings.quarantine.users)
@@ -331,43 +344,27 @@ class Controller:
         evidence: dict[str, Any] | None = None,
     ) -> list[Action]:
         """Delete guardctl's quarantine reservations: the nodes go back to production."""
-        with self.log.locked():
-            snap, known, dry = self._plan(names, dry_run)
-            todo, results, foreign = [], [], {}
-            for name in known:
-                owner, why = self.owner(snap, name)
-                if owner == "quarantined":
-                    todo.append(name)
-                elif owner == "in service":
-                    results.append(Action(name, "release", "no change", "not quarantined"))
-                elif owner == "drained by guardctl":
-                    results.append(
-                        Action(name, "release", "no change", "drained by guardctl: use resume")
-                    )
-                else:
-                    foreign[name] = why
-            self._refuse_foreign("release", foreign)
-            if dry:
-                return results + [
-                    Action(
-                        n,
-                        "release",
-                        "would do",
-                        "delete reservation " + snap.quarantined_by_us[n][0],
-                    )
-                    for n in todo
-                ]
-            self._check_rate(len(todo))
-            for name in todo:
-                resv = snap.quarantined_by_us[name][0]
-                self._do(
-                    "release",
-                    name,
-                    lambda r=resv: self.slurm.delete_reservation(r),
-                    evidence={**(evidence or {}), "reservation": resv},
-                )
-                results.append(Action(name, "release", "done", f"deleted reservation {resv}"))
-            return results
+
+        def perform(snap: Snapshot, name: str) -> str:
+            resv = snap.quarantined_by_us[name][0]
+            self._do(
+                "release",
+                name,
+                lambda: self.slurm.delete_reservation(resv),
+                evidence={**(evidence or {}), "reservation": resv},
+            )
+            return f"deleted reservation {resv}"
+
+        plan: dict[Owner, str | None] = {
+            "quarantined": None,
+            "in service": "not quarantined",
+            "drained by guardctl": "drained by guardctl: use resume",
+        }
+        return self._apply(
+            "release", names, dry_run, plan,
+            lambda snap, n: f"delete reservation {snap.quarantined_by_us[n][0]}", perform,
+            adds_to_cap=False,
+        )  # fmt: skip
 
     def drain(
         self,
@@ -379,44 +376,34 @@ class Controller:
     ) -> list[Action]:
         """Drain nodes with a ``guardctl:`` reason (a quarantined node loses its reservation)."""
         full = self.full_reason(reason)
-        with self.log.locked():
-            snap, known, dry = self._plan(names, dry_run)
-            todo, results, foreign = [], [], {}
-            for name in known:
-                owner, why = self.owner(snap, name)
-                if owner == "drained by guardctl":
-                    results.append(
-                        Action(name, "drain", "no change", f"already drained by guardctl: {why}")
-                    )
-                elif owner == "held by someone else":
-                    foreign[name] = why
-                else:
-                    todo.append(name)
-            self._refuse_foreign("drain", foreign)
-            self._check_cap(snap, todo)
-            if dry:
-                return results + [Action(n, "drain", "would do", full) for n in todo]
-            self._check_rate(len(todo))
-            for name in todo:
-                self._do(
-                    "drain",
-                    name,
-                    lambda n=name: self.slurm.drain([n], full),
-                    reason=full,
-                    evidence=evidence,
-                )
-                message = full
-                if name in snap.quarantined_by_us:
-                    resv = snap.quarantined_by_us[name][0]
-                    self._do(
-                        "release",
-                        name,
-                        lambda r=resv: self.slurm.delete_reservation(r),
-                        evidence={"reservation": resv, "because": "drained"},
-                    )
-                    message += f" (reservation {resv} deleted)"
-                results.append(Action(name, "drain", "done", message))
-            return results
+
+        def perform(snap: Snapshot, name: str) -> str:
+            self._do(
+                "drain",
+                name,
+                lambda: self.slurm.drain([name], full),
+                reason=full,
+                evidence=evidence,
+            )
+            if name not in snap.quarantined_by_us:
+                return full
+            resv = snap.quarantined_by_us[name][0]
+            self._do(
+                "release",
+                name,
+                lambda: self.slurm.delete_reservation(resv),
+                evidence={"reservation": resv, "because": "drained"},
+            )
+            return f"{full} (reservation {resv} deleted)"
+
+        plan: dict[Owner, str | None] = {
+            "in service": None,
+            "quarantined": None,
+            "drained by guardctl": "already drained by guardctl",
+        }
+        return self._apply(
+            "drain", names, dry_run, plan, lambda _, n: full, perform, adds_to_cap=True
+        )
 
     def resume(
         self,
@@ -426,33 +413,25 @@ class Controller:
         evidence: dict[str, Any] | None = None,
     ) -> list[Action]:
         """Resume nodes that guardctl drained; anything else is left alone."""
-        with self.log.locked():
-            snap, known, dry = self._plan(names, dry_run)
-            todo, results, foreign = [], [], {}
-            for name in known:
-                owner, why = self.owner(snap, name)
-                if owner == "drained by guardctl":
-                    todo.append(name)
-                elif owner == "held by someone else":
-                    foreign[name] = why
-                else:
-                    results.append(
-                        Action(name, "resume", "no change", f"{owner}: nothing to resume")
-                    )
-            self._refuse_foreign("resume", foreign)
-            if dry:
-                return results + [Action(n, "resume", "would do", "resume") for n in todo]
-            self._check_rate(len(todo))
-            for name in todo:
-                self._do(
-                    "resume",
-                    name,
-                    lambda n=name: self._resume_and_wait(n),
-                    reason=snap.nodes[name].reason,
-                    evidence=evidence,
-                )
-                results.append(Action(name, "resume", "done", "back in service"))
-            return results
+
+        def perform(snap: Snapshot, name: str) -> str:
+            self._do(
+                "resume",
+                name,
+                lambda: self._resume_and_wait(name),
+                reason=snap.nodes[name].reason,
+                evidence=evidence,
+            )
+            return "back in service"
+
+        plan: dict[Owner, str | None] = {
+            "drained by guardctl": None,
+            "in service": "in service: nothing to resume",
+            "quarantined": "quarantined: nothing to resume (use release)",
+        }
+        return self._apply(
+            "resume", names, dry_run, plan, lambda _, n: "resume", perform, adds_to_cap=False
+        )
 
     def _resume_and_wait(self, node: str) -> None:
         self.slurm.resume([node])
