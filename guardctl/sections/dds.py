@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
 class DdsSettings:
     """Lease timing, where the service keeps its state, and how clients retry."""
 
-    state_dir: str = (
-        ""  # empty: <store>/dds/<job>; else <state_dir>/dds/<job> (a local disk)
-    )
+    state_dir: str = ""  # empty: <store>/dds/<job>; else <state_dir>/dds/<job> (a local disk)
     lease_s: float = 30.0  # a lease not renewed or acknowledged within this goes back to the queue
     bind: str = "0.0.0.0"
     port: int = 0  # 0: any free port; the chosen one is published in the job's dds dir
-    commit_interval_ms: float = 2.0  # group commit: how long a write may wait for others to join it
+    commit_interval_ms: float = 0.0  # group commit: extra wait for writes to join a batch (0: none)
     speed_halflife: int = (
         4  # the worker speed estimate forgets half its weight after this many reports
     )
     client_retry_s: float = 120.0  # how long a client keeps retrying an unreachable service
     discover_timeout_s: float = 120.0  # how long a client waits for the service's address to appear
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"  # auto: uvloop where installed
 
     def __post_init__(self) -> None:
         if self.lease_s <= 0:

@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Benchmark: lease + acknowledge throughput and latency of the data-sharding service.
+
+Starts a real ``guardctl dds serve`` (its own process) on loopback and drives it
+from this process with 64, 256 and 1024 concurrent clients (aiohttp, one
+connection each), each looping lease -> ack as fast as it can (closed loop), then with the
+acknowledgement and the next lease in one request (what ``Client.shards()``
+does; one request, two operations), then again with
+pauses so that all of them together offer --paced-ops (open loop: what a job
+whose workers compute between leases looks like). The baseline, measured in the
+same run against the same service, is the bare HTTP round trip (GET
+/v1/health: authentication, no ledger, no SQLite), so the ratio shows what the
+accounting and the group-committed database cost. Also measured: the CPU split
+between the service and the load generator, the statements per commit, and
+the synchronous client's sequential lease + ack latency (stdlib http.client,
+what training scripts use) against an aiohttp client driven from a background
+event loop.
+
+    python3 bench/dds_throughput.py            # 5 s per point
+    python3 bench/dds_throughput.py --quick    # 1.5 s per point, for CI
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from guardctl.config import load_settings
+from guardctl.dds import Client
+from guardctl.dds.service import raise_open_files_limit
+
+JOB = "bench"
+
+
+def start_service(store: Path, loop: str) -> tuple[subprocess.Popen[bytes], str, int, str]:
+    env = {**os.environ, "GUARDCTL_STORE": str(store)}
+    argv = [sys.executable, "-m", "guardctl", "--set", f"dds.event_loop={loop}",
+            "--set", "dds.lease_s=600", "--set",
+            "dds.bind=127.0.0.1", "dds", "serve", "--job", JOB, "--records", "3000000",
+            "--shard-size", "10"]  # fmt: skip
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
+    address = store / "dds" / JOB / "address.json"
+    deadline = time.monotonic() + 30
+    while not address.exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit("the service did not start")
+        time.sleep(0.05)
+    data = json.loads(address.read_text())
+    secret = (store / "dds" / JOB / "secret").read_text().strip()
+    return proc, data["host"], int(data["port"]), secret
+
+
+class _Connection:
+    """One keep-alive HTTP/1.1 connection of the load generator.
+
+    Deliberately lean (asyncio streams, no client library): the load generator
+    shares the two cores with the service, and every cycle it saves is one the
+    service can use. The training-side client is measured separately below.
+    """
+
+    def __init__(self, host: str, port: int, secret: str) -> None:
+        self.host, self.port = host, port
+        self.auth = f"Authorization: Bearer {secret}\r\n".encode()
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    async def call(self, method: str, path: str, body: bytes = b"") -> bytes:
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        ).encode()
+        self.writer.write(head + self.auth + b"\r\n" + body)
+        headers = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(headers[9:12])
+        length = 0
+        for line in headers.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        payload = await self.reader.readexactly(length)
+        if status != 200:
+            raise RuntimeError(f"{path}: HTTP {status}: {payload[:200]!r}")
+        return payload
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def _drive(
+    host: str, port: int, secret: str, clients: int, seconds: float, mode: str,
+    paced_ops: float = 0.0,
+) -> dict[str, Any]:  # fmt: skip
+    latencies: list[float] = []
+    requests = [0]
+    go = asyncio.Event()
+    stop_at = [0.0]
+
+    async def one(worker: str) -> None:
+        conn = _Connection(host, port, secret)
+        await conn.open()  # connect before the clock runs
+        await conn.call("GET", "/v1/health")
+        await go.wait()
+        try:
+            rng = random.Random(worker)
+            held: int | None = None  # combined mode: the lease to acknowledge next
+            while time.perf_counter() < stop_at[0]:
+                if paced_ops:  # open loop: this client's share of the offered load
+                    pause = rng.expovariate(paced_ops / 2 / clients)
+                    if time.perf_counter() + pause >= stop_at[0]:
+                        break
+                    await asyncio.sleep(pause)
+                if mode == "health":
+                    t0 = time.perf_counter()
+                    await conn.call("GET", "/v1/health")
+                    latencies.append(time.perf_counter() - t0)
+                    requests[0] += 1
+                    continue
+                if mode == "ack+lease combined" and held is not None:
+                    t0 = time.perf_counter()
+                    body = json.dumps({"lease": held, "next": {
+                        "worker": worker, "request_id": uuid.uuid4().hex}}).encode()  # fmt: skip
+                    reply = json.loads(await conn.call("POST", "/v1/ack", body))
+                    assert reply["counted"]
+                    held = reply["next"]["lease"]
+                    latency = time.perf_counter() - t0
+                    latencies.extend((latency, latency))  # two operations, one request
+                    requests[0] += 1
+                    continue
+                t0 = time.perf_counter()
+                body = json.dumps({"worker": worker, "request_id": uuid.uuid4().hex}).encode()
+                lease = json.loads(await conn.call("POST", "/v1/lease", body))
+                t1 = time.perf_counter()
+                if mode == "ack+lease combined":
+                    held = lease["lease"]
+                    latencies.append(t1 - t0)
+                    requests[0] += 1
+                    continue
+                ack = json.dumps({"lease": lease["lease"]}).encode()
+                assert json.loads(await conn.call("POST", "/v1/ack", ack))["counted"]
+                latencies.extend((t1 - t0, time.perf_counter() - t1))
+                requests[0] += 2
+        finally:
+            conn.close()
+
+    tasks = [asyncio.create_task(one(f"w{i}")) for i in range(clients)]
+    await asyncio.sleep(0.5 + clients / 500)
+    started = time.perf_counter()
+    stop_at[0] = started + seconds
+    go.set()
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "ops": len(latencies),
+        "ops_per_s": round(len(latencies) / elapsed),
+        "requests_per_s": round(requests[0] / elapsed),
+        "p50_ms": round(latencies[len(latencies) // 2] * 1000, 2),
+        "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
+    }
+
+
+def measure(server: psutil.Process, host: str, port: int, secret: str, clients: int,
+            seconds: float, mode: str, paced_ops: float = 0.0) -> dict[str, Any]:  # fmt: skip
+    s0 = server.cpu_times()
+    c0 = resource.getrusage(resource.RUSAGE_SELF)
+    wall0 = time.perf_counter()
+    result = asyncio.run(_drive(host, port, secret, clients, seconds, mode, paced_ops))
+    wall = time.perf_counter() - wall0
+    s1 = server.cpu_times()
+    c1 = resource.getrusage(resource.RUSAGE_SELF)
+    server_cpu = (s1.user + s1.system - s0.user - s0.system) / wall
+    client_cpu = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) / wall
+    result.update(
+        ops_per_server_core_s=round(result["ops_per_s"] / max(server_cpu, 0.01)),
+        clients=clients,
+        mode=mode if not paced_ops else f"{mode} paced at {paced_ops:.0f} ops/s",
+        server_cores=round(server_cpu, 2),
+        loadgen_cores=round(client_cpu, 2),
+    )
+    return result
+
+
+def sync_client_latency(store: Path, ops: int) -> dict[str, Any]:
+    """Sequential lease + ack from one rank: stdlib client vs aiohttp in a background loop."""
+    settings = load_settings(assignments=(f"store.root={store}",), environ={})
+    client = Client(JOB, worker="sync", settings=settings)
+    t0 = time.perf_counter()
+    for _ in range(ops // 2):
+        shard = client.lease()
+        assert shard is not None and client.ack(shard)
+    stdlib_ms = (time.perf_counter() - t0) / ops * 1000
+    client.close()
+
+    address = json.loads((store / "dds" / JOB / "address.json").read_text())
+    secret = (store / "dds" / JOB / "secret").read_text().strip()
+    url = f"http://{address['host']}:{address['port']}"
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    session = asyncio.run_coroutine_threadsafe(_session(secret), loop).result()
+
+    def call(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        async def go() -> dict[str, Any]:
+            async with session.post(url + path, json=body) as r:
+                return dict(await r.json())
+
+        return asyncio.run_coroutine_threadsafe(go(), loop).result()
+
+    t0 = time.perf_counter()
+    for _ in range(ops // 2):
+        lease = call("/v1/lease", {"worker": "bg", "request_id": uuid.uuid4().hex})
+        call("/v1/ack", {"lease": lease["lease"]})
+    aiohttp_ms = (time.perf_counter() - t0) / ops * 1000
+    asyncio.run_coroutine_threadsafe(session.close(), loop).result()
+    loop.call_soon_threadsafe(loop.stop)
+    return {"stdlib_http_client_ms": round(stdlib_ms, 3), "aiohttp_background_loop_ms":
+            round(aiohttp_ms, 3)}  # fmt: skip
+
+
+async def _session(secret: str) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(headers={"Authorization": f"Bearer {secret}"})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (CI)")
+    parser.add_argument("--seconds", type=float, help="seconds per point")
+    parser.add_argument("--clients", default="64,256,1024")
+    parser.add_argument(
+        "--paced-ops", type=float, default=2000.0,
+        help="offered load of the open-loop points (clients pause between operations)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto",
+        help="the service's event loop (uvloop is optional: installed or not)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    seconds = args.seconds or (1.5 if args.quick else 5.0)
+    open_files = raise_open_files_limit()  # 1024 client connections in this one process
+    results: dict[str, Any] = {"cpus": os.cpu_count(), "seconds_per_point": seconds, "points": []}
+    with tempfile.TemporaryDirectory(prefix="dds-bench-") as tmp:
+        proc, host, port, secret = start_service(Path(tmp), args.event_loop)
+        results["event_loop"] = args.event_loop
+        try:
+            server = psutil.Process(proc.pid)
+            for clients in (int(c) for c in args.clients.split(",")):
+                if clients + 64 > open_files:
+                    results["points"].append(
+                        {"clients": clients, "skipped": f"open files limit {open_files}"}
+                    )
+                    continue
+                base = measure(server, host, port, secret, clients, seconds, "health")
+                dds = measure(server, host, port, secret, clients, seconds, "lease+ack")
+                dds["ratio_to_bare_http"] = round(dds["ops_per_s"] / max(base["ops_per_s"], 1), 2)
+                combined = measure(server, host, port, secret, clients, seconds,
+                                   "ack+lease combined")  # fmt: skip
+                combined["ratio_to_bare_http"] = round(
+                    combined["ops_per_s"] / max(base["ops_per_s"], 1), 2
+                )
+                paced = measure(server, host, port, secret, clients, seconds, "lease+ack",
+                                args.paced_ops)  # fmt: skip
+                results["points"] += [base, dds, combined, paced]
+                for point in (base, dds, combined, paced):
+                    print(json.dumps(point), file=sys.stderr)
+            status = Client(JOB, settings=load_settings(
+                assignments=(f"store.root={tmp}",), environ={})).status()  # fmt: skip
+            service = status["service"]
+            results["statements_per_commit"] = round(
+                service["statements"] / max(service["commits"], 1), 1
+            )
+            results["sequential_client"] = sync_client_latency(
+                Path(tmp), 400 if args.quick else 2000
+            )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,501 @@
+"""The service's accounting: which shard is queued, leased or done, per epoch, and why.
+
+The ledger holds the state in memory (the service answers from it) and
+queues every change to :class:`StateDB`; on start it rebuilds itself from the
+database. Its rules are what make completion exactly-once:
+
+* a shard of an epoch is *done* at most once: the first acknowledgement that
+  may count wins, every later one is answered ``already_done``;
+* an expired lease goes back to the front of the queue; its late
+  acknowledgement still counts if no other worker holds the shard yet;
+* ``commit`` remembers the completion sequence number at a checkpoint;
+  ``restore`` puts every shard completed after it (and every lease in flight)
+  back in the queue, under a new *generation*, so acknowledgements of the
+  abandoned timeline are answered ``revoked``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+
+from guardctl.dds.dataset import JobSpec
+from guardctl.dds.split import ewma, rank_speeds, split_batch
+from guardctl.dds.store import StateDB
+from guardctl.errors import GuardctlError, UsageError
+
+
+class ConflictError(GuardctlError):
+    """The request contradicts the job's state (wrong mode, unknown lease or checkpoint)."""
+
+    exit_code = UsageError.exit_code
+
+
+@dataclass
+class Lease:
+    lease_id: int
+    request_id: str
+    worker: str
+    epoch: int
+    shard: int
+    gen: int
+    granted: float
+    expires: float
+    state: str  # active | done | expired | revoked
+
+
+@dataclass
+class EpochState:
+    order: list[int]
+    queue: deque[int]
+    leased: dict[int, int] = field(default_factory=dict)  # shard -> lease id
+    done: dict[int, int] = field(default_factory=dict)  # shard -> lease id that counted
+
+
+@dataclass
+class WorkerStat:
+    rank: int | None = None
+    speed: float | None = None  # samples per second, smoothed
+    samples: int = 0
+    seconds: float = 0.0
+    shards: int = 0
+    last_step: int | None = None
+    last_seen: float = 0.0
+
+
+class Ledger:
+    """Shards, leases, per-step splits and checkpoints of one job."""
+
+    def __init__(
+        self,
+        db: StateDB,
+        spec: JobSpec,
+        *,
+        lease_s: float,
+        halflife: int = 4,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.lease_s = lease_s
+        self.halflife = halflife
+        self.clock = clock
+        stored = db.meta().get("spec")
+        if stored is None:
+            db.set_meta("spec", json.dumps(spec.to_json()))
+            db.set_meta("gen", "0")
+            db.flush()
+        elif JobSpec.from_json(json.loads(stored)) != spec:
+            raise ConflictError(
+                "this job's service already has state for a different dataset, shard size, "
+                "epochs or seed; start it without those options to resume, or use a new job id"
+            )
+        self.spec = spec
+        self._orders: dict[int, tuple[list[int], list[int]]] = {}
+        self._load()
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        meta = self.db.meta()
+        self.gen = int(meta.get("gen", "0"))
+        self.mode = meta.get("mode", "")
+        self.leases: dict[int, Lease] = {}
+        self.by_request: dict[str, int] = {}
+        self.heap: list[tuple[float, int]] = []
+        for row in self.db.rows(
+            "SELECT lease_id, request_id, worker, epoch, shard, gen, granted, expires, state "
+            "FROM lease"
+        ):
+            lease = Lease(*row)
+            self.leases[lease.lease_id] = lease
+            self.by_request[lease.request_id] = lease.lease_id
+            if lease.state == "active":
+                heapq.heappush(self.heap, (lease.expires, lease.lease_id))
+        self.next_lease = max(self.leases, default=0) + 1
+        self.seq = int(self.db.rows("SELECT COALESCE(MAX(done_seq), 0) FROM shard")[0][0])
+        self._rows: dict[int, list[tuple[int, str, int]]] = {}
+        for epoch, shard, state, lease_id in self.db.rows(
+            "SELECT epoch, shard, state, lease_id FROM shard"
+        ):
+            self._rows.setdefault(epoch, []).append((shard, state, lease_id))
+        self.epochs: dict[int, EpochState] = {}
+        self.current = 0
+        while self.current < self.spec.epochs and self._complete(self.current):
+            self.current += 1
+        self.workers: dict[str, WorkerStat] = {}
+        for name, rank, speed, samples, seconds, shards, last_step, seen in self.db.rows(
+            "SELECT worker, rank, speed, samples, seconds, shards, last_step, last_seen FROM worker"
+        ):
+            self.workers[name] = WorkerStat(rank, speed, samples, seconds, shards, last_step, seen)
+        self.steps = {s: json.loads(v) for s, v in self.db.rows("SELECT step, shares FROM step")}
+        self.checkpoints = {
+            name: (ord_, seq, step)
+            for name, ord_, seq, step in self.db.rows("SELECT name, ord, seq, step FROM checkpoint")
+        }
+        self.restores: dict[str, dict[str, Any]] = {}
+        self.steps_ended = False
+
+    def _order(self, epoch: int) -> tuple[list[int], list[int]]:
+        """The epoch's shard order and the stream end of each shard in it (cached)."""
+        if epoch not in self._orders:
+            order = self.spec.epoch_order(epoch)
+            ends = list(accumulate(self.spec.shard_len(s) for s in order))
+            self._orders = {epoch: (order, ends), **dict(list(self._orders.items())[-3:])}
+        return self._orders[epoch]
+
+    def epoch(self, epoch: int) -> EpochState:
+        """The epoch's live state, built on first use from the rows stored for it."""
+        state = self.epochs.get(epoch)
+        if state is None:
+            order = self._order(epoch)[0]
+            state = EpochState(order=order, queue=deque())
+            for shard, kind, lease_id in self._rows.pop(epoch, []):
+                if kind == "done":
+                    state.done[shard] = lease_id
+                else:
+                    state.leased[shard] = lease_id
+            state.queue.extend(s for s in order if s not in state.done and s not in state.leased)
+            self.epochs[epoch] = state
+        return state
+
+    @property
+    def finished(self) -> bool:
+        """Every epoch is done (pull mode), or a rank has been told the last step is past."""
+        return self.current >= self.spec.epochs or self.steps_ended
+
+    def _complete(self, epoch: int) -> bool:
+        return len(self.epoch(epoch).done) >= self.spec.shards
+
+    # -- pull mode ---------------------------------------------------------------------------
+
+    def _use_mode(self, mode: str) -> None:
+        if self.mode == mode:
+            return
+        if self.mode:
+            raise ConflictError(f"this job hands out work {self.mode}-wise, not {mode}-wise")
+        self.mode = mode
+        self.db.set_meta("mode", mode)
+
+    def lease(self, worker: str, request_id: str) -> dict[str, Any]:
+        """Lease the next shard to *worker*; a retried *request_id* gets the same answer."""
+        known = self.by_request.get(request_id)
+        if known is not None:
+            return self._lease_reply(self.leases[known])
+        self._use_mode("pull")
+        now = self.clock()
+        self.reap(now)
+        self._seen(worker, now)
+        for number in (self.current, self.current + 1):
+            if number >= self.spec.epochs:
+                break
+            state = self.epoch(number)
+            while state.queue:
+                shard = state.queue.popleft()
+                if shard not in state.done and shard not in state.leased:
+                    return self._lease_reply(self._grant(worker, request_id, number, shard, now))
+        if self.current >= self.spec.epochs:
+            return {"status": "end"}
+        soonest = min((e for e, _ in self.heap), default=now + 1.0)
+        return {"status": "wait", "retry_s": round(min(max(soonest - now, 0.05), 1.0), 3)}
+
+    def _grant(self, worker: str, request_id: str, epoch: int, shard: int, now: float) -> Lease:
+        lease = Lease(
+            self.next_lease, request_id, worker, epoch, shard, self.gen, now,
+            now + self.lease_s, "active",
+        )  # fmt: skip
+        self.next_lease += 1
+        self.leases[lease.lease_id] = lease
+        self.by_request[request_id] = lease.lease_id
+        self.epoch(epoch).leased[shard] = lease.lease_id
+        heapq.heappush(self.heap, (lease.expires, lease.lease_id))
+        self.db.write(
+            "INSERT INTO lease (lease_id, request_id, worker, epoch, shard, gen, granted, "
+            "expires, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active')",
+            (lease.lease_id, request_id, worker, epoch, shard, self.gen, now, lease.expires),
+        )
+        self.db.write(
+            "INSERT OR REPLACE INTO shard (epoch, shard, state, lease_id, done_seq, worker) "
+            "VALUES (?, ?, 'leased', ?, NULL, ?)",
+            (epoch, shard, lease.lease_id, worker),
+        )
+        return lease
+
+    def _lease_reply(self, lease: Lease) -> dict[str, Any]:
+        start, end = self.spec.shard_bounds(lease.shard)
+        return {
+            "status": "leased",
+            "lease": lease.lease_id,
+            "epoch": lease.epoch,
+            "shard": lease.shard,
+            "start": start,
+            "end": end,
+            "pieces": [[p.file, p.start, p.end] for p in self.spec.locate(start, end)],
+            "expires_in": round(max(lease.expires - self.clock(), 0.0), 3),
+            "lease_s": self.lease_s,
+            "state": lease.state,
+        }
+
+    def _known_lease(self, lease_id: int) -> Lease:
+        lease = self.leases.get(lease_id)
+        if lease is None:
+            raise ConflictError(f"unknown lease {lease_id}")
+        return lease
+
+    def renew(self, lease_id: int) -> dict[str, Any]:
+        """Extend a lease; an expired one whose shard nobody took yet is revived."""
+        lease = self._known_lease(lease_id)
+        now = self.clock()
+        outcome = self._settled(lease)
+        if outcome is not None:
+            return {"status": outcome}
+        state = self.epoch(lease.epoch)
+        if lease.state == "expired":
+            if lease.shard in state.leased:
+                return {"status": "expired"}
+            state.leased[lease.shard] = lease.lease_id  # its stale queue entry is skipped
+            lease.state = "active"
+            self.db.write(
+                "INSERT OR REPLACE INTO shard (epoch, shard, state, lease_id, done_seq, worker) "
+                "VALUES (?, ?, 'leased', ?, NULL, ?)",
+                (lease.epoch, lease.shard, lease.lease_id, lease.worker),
+            )
+        lease.expires = now + self.lease_s
+        heapq.heappush(self.heap, (lease.expires, lease.lease_id))
+        self.db.write(
+            "UPDATE lease SET expires = ?, state = 'active' WHERE lease_id = ?",
+            (lease.expires, lease.lease_id),
+        )
+        self._seen(lease.worker, now)
+        return {"status": "ok", "expires_in": self.lease_s}
+
+    def _settled(self, lease: Lease) -> str | None:
+        """The answer for a lease whose shard is already decided, else None."""
+        if lease.gen != self.gen or lease.state == "revoked":
+            return "revoked"
+        done_by = self.epoch(lease.epoch).done.get(lease.shard)
+        if done_by is not None:
+            return "done" if done_by == lease.lease_id else "already_done"
+        return None
+
+    def ack(self, lease_id: int) -> dict[str, Any]:
+        """Record that a lease's shard was processed; say whether that completion counts."""
+        lease = self._known_lease(lease_id)
+        outcome = self._settled(lease)
+        if outcome is not None:
+            return {"status": outcome, "counted": outcome == "done"}
+        state = self.epoch(lease.epoch)
+        holder = state.leased.get(lease.shard)
+        if holder is not None and holder != lease.lease_id:
+            return {"status": "expired", "counted": False}
+        self._complete_shard(lease, state)
+        return {"status": "done", "counted": True}
+
+    def _complete_shard(self, lease: Lease, state: EpochState) -> None:
+        now = self.clock()
+        self.seq += 1
+        state.leased.pop(lease.shard, None)
+        state.done[lease.shard] = lease.lease_id
+        lease.state = "done"
+        self.db.write("UPDATE lease SET state = 'done' WHERE lease_id = ?", (lease.lease_id,))
+        self.db.write(
+            "INSERT OR REPLACE INTO shard (epoch, shard, state, lease_id, done_seq, worker) "
+            "VALUES (?, ?, 'done', ?, ?, ?)",
+            (lease.epoch, lease.shard, lease.lease_id, self.seq, lease.worker),
+        )
+        samples = self.spec.shard_len(lease.shard)
+        # The service's own view of speed: from grant to acknowledgement, on its clock.
+        self._measure(lease.worker, samples, max(now - lease.granted, 1e-6), now, shards=1)
+        while self.current < self.spec.epochs and self._complete(self.current):
+            self.current += 1
+
+    def reap(self, now: float | None = None) -> int:
+        """Put every lease past its expiry back at the front of its epoch's queue."""
+        now = self.clock() if now is None else now
+        count = 0
+        while self.heap and self.heap[0][0] <= now:
+            _expires, lease_id = heapq.heappop(self.heap)
+            lease = self.leases[lease_id]
+            if lease.state != "active" or lease.expires > now or lease.gen != self.gen:
+                continue  # renewed (a newer heap entry exists) or settled
+            lease.state = "expired"
+            state = self.epoch(lease.epoch)
+            if state.leased.get(lease.shard) == lease_id:
+                del state.leased[lease.shard]
+                state.queue.appendleft(lease.shard)
+                self.db.write(
+                    "DELETE FROM shard WHERE epoch = ? AND shard = ?", (lease.epoch, lease.shard)
+                )
+            self.db.write("UPDATE lease SET state = 'expired' WHERE lease_id = ?", (lease_id,))
+            count += 1
+        return count
+
+    # -- per-step mode -----------------------------------------------------------------------
+
+    def step(
+        self,
+        worker: str,
+        rank: int,
+        world: int,
+        step: int,
+        samples: int = 0,
+        seconds: float = 0.0,
+    ) -> dict[str, Any]:
+        """The part of global step *step* that *rank* processes, split by measured speed.
+
+        *samples* and *seconds* report the rank's previous part and how long it
+        took to compute (not counting waiting for the other ranks).
+        """
+        if not 0 <= rank < world:
+            raise ConflictError(f"rank {rank} is outside a world of {world}")
+        self._use_mode("step")
+        spe = self.spec.steps_per_epoch
+        now = self.clock()
+        if samples > 0 and seconds > 0:
+            self._measure(worker, samples, seconds, now, rank=rank)
+        self._seen(worker, now, rank=rank, last_step=step)
+        if step >= spe * self.spec.epochs:
+            self.steps_ended = True
+            return {"status": "end"}
+        epoch, within = divmod(step, spe)
+        size = min(self.spec.global_batch, self.spec.total - within * self.spec.global_batch)
+        shares = self.steps.get(step)
+        if shares is None:
+            shares = split_batch(size, rank_speeds(world, self._rank_speeds()))
+            self.steps[step] = shares
+            self.db.write(
+                "INSERT OR REPLACE INTO step (step, shares) VALUES (?, ?)",
+                (step, json.dumps(shares)),
+            )
+        if len(shares) != world:
+            raise ConflictError(f"step {step} was split among {len(shares)} ranks, not {world}")
+        order, ends = self._order(epoch)
+        lo = within * self.spec.global_batch + sum(shares[:rank])
+        ranges = self.spec.stream_ranges(order, lo, lo + shares[rank], ends=ends)
+        return {
+            "status": "ok",
+            "step": step,
+            "epoch": epoch,
+            "share": shares[rank],
+            "weight": shares[rank] / size,
+            "batch": size,
+            "shares": shares,
+            "ranges": ranges,
+        }
+
+    def _rank_speeds(self) -> dict[int, float]:
+        speeds: dict[int, tuple[float, float]] = {}
+        for stat in self.workers.values():
+            if stat.rank is not None and stat.speed:
+                # Several workers may have held a rank (restarts): the freshest one counts.
+                old = speeds.get(stat.rank)
+                if old is None or stat.last_seen > old[1]:
+                    speeds[stat.rank] = (stat.speed, stat.last_seen)
+        return {r: v for r, (v, _) in speeds.items()}
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def _stat(self, worker: str) -> WorkerStat:
+        return self.workers.setdefault(worker, WorkerStat())
+
+    def _seen(
+        self, worker: str, now: float, rank: int | None = None, last_step: int | None = None
+    ) -> None:
+        stat = self._stat(worker)
+        stat.last_seen = now
+        if rank is not None:
+            stat.rank = rank
+        if last_step is not None:
+            stat.last_step = last_step
+        self._save_worker(worker, stat)
+
+    def _measure(
+        self,
+        worker: str,
+        samples: int,
+        seconds: float,
+        now: float,
+        *,
+        rank: int | None = None,
+        shards: int = 0,
+    ) -> None:
+        stat = self._stat(worker)
+        stat.speed = ewma(stat.speed, samples / seconds, self.halflife)
+        stat.samples += samples
+        stat.seconds += seconds
+        stat.shards += shards
+        stat.last_seen = now
+        if rank is not None:
+            stat.rank = rank
+        self._save_worker(worker, stat)
+
+    def _save_worker(self, worker: str, stat: WorkerStat) -> None:
+        self.db.write_latest(
+            ("worker", worker),
+            "INSERT OR REPLACE INTO worker (worker, rank, speed, samples, seconds, shards, "
+            "last_step, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                worker, stat.rank, stat.speed, stat.samples, stat.seconds, stat.shards,
+                stat.last_step, stat.last_seen,
+            ),
+        )  # fmt: skip
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def commit(self, name: str, step: int | None = None) -> dict[str, Any]:
+        """Tie the completions so far to checkpoint *name* (idempotent)."""
+        if not name:
+            raise ConflictError("a checkpoint needs a name")
+        known = self.checkpoints.get(name)
+        if known is None:
+            ord_ = max((o for o, _, _ in self.checkpoints.values()), default=0) + 1
+            known = (ord_, self.seq, step)
+            self.checkpoints[name] = known
+            self.db.write(
+                "INSERT INTO checkpoint (name, ord, seq, step, gen, created) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (name, ord_, self.seq, step, self.gen, self.clock()),
+            )
+        return {"status": "ok", "checkpoint": name, "seq": known[1], "step": known[2]}
+
+    def restore(self, name: str, request_id: str) -> dict[str, Any]:
+        """Roll the accounting back to checkpoint *name*: later completions are queued again."""
+        if request_id in self.restores:
+            return self.restores[request_id]
+        known = self.checkpoints.get(name)
+        if known is None:
+            raise ConflictError(f"unknown checkpoint {name!r}")
+        ord_, seq, step = known
+        self.db.flush()
+        requeued = self.db.rows(
+            "SELECT COUNT(*) FROM shard WHERE state = 'done' AND done_seq > ?", (seq,)
+        )[0][0]
+        in_flight = self.db.rows("SELECT COUNT(*) FROM shard WHERE state = 'leased'")[0][0]
+        self.db.write(
+            "UPDATE lease SET state = 'revoked' WHERE state = 'active' OR lease_id IN "
+            "(SELECT lease_id FROM shard WHERE state = 'done' AND done_seq > ?)",
+            (seq,),
+        )
+        self.db.write("DELETE FROM shard WHERE state = 'leased' OR done_seq > ?", (seq,))
+        if step is not None:
+            self.db.write("DELETE FROM step WHERE step >= ?", (step,))
+        self.db.write("DELETE FROM checkpoint WHERE ord > ?", (ord_,))
+        self.db.set_meta("gen", str(self.gen + 1))
+        self.db.flush()
+        self._orders.clear()
+        self._load()
+        reply = {
+            "status": "ok",
+            "checkpoint": name,
+            "step": step,
+            "requeued": int(requeued),
+            "revoked_in_flight": int(in_flight),
+            "gen": self.gen,
+        }
+        self.restores[request_id] = reply
+        return reply

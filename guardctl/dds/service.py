@@ -1,0 +1,401 @@
+"""``guardctl dds serve``: the HTTP service that hands out one job's shards (aiohttp).
+
+Every request carries the job's secret (``Authorization: Bearer ...``); a
+bad or missing one gets 401. Bodies are JSON; a malformed request gets 400
+and the service carries on. A change is answered only after the group commit
+that holds it (see :mod:`guardctl.dds.store`), and requests are idempotent
+(lease request ids, lease ids, checkpoint names), so a client may retry
+anything after a timeout or a restart of the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import resource
+import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from guardctl.config import Settings
+from guardctl.dds import paths as dds_paths
+from guardctl.dds.dataset import JobSpec
+from guardctl.dds.ledger import ConflictError, Ledger
+from guardctl.dds.status import job_status
+from guardctl.dds.store import StateDB
+from guardctl.errors import StoreError, UsageError
+
+log = logging.getLogger("guardctl.dds")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+JSON = "application/json"
+LONG_POLL_S = 1.0  # the longest a lease request is held while shards are in flight
+
+
+class BadRequest(Exception):
+    """The request body is not what the endpoint takes."""
+
+
+class GroupCommit:
+    """Answers wait here until the batch holding their changes is committed."""
+
+    def __init__(self, db: StateDB, interval_s: float) -> None:
+        self.db = db
+        self.interval_s = interval_s
+        self.waiters: list[asyncio.Future[None]] = []
+        self.scheduled = False
+        self.commits = 0
+        self.statements = 0
+        self.failure: BaseException | None = None
+
+    async def durable(self) -> None:
+        if self.failure is not None:
+            raise StoreError(f"the state database failed: {self.failure}")
+        if not self.db.dirty:
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self.waiters.append(fut)
+        if not self.scheduled:
+            self.scheduled = True
+            # Waiting a little lets concurrent requests share one transaction.
+            if self.interval_s > 0:
+                loop.call_later(self.interval_s, self.flush)
+            else:
+                loop.call_soon(self.flush)
+        await fut
+
+    def flush(self) -> None:
+        self.scheduled = False
+        waiters, self.waiters = self.waiters, []
+        try:
+            self.statements += self.db.flush()
+            self.commits += 1
+        except Exception as exc:  # the memory state is now ahead of the disk: stop serving
+            log.error("state database commit failed: %s", exc)
+            self.failure = exc
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_exception(StoreError(f"the state database failed: {exc}"))
+            return
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest("the body is not JSON") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def _field(body: dict[str, Any], name: str, kind: type, default: Any = ...) -> Any:
+    value: Any = body.get(name, default)
+    if value is ...:
+        raise BadRequest(f"missing field {name!r}")
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if value is None and default is None:
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadRequest(f"field {name!r} must be {kind.__name__}")
+    if kind is str and not 0 < len(str(value)) <= 200:
+        raise BadRequest(f"field {name!r} must be 1..200 characters")
+    return value
+
+
+@dataclass
+class Service:
+    """The request handlers around one ledger."""
+
+    ledger: Ledger
+    committer: GroupCommit
+    secret: bytes
+    job: str
+    requests: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024)
+        post = {
+            "/v1/renew": self._renew,
+            "/v1/ack": self._ack,
+            "/v1/step": self._step,
+            "/v1/commit": self._commit,
+            "/v1/restore": self._restore,
+        }
+        app.router.add_routes([web.post(p, self._wrap(h)) for p, h in post.items()])
+        app.router.add_post("/v1/lease", self._guarded(self._lease))
+        app.router.add_get("/v1/status", self._guarded(self._status))
+        app.router.add_get("/v1/health", self._guarded(self._health))
+        return app
+
+    def _guarded(self, handler: Handler) -> Handler:
+        """Check the job's secret, and turn foreseen errors into JSON error replies.
+
+        A wrapper per route rather than an aiohttp middleware: it is on the hot
+        path of every lease and a middleware costs a measurable share of it.
+        """
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            self.requests += 1
+            given = request.headers.get("Authorization", "")
+            token = given[7:].encode("utf-8", "replace") if given.startswith("Bearer ") else b""
+            if not hmac.compare_digest(token, self.secret):
+                return _reply({"error": "not authorised for this job"}, 401)
+            try:
+                return await handler(request)
+            except BadRequest as exc:
+                return _reply({"error": str(exc)}, 400)
+            except ConflictError as exc:
+                return _reply({"error": str(exc)}, 409)
+            except StoreError as exc:
+                return _reply({"error": str(exc)}, 503)
+
+        return guarded
+
+    def _wrap(self, op: Callable[[dict[str, Any]], dict[str, Any]]) -> Handler:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            reply = op(await _body(request))
+            await self.committer.durable()
+            return _reply(reply)
+
+        return self._guarded(handler)
+
+    async def _lease(self, request: web.Request) -> web.StreamResponse:
+        """Lease a shard; while none is free but some are in flight, hold the request (long poll).
+
+        Holding it until a lease expires or the job ends (at most about a
+        second) saves the worker a sleep-and-retry cycle at the end of a job.
+        """
+        body = await _body(request)
+        worker, request_id = _field(body, "worker", str), _field(body, "request_id", str)
+        deadline = time.monotonic() + LONG_POLL_S
+        while True:
+            reply = self.ledger.lease(worker, request_id)
+            remaining = deadline - time.monotonic()
+            if reply["status"] != "wait" or remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), min(remaining, reply["retry_s"]))
+        await self.committer.durable()
+        return _reply(reply)
+
+    def notify(self) -> None:
+        """Wake the held lease requests: a shard came back or the job ended."""
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    def _renew(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.ledger.renew(_field(body, "lease", int))
+
+    def _ack(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Acknowledge a lease; with ``next`` (a lease request), also lease the next shard.
+
+        One round trip instead of two per shard: a retried request repeats
+        both halves idempotently (same lease, same request id).
+        """
+        lease = _field(body, "lease", int)
+        following = body.get("next")
+        if following is not None:  # checked whole before anything changes
+            if not isinstance(following, dict):
+                raise BadRequest("field 'next' must be a lease request object")
+            worker, request_id = (
+                _field(following, "worker", str),
+                _field(following, "request_id", str),
+            )
+        reply = self.ledger.ack(lease)
+        if following is not None:
+            reply["next"] = self.ledger.lease(worker, request_id)
+        if self.ledger.finished:
+            self.notify()
+        return reply
+
+    def _step(self, body: dict[str, Any]) -> dict[str, Any]:
+        world = _field(body, "world", int)
+        step = _field(body, "step", int)
+        if world < 1 or step < 0:
+            raise BadRequest("world must be positive and step not negative")
+        return self.ledger.step(
+            _field(body, "worker", str),
+            _field(body, "rank", int),
+            world,
+            step,
+            samples=_field(body, "samples", int, 0),
+            seconds=_field(body, "seconds", float, 0.0),
+        )
+
+    def _commit(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self.ledger.commit(_field(body, "checkpoint", str), _field(body, "step", int, None))
+
+    def _restore(self, body: dict[str, Any]) -> dict[str, Any]:
+        checkpoint, request_id = _field(body, "checkpoint", str), _field(body, "request_id", str)
+        reply = self.ledger.restore(checkpoint, request_id)
+        self.notify()  # requeued shards: wake the held lease requests
+        return reply
+
+    async def _status(self, _request: web.Request) -> web.StreamResponse:
+        self.ledger.reap()
+        await self.committer.durable()
+        report = job_status(self.ledger.db, self.job)
+        report["service"] = {
+            "requests": self.requests,
+            "commits": self.committer.commits,
+            "statements": self.committer.statements,
+        }
+        return _reply(report)
+
+    async def _health(self, _request: web.Request) -> web.StreamResponse:
+        return _reply({"status": "ok", "job": self.job})
+
+
+def _reply(data: dict[str, Any], status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(data).encode(), status=status, content_type=JSON)
+
+
+async def _reaper(service: Service, period: float) -> None:
+    while True:
+        await asyncio.sleep(period)
+        if service.ledger.reap():
+            service.notify()
+            await service.committer.durable()
+
+
+def open_ledger(settings: Settings, job: str, spec: JobSpec | None) -> tuple[Ledger, str]:
+    """The job's ledger (created or resumed) and its secret."""
+    paths = dds_paths.job_paths(settings, job)
+    secret = dds_paths.prepare(paths)
+    db = StateDB(paths.state)
+    stored = db.meta().get("spec")
+    if spec is None:
+        if stored is None:
+            db.close()
+            raise UsageError(
+                f"job {job} has no data-sharding state yet: give the dataset (--records or --files)"
+            )
+        spec = JobSpec.from_json(json.loads(stored))
+    ledger = Ledger(db, spec, lease_s=settings.dds.lease_s, halflife=settings.dds.speed_halflife)
+    return ledger, secret
+
+
+async def run_service(
+    settings: Settings,
+    job: str,
+    spec: JobSpec | None,
+    *,
+    on_ready: Callable[[str, int], None] | None = None,
+    linger_s: float | None = None,
+) -> None:
+    """Serve *job* until SIGTERM or SIGINT; publish the address once listening.
+
+    With *linger_s*, also stop that long after the job's last shard or step
+    is done (so a job step that runs the service can end).
+    """
+    ledger, secret = open_ledger(settings, job, spec)
+    committer = GroupCommit(ledger.db, settings.dds.commit_interval_ms / 1000.0)
+    service = Service(ledger, committer, secret.encode(), job)
+    runner = web.AppRunner(service.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.dds.bind, settings.dds.port, backlog=4096)
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise StoreError(
+            f"cannot listen on {settings.dds.bind}:{settings.dds.port}: {exc}"
+        ) from exc
+    port = _bound_port(runner)
+    host = socket.gethostname() if settings.dds.bind in ("0.0.0.0", "::", "") else settings.dds.bind
+    dds_paths.publish_address(dds_paths.job_paths(settings, job), host, port)
+    if on_ready is not None:
+        on_ready(host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    reaper = asyncio.create_task(_reaper(service, min(settings.dds.lease_s / 4, 1.0)))
+    finished_at: float | None = None
+    try:
+        while not stop.is_set() and committer.failure is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=0.5)
+            if linger_s is not None and ledger.finished:
+                finished_at = finished_at or time.monotonic()
+                if time.monotonic() - finished_at >= linger_s:
+                    break
+    finally:
+        reaper.cancel()
+        await runner.cleanup()
+        ledger.db.flush()
+        ledger.db.close()
+    if committer.failure is not None:
+        raise StoreError(f"the state database failed: {committer.failure}")
+
+
+def _bound_port(runner: web.AppRunner) -> int:
+    for address in runner.addresses:
+        if isinstance(address, tuple):
+            return int(address[1])
+    raise StoreError("the service is not listening on a TCP port")
+
+
+def raise_open_files_limit(want: int = 65536) -> int:
+    """Lift the soft limit on open files toward the hard one: one connection per rank.
+
+    The common default of 1024 would cap a job at about a thousand ranks.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        return target
+    return soft
+
+
+def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where asked for (or, with "auto", where it is installed)."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise UsageError("dds.event_loop = uvloop, but uvloop is not installed") from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def serve(
+    settings: Settings,
+    job: str,
+    spec: JobSpec | None,
+    on_ready: Callable[[str, int], None] | None = None,
+    linger_s: float | None = None,
+) -> None:
+    """Run the service in this process until it is told to stop (or lingered after the end)."""
+    started = time.monotonic()
+    raise_open_files_limit()
+    paths = dds_paths.job_paths(settings, job)
+    dds_paths.prepare(paths)
+    lock = dds_paths.lock_service(paths)
+    try:
+        with asyncio.Runner(loop_factory=_loop_factory(settings.dds.event_loop)) as runner:
+            runner.run(run_service(settings, job, spec, on_ready=on_ready, linger_s=linger_s))
+    except ConflictError as exc:
+        raise UsageError(str(exc)) from exc
+    finally:
+        lock.close()
+    log.info("service for job %s stopped after %.0f s", job, time.monotonic() - started)

@@ -1,0 +1,139 @@
+"""The ledger's rules on a real SQLite file: leases, expiry, late acknowledgements, restore."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from guardctl.dds.dataset import JobSpec, index_range
+from guardctl.dds.ledger import ConflictError, Ledger
+from guardctl.dds.store import StateDB
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(path: Path, clock: Clock, records: int = 40, shard: int = 10, epochs: int = 1) -> Ledger:
+    spec = JobSpec(index_range(records), shard, epochs, seed=3)
+    ledger = Ledger(StateDB(path / "state.sqlite"), spec, lease_s=5.0, clock=clock)
+    return ledger
+
+
+def reopen(ledger: Ledger, path: Path, clock: Clock) -> Ledger:
+    ledger.db.flush()
+    ledger.db.close()
+    return Ledger(StateDB(path / "state.sqlite"), ledger.spec, lease_s=5.0, clock=clock)
+
+
+def test_a_retried_lease_request_gets_the_same_shard_even_after_a_restart(tmp_path: Path) -> None:
+    clock = Clock()
+    ledger = make(tmp_path, clock)
+    first = ledger.lease("w1", "req-1")
+    assert ledger.lease("w1", "req-1") == first
+    ledger = reopen(ledger, tmp_path, clock)
+    again = ledger.lease("w1", "req-1")
+    assert (again["lease"], again["shard"]) == (first["lease"], first["shard"])
+    assert ledger.lease("w2", "req-2")["shard"] != first["shard"]
+
+
+def test_expired_lease_goes_back_and_its_late_ack_is_already_done(tmp_path: Path) -> None:
+    clock = Clock()
+    ledger = make(tmp_path, clock, records=10, shard=10)  # one shard
+    slow = ledger.lease("slow", "a")
+    assert ledger.lease("fast", "b")["status"] == "wait"
+    clock.now += 6
+    fast = ledger.lease("fast", "c")
+    assert fast["shard"] == slow["shard"] and fast["lease"] != slow["lease"]
+    assert ledger.ack(slow["lease"]) == {"status": "expired", "counted": False}
+    assert ledger.ack(fast["lease"]) == {"status": "done", "counted": True}
+    assert ledger.ack(slow["lease"]) == {"status": "already_done", "counted": False}
+    assert ledger.ack(fast["lease"])["counted"] is True  # a retried ack stays counted once
+    assert ledger.lease("fast", "d") == {"status": "end"}
+    assert ledger.seq == 1
+
+
+def test_late_ack_counts_when_nobody_took_the_shard_yet(tmp_path: Path) -> None:
+    clock = Clock()
+    ledger = make(tmp_path, clock, records=20, shard=10)
+    late = ledger.lease("w", "a")
+    clock.now += 6
+    assert ledger.reap() == 1
+    assert ledger.ack(late["lease"])["counted"] is True
+    other = ledger.lease("w", "b")
+    assert other["shard"] != late["shard"]  # the stale queue entry was skipped
+    assert ledger.ack(other["lease"])["counted"] is True
+    assert ledger.lease("w", "c") == {"status": "end"}
+
+
+def test_renew_keeps_a_lease_and_revives_an_untaken_expired_one(tmp_path: Path) -> None:
+    clock = Clock()
+    ledger = make(tmp_path, clock, records=10, shard=10)
+    lease = ledger.lease("w", "a")
+    clock.now += 4
+    assert ledger.renew(lease["lease"])["status"] == "ok"
+    clock.now += 4
+    assert ledger.reap() == 0
+    clock.now += 2
+    assert ledger.reap() == 1
+    assert ledger.renew(lease["lease"])["status"] == "ok"
+    assert ledger.lease("x", "b")["status"] == "wait"
+
+
+def test_restore_requeues_what_was_done_after_the_checkpoint(tmp_path: Path) -> None:
+    clock = Clock()
+    ledger = make(tmp_path, clock, records=50, shard=10)
+    a = ledger.lease("w", "1")
+    ledger.ack(a["lease"])
+    ledger.commit("ck1")
+    b = ledger.lease("w", "2")
+    ledger.ack(b["lease"])
+    in_flight = ledger.lease("w", "3")
+    ledger = reopen(ledger, tmp_path, clock)
+    reply = ledger.restore("ck1", "r1")
+    assert reply["requeued"] == 1 and reply["revoked_in_flight"] == 1
+    assert ledger.restore("ck1", "r1") == reply  # a retried restore changes nothing more
+    assert ledger.ack(b["lease"])["status"] == "revoked"
+    assert ledger.ack(in_flight["lease"])["status"] == "revoked"
+    seen = {a["shard"]}
+    while (lease := ledger.lease("w", f"x{len(seen)}"))["status"] == "leased":
+        assert ledger.ack(lease["lease"])["counted"]
+        seen.add(lease["shard"])
+    assert seen == set(range(5))
+    with pytest.raises(ConflictError):
+        ledger.restore("nope", "r2")
+
+
+def test_the_first_use_fixes_the_mode(tmp_path: Path) -> None:
+    clock = Clock()
+    spec = JobSpec(index_range(40), 10, 1, global_batch=8)
+    ledger = Ledger(StateDB(tmp_path / "s.sqlite"), spec, lease_s=5.0, clock=clock)
+    ledger.lease("w", "a")
+    with pytest.raises(ConflictError, match="pull"):
+        ledger.step("w", 0, 2, 0)
+
+
+def test_state_for_another_dataset_is_refused(tmp_path: Path) -> None:
+    clock = Clock()
+    ledger = make(tmp_path, clock)
+    ledger.db.close()
+    with pytest.raises(ConflictError, match="different dataset"):
+        make(tmp_path, clock, records=41)
+
+
+def test_epochs_follow_each_other_and_each_is_complete(tmp_path: Path) -> None:
+    clock = Clock()
+    ledger = make(tmp_path, clock, records=35, shard=10, epochs=3)
+    done: dict[int, list[int]] = {}
+    n = 0
+    while (lease := ledger.lease("w", f"r{n}"))["status"] == "leased":
+        n += 1
+        assert ledger.ack(lease["lease"])["counted"]
+        done.setdefault(lease["epoch"], []).append(lease["shard"])
+    assert {e: sorted(s) for e, s in done.items()} == {e: [0, 1, 2, 3] for e in range(3)}
+    assert done[0] != done[1]  # shuffled differently per epoch
