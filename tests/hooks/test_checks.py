@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,39 +13,26 @@ from guardctl.config import Settings, load_settings
 from guardctl.hooks.registry import HookContext, checks, guarded
 from guardctl.hooks.run import straggler_summary
 
-SYSFS = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "ib8"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SYSFS = FIXTURES / "sysfs" / "ib8"
+sys.path.insert(0, str(FIXTURES / "nvml"))
+from fake_pynvml import FakeNvml  # noqa: E402
 
 
-class FakeNvml:
-    """pynvml's functions as the hooks call them, fed values a real H100 node reports."""
-
-    def __init__(self, gpus: int = 8, dbe: dict[int, int] | None = None,
-                 remap: dict[int, tuple[int, int, int, int]] | None = None) -> None:
-        self.gpus, self.dbe, self.remap = gpus, dbe or {}, remap or {}
-
-    def nvmlInit(self) -> None:
-        pass
-
-    def nvmlDeviceGetCount(self) -> int:
-        return self.gpus
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
-        return i
-
-    def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> int:
-        assert (kind, counter) == (1, 0)  # uncorrected, volatile
-        return self.dbe.get(h, 0)
-
-    def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:
-        return self.remap.get(h, (2, 0, 0, 0))
-
-
-class NoDriver:
-    class NVMLError_LibraryNotFound(Exception):
-        pass
-
-    def nvmlInit(self) -> None:
-        raise self.NVMLError_LibraryNotFound("libnvidia-ml.so.1 not found")
+def fake_nvml(gpus: int = 8, dbe: dict[int, int] | None = None,
+              remap: dict[int, tuple[int, int, int, int]] | None = None,
+              missing: bool = False) -> Any:
+    """The shared fake pynvml (recorded H200 values), with faults injected into its values."""
+    fake = FakeNvml("h200_sxm_8gpu.json")
+    fake.gpus = fake.gpus[:gpus]
+    for gpu in fake.gpus:  # the recording's grey GPU 5 has a remap pending: start healthy
+        gpu["remapped_rows"] = [0, 0, 0, 0]
+    for index, count in (dbe or {}).items():
+        fake.gpus[index]["ecc_uncorrected_volatile"] = count
+    for index, rows in (remap or {}).items():
+        fake.gpus[index]["remapped_rows"] = list(rows)
+    fake.library_missing = missing
+    return fake.module()
 
 
 def settings(tmp_path: Path, sysfs: Path | None = None, gpus: int = 8) -> Settings:
@@ -60,21 +48,21 @@ def run(tmp_path: Path, nvml: Any, sysfs: Path | None = None, gpus: int = 8) -> 
 
 
 def test_healthy_node_passes(tmp_path: Path) -> None:
-    results = run(tmp_path, FakeNvml(), SYSFS)
+    results = run(tmp_path, fake_nvml(), SYSFS)
     assert all(r.ok for r in results.values()), results
     assert results["ib_port"].message == "8 port(s) active"
 
 
 def test_missing_gpu_ecc_and_row_remap_fail(tmp_path: Path) -> None:
-    results = run(tmp_path, FakeNvml(gpus=7, dbe={3: 2}, remap={5: (0, 1, 1, 0)}))
+    results = run(tmp_path, fake_nvml(gpus=7, dbe={3: 2}, remap={5: (0, 1, 1, 0)}))
     assert results["gpu_count"].message == "7 of 8 GPUs visible"
     assert results["ecc"].message == "gpu3 2 uncorrectable ECC"
     assert results["row_remap"].message == "gpu5 row remap pending (reset needed)"
 
 
 def test_no_driver_is_skipped_unless_gpus_are_expected(tmp_path: Path) -> None:
-    assert run(tmp_path, NoDriver(), gpus=0)["gpu_count"].skipped
-    failed = run(tmp_path, NoDriver(), gpus=8)["gpu_count"]
+    assert run(tmp_path, fake_nvml(missing=True), gpus=0)["gpu_count"].skipped
+    failed = run(tmp_path, fake_nvml(missing=True), gpus=8)["gpu_count"]
     assert not failed.ok and "no NVIDIA driver" in failed.message
 
 
@@ -84,14 +72,14 @@ def test_ib_port_down_and_downshifted(tmp_path: Path) -> None:
     ports = tree / "class" / "infiniband"
     (ports / "mlx5_3" / "ports" / "1" / "state").write_text("1: DOWN\n")
     (ports / "mlx5_5" / "ports" / "1" / "rate").write_text("200 Gb/sec (4X HDR)\n")
-    result = run(tmp_path, FakeNvml(), tree)["ib_port"]
+    result = run(tmp_path, fake_nvml(), tree)["ib_port"]
     assert not result.ok
     assert result.message == "ib mlx5_3/1 state DOWN, ib mlx5_5/1 rate 200 Gb/s < 400"
 
 
 def test_recent_hardware_xid_fails_an_application_xid_does_not(tmp_path: Path) -> None:
     s = settings(tmp_path)
-    ctx = HookContext(s, "node7", nvml=FakeNvml())
+    ctx = HookContext(s, "node7", nvml=fake_nvml())
     path = layout.node_telemetry_file(s.store.root, "node7", ctx.now)
     path.parent.mkdir(parents=True)
     records = [schema.make_record("gpu", "node7", ctx.now - 30, gpu=2, xid=13),
