@@ -124,7 +124,8 @@ def parse_line(line: str | bytes) -> dict[str, Any]:
     """Parse and validate one JSON line; raise :class:`BadRecord` if it is not a v1 record."""
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # JSONDecodeError is a ValueError; absurdly deep nesting exhausts the recursion limit.
         raise BadRecord("not_json", str(exc)[:80]) from None
     return validate(obj)
 

@@ -1,8 +1,13 @@
-"""[analyze]: the detection window, persistence and detector thresholds."""
+"""[analyze]: the detection window, persistence, peer rules, the cache and detector thresholds."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+# XIDs that point at the hardware (not at the job): 48 DBE, 61/62 internal micro-controller,
+# 63/64 row remapping, 74 NVLink, 79 fell off the bus, 92 high SBE rate, 94/95 contained /
+# uncontained ECC, 119/120 GSP errors.
+DEFAULT_HARDWARE_XIDS = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120)
 
 
 @dataclass(frozen=True)
@@ -13,6 +18,13 @@ class AnalyzeSettings:
     persist_k: int = 2  # a node is suspect when flagged in k ...
     persist_n: int = 3  # ... of the last n windows
     min_samples: int = 3  # fewer samples in the window: verdict "unknown"
+    min_coverage: float = 0.5  # share of the window the agent's samples must cover
+    min_peers: int = 8  # GPUs / ranks / ports needed to compare within a job
+    low_quantile: float = 0.3  # a fault must hold in this share of a window to show
+    hardware_xids: tuple[int, ...] = DEFAULT_HARDWARE_XIDS
+    cache: bool = True  # keep parsed telemetry in <store>/cache/analyze
+    workers: int = 0  # processes parsing JSON Lines (0: one per CPU)
+    evidence_per_node: int = 20  # most evidence entries reported per node
     # [analyze.detectors.<name>] key = number: thresholds per detector plugin
     detectors: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -23,3 +35,13 @@ class AnalyzeSettings:
             raise ValueError("persist_k: must be between 1 and persist_n")
         if self.min_samples < 1:
             raise ValueError("min_samples: must be >= 1")
+        if not 0 <= self.min_coverage <= 1:
+            raise ValueError("min_coverage: must be between 0 and 1")
+        if self.min_peers < 2:
+            raise ValueError("min_peers: must be >= 2")
+        if not 0 < self.low_quantile <= 0.5:
+            raise ValueError("low_quantile: must be in (0, 0.5]")
+        if self.workers < 0:
+            raise ValueError("workers: must be >= 0")
+        if self.evidence_per_node < 1:
+            raise ValueError("evidence_per_node: must be >= 1")

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Scale benchmark: one analysis pass over 5 minutes of telemetry at a 10 s interval.
+
+For fleets of 1k, 10k and 100k GPUs it writes a simulated trace, then measures,
+each in a fresh process (so peak memory is that step's own):
+
+- ``read``: merely reading every byte of the input files (the baseline);
+- ``cold``: ``guardctl.analyze.analyze`` on the store with an empty cache
+  (parses the JSON Lines and builds the columnar cache);
+- ``warm``: the same pass again, answered from the columnar cache;
+- ``+1 min``: a pass after the writers appended a sixth minute (parses only that).
+
+Times are wall-clock seconds; memory is the peak RSS of the process and its
+workers. Ratios are against ``read`` measured in the same run. The files sit
+in the page cache for every step (the simulator just wrote them), so ``read``
+is memory bandwidth, not disk.
+
+    python bench/analyze_scale.py            # 1k, 10k, 100k GPUs
+    python bench/analyze_scale.py --quick    # 1k and 10k GPUs (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
+
+
+def measure(mode: str, store: str) -> dict[str, float]:
+    """Run one step in this process and report its time and peak memory."""
+    from guardctl.analyze import analyze
+    from guardctl.analyze.load import source_files
+    from guardctl.config import Settings
+
+    root = Path(store)
+    t0 = time.perf_counter()
+    extra: dict[str, float] = {}
+    if mode == "read":
+        total = 0
+        for f in source_files(root):
+            with open(f, "rb") as fh:
+                total += len(fh.read())
+        extra["bytes"] = total
+    else:
+        if mode == "cold":
+            shutil.rmtree(root / "cache", ignore_errors=True)
+        result = analyze(root, Settings())
+        extra["nodes"] = len(result.nodes)
+        extra["records"] = result.records
+    seconds = time.perf_counter() - t0
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent.
+    status = Path("/proc/self/status").read_text()
+    own = int(re.search(r"VmHWM:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # forked workers
+    return {"seconds": seconds, "peak_mib": max(own, kids) / 1024, **extra}
+
+
+def run_step(mode: str, store: Path) -> dict[str, float]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure", mode, str(store)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout)
+
+
+def hold_back(store: Path, parts: int) -> dict[str, bytes]:
+    """Cut the last 1/*parts* of every file's lines off (returned, to append later)."""
+    held = {}
+    for dirpath, _dirs, names in os.walk(store):
+        for name in names:
+            if name.endswith(".jsonl"):
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as fh:
+                    lines = fh.read().splitlines(keepends=True)
+                cut = len(lines) * (parts - 1) // parts
+                with open(path, "wb") as fh:
+                    fh.write(b"".join(lines[:cut]))
+                held[path] = b"".join(lines[cut:])
+    return held
+
+
+def bench(label: str, gpus: int, workdir: Path) -> dict[str, object]:
+    from guardctl.simulate import simulate
+
+    store = workdir / label
+    t0 = time.perf_counter()
+    simulate(store, nodes=gpus // 8, duration=360.0, interval=10.0, seed=1, faults="none")
+    sim_s = time.perf_counter() - t0
+    held = hold_back(store, 6)  # the store as it was a minute ago: 5 minutes
+    read = run_step("read", store)
+    cold = run_step("cold", store)
+    warm = run_step("warm", store)
+    for name, data in held.items():  # the writers append the sixth minute
+        with open(name, "ab") as fh:
+            fh.write(data)
+    incremental = run_step("warm", store)
+    shutil.rmtree(store, ignore_errors=True)
+    return {
+        "fleet": label,
+        "gpus": gpus,
+        "records": cold["records"],
+        "incremental_s": incremental["seconds"],
+        "incremental_mib": incremental["peak_mib"],
+        "mib": read["bytes"] / 2**20,
+        "simulate_s": sim_s,
+        "read_s": read["seconds"],
+        "read_mib": read["peak_mib"],
+        "cold_s": cold["seconds"],
+        "cold_mib": cold["peak_mib"],
+        "warm_s": warm["seconds"],
+        "warm_mib": warm["peak_mib"],
+        "cold_x": cold["seconds"] / read["seconds"],
+        "warm_x": warm["seconds"] / read["seconds"],
+    }
+
+
+def table(rows: list[dict[str, object]]) -> str:
+    lines = [
+        "| fleet | records | input MiB | read s | cold s (x read) | warm s (x read) "
+        "| +1 min s | peak MiB read / cold / warm |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['fleet']} GPUs | {r['records']:,} | {r['mib']:.0f} | {r['read_s']:.2f} "
+            f"| {r['cold_s']:.2f} ({r['cold_x']:.1f}x) | {r['warm_s']:.2f} ({r['warm_x']:.1f}x) "
+            f"| {r['incremental_s']:.2f} "
+            f"| {r['read_mib']:.0f} / {r['cold_mib']:.0f} / {r['warm_mib']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only 1k and 10k GPUs")
+    parser.add_argument("--sizes", default=None, help="comma list of 1k,10k,100k")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--measure", nargs=2, metavar=("MODE", "STORE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(*args.measure)))
+        return 0
+    sizes = args.sizes.split(",") if args.sizes else (["1k", "10k"] if args.quick else list(SIZES))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="guardctl-scale-") as tmp:
+        for label in sizes:
+            rows.append(bench(label, SIZES[label], Path(tmp)))
+            print(f"{label}: {json.dumps(rows[-1])}", file=sys.stderr)
+    print(json.dumps(rows, indent=1) if args.json else table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""busy_time: a rank that computes longer than the other ranks of its job (a slow GPU or host).
+
+In synchronous data-parallel training every rank's step time is the same (all
+wait for the slowest), so the straggler shows in its busy time (``compute_s``),
+not in ``step_s``. Comparing ranks of the same job in the same window makes a
+whole job slowing at once (checkpoint, file-system stall) a non-event.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from guardctl.analyze.detectors import Flags, deviation_test, register
+from guardctl.analyze.features import Features, peer_stats
+
+
+@register
+class BusyTime:
+    name = "busy_time"
+    defaults = {"rel": 0.06, "z": 5.0}
+
+    def detect(self, f: Features, th: dict[str, float]) -> list[Flags]:
+        t = f.rank
+        if not len(t):
+            return []
+        value = t["compute_hi"]
+        med, mad, _ = peer_stats(t["peer"], value, np.ones(len(t), bool))
+        hit, rdev, sev = deviation_test(value, med, mad, direction=1, rel=th["rel"], z=th["z"])
+        hit &= t["peer"] >= 0  # a job too small to have peers is not judged
+        return [
+            Flags(
+                self.name,
+                "compute_s",
+                "s",
+                "rank busy time above its job's ranks",
+                t["w"][hit],
+                t["node"][hit],
+                value[hit],
+                med[hit],
+                rdev[hit],
+                sev[hit],
+                gpu=t["local"][hit],
+                rank=t["rank"][hit],
+            )
+        ]

@@ -1,0 +1,414 @@
+"""The analysis pass: detectors over the last n windows, persistence, and one verdict per node.
+
+A node is ``suspect`` when some detector flagged it in at least ``persist_k``
+of the last ``persist_n`` windows (windows without enough of its data do not
+count), ``unknown`` when the newest window holds too little of its data, and
+``healthy`` otherwise. Its ``score`` is the largest severity among its flags
+(>= 1 means past a threshold), so reports can rank nodes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guardctl import layout
+from guardctl.analyze import features as feat
+from guardctl.analyze.detectors import Flags, load_all
+from guardctl.analyze.frame import Frame
+from guardctl.analyze.load import (
+    group_by_hour,
+    hour_start,
+    hours_needed,
+    is_store,
+    latest_hour_end,
+    read_frame,
+    source_files,
+)
+from guardctl.config import Settings
+from guardctl.errors import ConfigError, InputError
+from guardctl.sections.analyze import AnalyzeSettings
+
+HEALTHY, SUSPECT, UNKNOWN = "healthy", "suspect", "unknown"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One reason's numbers: what was measured, against what, and how far off."""
+
+    detector: str
+    metric: str
+    unit: str
+    value: float
+    reference: float
+    deviation: float | None  # relative to the reference; None where it has no meaning
+    severity: float
+    window_start: float
+    window_end: float
+    gpu: int | None = None
+    device: str | None = None  # NIC "<device>:<port>"
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "detector": self.detector,
+            "metric": self.metric,
+            "unit": self.unit,
+            "value": _num(self.value),
+            "reference": _num(self.reference),
+            "deviation": _num(self.deviation),
+            "severity": _num(self.severity),
+            "window": {"start": self.window_start, "end": self.window_end},
+        }
+        for key in ("gpu", "device", "rank"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """The analyzer's judgement of one node."""
+
+    node: str
+    verdict: str
+    score: float
+    reasons: tuple[str, ...] = ()
+    gpus: tuple[int, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    flagged_windows: int = 0
+    job: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "verdict": self.verdict,
+            "score": self.score,
+            "reasons": list(self.reasons),
+            "gpus": list(self.gpus),
+            "evidence": [e.to_dict() for e in self.evidence],
+            "flagged_windows": self.flagged_windows,
+            "job": self.job,
+        }
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The result of one pass: the newest window, every node's verdict, what was read."""
+
+    window_start: float
+    window_end: float
+    nodes: tuple[NodeVerdict, ...]
+    files: int = 0
+    records: int = 0
+    bad: dict[str, int] = field(default_factory=dict)
+    persist: tuple[int, int] = (2, 3)
+
+    @property
+    def suspects(self) -> list[NodeVerdict]:
+        return [n for n in self.nodes if n.verdict == SUSPECT]
+
+    def verdict_of(self, node: str) -> NodeVerdict | None:
+        return next((n for n in self.nodes if n.node == node), None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bad", {k: int(v) for k, v in sorted(self.bad.items()) if v})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": 1,
+            "window": {"start": self.window_start, "end": self.window_end},
+            "persist": {"k": self.persist[0], "n": self.persist[1]},
+            "nodes": [n.to_dict() for n in self.nodes],
+            "input": {"files": self.files, "records": self.records, "bad": dict(self.bad)},
+        }
+
+
+def _num(x: float | None) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return round(float(x), 4)
+
+
+def thresholds(cfg: AnalyzeSettings) -> dict[str, dict[str, float]]:
+    """Every registered detector's thresholds: defaults overlaid with the configuration.
+
+    An unknown detector or key is a configuration error (a typo must not silently
+    leave a default in force). ``enabled = 0`` switches a detector off.
+    """
+    registry = load_all()
+    out: dict[str, dict[str, float]] = {}
+    for name, det in registry.items():
+        out[name] = {"enabled": 1.0, **det.defaults}
+    for name, table in cfg.detectors.items():
+        if name not in out:
+            raise ConfigError(
+                f"analyze.detectors.{name}: unknown detector (known: {', '.join(sorted(out))})"
+            )
+        for key, value in table.items():
+            if key not in out[name]:
+                raise ConfigError(
+                    f"analyze.detectors.{name}.{key}: unknown threshold "
+                    f"(known: {', '.join(sorted(out[name]))})"
+                )
+            out[name][key] = float(value)
+    return out
+
+
+def run_detectors(f: feat.Features, cfg: AnalyzeSettings) -> list[Flags]:
+    registry = load_all()
+    flags: list[Flags] = []
+    for name, th in thresholds(cfg).items():
+        if th["enabled"]:
+            flags.extend(fl for fl in registry[name].detect(f, th) if len(fl))
+    return flags
+
+
+def default_at(frame: Frame, window_s: float) -> float | None:
+    """Where the newest window ends: the newest record, ignoring a node far ahead of the rest.
+
+    A node whose clock (or a corrupt record) lies far in the future must not
+    move everyone's window past their data.
+    """
+    newest = []
+    for cols in frame.cols.values():
+        if cols["ts"].size:
+            per = np.full(len(frame.nodes), -np.inf)
+            np.maximum.at(per, cols["node"], cols["ts"])
+            newest.append(per)
+    if not newest:
+        return None
+    per_node = np.max(np.vstack(newest), axis=0)
+    per_node = per_node[np.isfinite(per_node)]
+    limit = float(np.median(per_node)) + window_s
+    return float(per_node[per_node <= limit].max())
+
+
+def _node_flags(
+    flags: list[Flags], n_nodes: int, n_windows: int, has_data: np.ndarray
+) -> np.ndarray:
+    """(n_windows, n_nodes) whether any detector flagged the node in the window."""
+    hit = np.zeros((n_windows, n_nodes), bool)
+    for fl in flags:
+        hit[fl.w, fl.node] = True
+    return hit & has_data
+
+
+def analyze_frame(
+    frame: Frame, cfg: AnalyzeSettings, *, at: float | None = None, window_s: float | None = None
+) -> Analysis:
+    """Judge every node seen in *frame* over the windows ending at *at* (default: newest data)."""
+    window_s = window_s or cfg.window_s
+    n = cfg.persist_n
+    if at is None:
+        at = default_at(frame, window_s)
+    if at is None:
+        return Analysis(
+            math.nan, math.nan, (), frame.files, frame.records, dict(frame.bad), (cfg.persist_k, n)
+        )
+    f = feat.extract(
+        frame,
+        at,
+        window_s,
+        n,
+        min_samples=cfg.min_samples,
+        min_coverage=cfg.min_coverage,
+        min_peers=cfg.min_peers,
+        low_q=cfg.low_quantile,
+        hw_xids=cfg.hardware_xids,
+    )
+    flags = run_detectors(f, cfg)
+    hit = _node_flags(flags, len(f.nodes), n, f.has_data)
+    count = hit.sum(axis=0)
+    verdicts = []
+    for node in np.flatnonzero(f.seen.any(axis=0)):
+        verdicts.append(_verdict(f, flags, hit, int(node), int(count[node]), cfg))
+    verdicts.sort(key=lambda v: (v.verdict != SUSPECT, -v.score, v.node))
+    return Analysis(
+        at - window_s,
+        at,
+        tuple(verdicts),
+        frame.files,
+        frame.records,
+        dict(frame.bad),
+        (cfg.persist_k, n),
+    )
+
+
+def _verdict(
+    f: feat.Features,
+    flags: list[Flags],
+    hit: np.ndarray,
+    node: int,
+    count: int,
+    cfg: AnalyzeSettings,
+) -> NodeVerdict:
+    name = f.nodes[node]
+    job_idx = int(f.node_job[0, node])
+    job = f.jobs[job_idx] if job_idx >= 0 else None
+    if not f.has_data[0, node]:
+        return NodeVerdict(
+            name,
+            UNKNOWN,
+            0.0,
+            ("too little data in the newest window",),
+            flagged_windows=count,
+            job=job,
+        )
+    if not hit[:, node].any():
+        return NodeVerdict(name, HEALTHY, 0.0, job=job)
+    evidence = _evidence(f, flags, hit, node, cfg.evidence_per_node)
+    score = round(max(e.severity for e in evidence), 2) if evidence else 0.0
+    verdict = SUSPECT if count >= cfg.persist_k else HEALTHY
+    reasons = _reasons(evidence)
+    if verdict == HEALTHY:
+        reasons = (
+            f"flagged in {count} of {f.n_windows} windows (needs {cfg.persist_k}): not persistent",
+            *reasons,
+        )
+    gpus = tuple(sorted({e.gpu for e in evidence if e.gpu is not None}))
+    return NodeVerdict(name, verdict, score, reasons, gpus, tuple(evidence), count, job)
+
+
+def _evidence(
+    f: feat.Features, flags: list[Flags], hit: np.ndarray, node: int, limit: int
+) -> list[Evidence]:
+    """Evidence from the newest window in which the node was flagged, strongest first."""
+    w = int(np.flatnonzero(hit[:, node])[0])
+    start, end = f.window_bounds(w)
+    out = []
+    for fl in flags:
+        rows = np.flatnonzero((fl.node == node) & (fl.w == w))
+        for r in rows:
+            out.append(
+                Evidence(
+                    fl.detector,
+                    fl.metric,
+                    fl.unit,
+                    float(fl.value[r]),
+                    float(fl.reference[r]),
+                    None if math.isnan(fl.deviation[r]) else float(fl.deviation[r]),
+                    round(float(fl.severity[r]), 2),
+                    start,
+                    end,
+                    gpu=None if fl.gpu is None else int(fl.gpu[r]),
+                    device=None if fl.port is None else f.ports[int(fl.port[r])],
+                    rank=None if fl.rank is None else int(fl.rank[r]),
+                )
+            )
+    out.sort(key=lambda e: -e.severity)
+    return out[:limit]
+
+
+def _reasons(evidence: list[Evidence]) -> tuple[str, ...]:
+    """One reason per detector and metric: the strongest case, and how many more there are."""
+    groups: dict[tuple[str, str], list[Evidence]] = {}
+    for e in evidence:  # strongest first already
+        groups.setdefault((e.detector, e.metric), []).append(e)
+    out = []
+    for items in groups.values():
+        text = _reason(items[0])
+        if len(items) > 1:
+            text += f" (and {len(items) - 1} more alike)"
+        out.append(text)
+    return tuple(out)
+
+
+def _reason(e: Evidence) -> str:
+    where = f" GPU {e.gpu}" if e.gpu is not None and e.rank is None else ""
+    where += f" rank {e.rank}" if e.rank is not None else ""
+    where += f" {e.device}" if e.device else ""
+    dev = f" ({e.deviation:+.0%} vs peers {e.reference:.4g})" if e.deviation is not None else ""
+    return f"{e.detector}:{where} {e.metric} {e.value:.4g} {e.unit}{dev}"
+
+
+# --- the library entry point ------------------------------------------------------------------
+
+
+def _workers(cfg: AnalyzeSettings) -> int:
+    return cfg.workers or os.cpu_count() or 1
+
+
+def load(
+    path: Path | None,
+    settings: Settings,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    files: list[str] | None = None,
+) -> Frame:
+    """Read the telemetry under *path* (default: the configured store) for [since, until]."""
+    cfg = settings.analyze
+    root = path if path is not None else settings.store.root
+    cache_root = None
+    if cfg.cache and is_store(root):
+        cache_root = layout.cache_dir(root) / "analyze"
+    return read_frame(
+        root, files=files, since=since, until=until, cache_root=cache_root, workers=_workers(cfg)
+    )
+
+
+def history_needed(cfg: AnalyzeSettings, window_s: float | None = None) -> float:
+    """How many seconds before ``at`` one pass looks at."""
+    return (window_s or cfg.window_s) * cfg.persist_n
+
+
+def analyze(
+    path: Path | None,
+    settings: Settings,
+    at: float | None = None,
+    *,
+    window_s: float | None = None,
+) -> Analysis:
+    """One analysis pass over the store (or *path*): the entry point for CLI, sweep and report."""
+    cfg = settings.analyze
+    span = history_needed(cfg, window_s)
+    if at is not None:
+        frame = load(path, settings, since=at - span, until=at)
+    else:
+        frame = load_recent(path, settings, span)
+    return analyze_frame(frame, cfg, at=at, window_s=window_s)
+
+
+def load_recent(path: Path | None, settings: Settings, span: float) -> Frame:
+    """Read only the newest hours' files that can hold the last *span* seconds."""
+    root = path if path is not None else settings.store.root
+    groups = group_by_hour(source_files(root))
+    end = latest_hour_end(list(groups))
+    if end is None:
+        return load(path, settings, files=[f for g in groups.values() for f in g])
+    wanted = hours_needed(list(groups), end - 3600 - span, None)
+    # only the wanted hours' files are handed on: older hours are never even stat'ed
+    files = [f for h in wanted for f in groups[h]]
+    return load(path, settings, since=_hour_floor(wanted), files=files)
+
+
+def _hour_floor(hours: Iterable[str]) -> float | None:
+    starts = [s for s in map(hour_start, hours) if s is not None]
+    return min(starts) if starts else None
+
+
+def bad_summary(bad: Counter[str] | dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(bad.items())) or "none"
+
+
+def build_cache(path: Path | None, settings: Settings) -> dict[str, Any]:
+    """Parse every file under the store (or *path*) into the columnar cache."""
+    root = path if path is not None else settings.store.root
+    if not is_store(root):
+        raise InputError(f"{root}: not a store (no telemetry/ or steps/ directory) to cache")
+    frame = load(path, settings)
+    return {
+        "cache": str(layout.cache_dir(root) / "analyze"),
+        "files": frame.files,
+        "records": frame.records,
+        "bad": dict(frame.bad),
+        "bad_total": sum(frame.bad.values()),
+    }

@@ -1,0 +1,517 @@
+"""Feature extraction: per window, per GPU / node / NIC port / rank summaries, and their peers.
+
+Everything here is vectorised over whole columns: records are assigned to the
+windows ending at ``at`` (window 0 is the newest), grouped, and summarised with
+order statistics (a low or high quantile, so that one odd sample moves
+nothing and a fault must hold in a share of the window to show). Cumulative
+counters become their increase over the window (a reset counts as zero, never
+as a negative change). Each row also gets its *peer group*: the job the node
+ran in that window (from step records) when that job is big enough, else
+every row of that window without one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from guardctl.analyze.frame import INT_MISSING, Frame
+
+# NVML clock-event reasons that mean the hardware slowed the GPU (not idle / SW power cap /
+# sync boost): HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80.
+FAULT_REASON_BITS = 0x8 | 0x20 | 0x40 | 0x80
+NO_PEER = -1
+
+
+def _key_float(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """One float sort key ordering by group, then by value within the group."""
+    lo = np.nanmin(values) if values.size else 0.0
+    hi = np.nanmax(values) if values.size else 1.0
+    scaled = (values - lo) / ((hi - lo) or 1.0) * 0.5  # in [0, 0.5]
+    return groups.astype(np.float64) + scaled
+
+
+def group_quantiles(
+    groups: np.ndarray, ngroups: int, values: np.ndarray, qs: tuple[float, ...]
+) -> list[np.ndarray]:
+    """The *qs* quantiles (lower element, no interpolation) of *values* in each group.
+
+    NaN values are left out; a group without values gets NaN.
+    """
+    keep = ~np.isnan(values)
+    g, v = groups[keep], values[keep]
+    order = np.argsort(_key_float(g, v), kind="stable")
+    sv = v[order]
+    counts = np.bincount(g, minlength=ngroups)
+    starts = np.cumsum(counts) - counts
+    out = []
+    for q in qs:
+        idx = starts + np.floor(q * np.maximum(counts - 1, 0)).astype(np.int64)
+        res = np.full(ngroups, np.nan)
+        has = counts > 0
+        res[has] = sv[idx[has]]
+        out.append(res)
+    return out
+
+
+def group_median(groups: np.ndarray, ngroups: int, values: np.ndarray) -> np.ndarray:
+    return group_quantiles(groups, ngroups, values, (0.5,))[0]
+
+
+def group_sum(groups: np.ndarray, ngroups: int, values: np.ndarray) -> np.ndarray:
+    return np.bincount(groups, weights=values, minlength=ngroups)
+
+
+def group_count(groups: np.ndarray, ngroups: int) -> np.ndarray:
+    return np.bincount(groups, minlength=ngroups)
+
+
+def peer_stats(
+    peers: np.ndarray, values: np.ndarray, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: median and MAD of *values* over the rows of its peer group where *mask*.
+
+    Also returns how many peers contributed. Rows outside *mask* still get their
+    group's figures (so an idle GPU can be compared with busy ones if wanted).
+    """
+    uniq, inv = np.unique(peers, return_inverse=True)
+    n = uniq.size
+    vals = np.where(mask, values, np.nan)
+    med = group_median(inv, n, vals)
+    mad = group_median(inv, n, np.abs(vals - med[inv]))
+    cnt = group_count(inv[mask & ~np.isnan(values)], n)
+    return med[inv], mad[inv], cnt[inv]
+
+
+@dataclass
+class Table:
+    """Rows of one feature table: equal-length columns."""
+
+    cols: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[name]
+
+    def __setitem__(self, name: str, value: np.ndarray) -> None:
+        self.cols[name] = value
+
+    def __len__(self) -> int:
+        return int(next(iter(self.cols.values())).size) if self.cols else 0
+
+
+@dataclass
+class Features:
+    """All feature tables of one analysis, for ``n_windows`` windows ending at ``at``."""
+
+    at: float
+    window_s: float
+    n_windows: int
+    nodes: list[str]
+    jobs: list[str]
+    ports: list[str]
+    gpu: Table
+    host: Table
+    nic: Table
+    rank: Table
+    has_data: np.ndarray  # (n_windows, n_nodes): enough samples to judge
+    seen: np.ndarray  # (n_windows, n_nodes): any record at all
+    node_job: np.ndarray  # (n_windows, n_nodes): job index or -1
+
+    def window_bounds(self, w: int) -> tuple[float, float]:
+        end = self.at - w * self.window_s
+        return end - self.window_s, end
+
+
+def assign_windows(ts: np.ndarray, at: float, window_s: float, n: int) -> np.ndarray:
+    """Window index per record (0 newest); -1 when outside the n windows."""
+    w = np.floor((at - ts) / window_s).astype(np.int64)
+    return np.where((ts <= at) & (w >= 0) & (w < n), w, -1)
+
+
+def _mixed_key(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, int]:
+    """One int64 key per row from several small non-negative integer keys (mixed radix)."""
+    key = np.zeros(keys[0].size, np.int64)
+    space = 1
+    for k in keys:
+        size = int(k.max()) + 1 if k.size else 1
+        key = key * size + k.astype(np.int64)
+        space *= size
+    return key, space
+
+
+def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Group rows by several integer keys; return inverse index, count and each key per group.
+
+    Groups come out ordered by the keys (the first key most significant).
+    """
+    if not keys[0].size:
+        return np.empty(0, np.int64), np.empty(0, np.int64), [np.empty(0, np.int64) for _ in keys]
+    shifted = tuple(k.astype(np.int64) + 1 for k in keys)  # keys may be -1
+    key, space = _mixed_key(shifted)
+    if space <= 4 * key.size + 4096:  # dense: counting, no sort
+        counts_all = np.bincount(key, minlength=space)
+        present = np.flatnonzero(counts_all)
+        gid = np.full(space, -1, np.int64)
+        gid[present] = np.arange(present.size)
+        inv, uniq, counts = gid[key], present, counts_all[present]
+    else:
+        uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
+    parts = []
+    rest = uniq
+    for k in reversed(shifted):
+        size = int(k.max()) + 1
+        parts.append(rest % size - 1)
+        rest = rest // size
+    parts.reverse()
+    return inv, counts, parts
+
+
+class GroupIndex:
+    """Rows grouped by key, each group's rows in time order, as a (groups x longest) matrix.
+
+    Order statistics then cost one small sort per row of the matrix instead of a
+    sort of all rows per metric, and counter increases follow from the same order.
+    Groups whose keys put one series' windows next to each other (window last,
+    oldest first) make :meth:`time_order` the series' full time order.
+    """
+
+    def __init__(self, ts: np.ndarray, *keys: np.ndarray) -> None:
+        self.inv, self.counts, self.keys = _groups(*keys)
+        self.n = int(self.counts.size)
+        rows = ts.size
+        self.width = int(self.counts.max()) if self.n else 0
+        self.dense = self.n * self.width <= 4 * rows + 4096
+        order = np.argsort(self.inv, kind="stable")
+        starts = np.cumsum(self.counts) - self.counts
+        self.starts = starts
+        pos = np.empty(rows, np.int64)
+        pos[order] = np.arange(rows) - np.repeat(starts, self.counts)
+        if self.dense:
+            grid = np.full((self.n, self.width), np.inf)
+            grid[self.inv, pos] = ts
+            with np.errstate(invalid="ignore"):  # inf - inf in the padding
+                unordered = bool((np.diff(grid, axis=1) < 0).any())
+            if unordered:  # written out of order: sort each group
+                by_time = np.argsort(grid, axis=1, kind="stable")
+                slot = np.empty_like(by_time)
+                slot[np.arange(self.n)[:, None], by_time] = np.arange(self.width)[None, :]
+                self.pos = slot[self.inv, pos]
+            else:  # the usual case: agents append in time order
+                self.pos = pos
+        else:  # one group is huge (duplicated records, a broken agent): sort globally instead
+            t_order = np.lexsort((ts, self.inv))
+            self.pos = np.empty(rows, np.int64)
+            self.pos[t_order] = np.arange(rows) - np.repeat(starts, self.counts)
+
+    def time_order(self) -> np.ndarray:
+        """Row indices sorted by group, then time."""
+        out = np.empty(self.inv.size, np.int64)
+        out[self.starts[self.inv] + self.pos] = np.arange(self.inv.size)
+        return out
+
+    def quantiles(self, values: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:
+        """The *qs* quantiles (lower element) of *values* per group, NaN left out."""
+        if not self.dense:
+            return group_quantiles(self.inv, self.n, values, qs)
+        grid = np.full((self.n, self.width), np.nan)
+        grid[self.inv, self.pos] = values
+        valid = self.width - np.isnan(grid).sum(axis=1)
+        grid.sort(axis=1)  # NaN last
+        out = []
+        rows = np.arange(self.n)
+        for q in qs:
+            idx = np.floor(q * np.maximum(valid - 1, 0)).astype(np.int64)
+            out.append(np.where(valid > 0, grid[rows, idx], np.nan))
+        return out
+
+    def median(self, values: np.ndarray) -> np.ndarray:
+        return self.quantiles(values, (0.5,))[0]
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        return np.bincount(self.inv, weights=values, minlength=self.n)
+
+    def increase(self, series: np.ndarray, counter: np.ndarray) -> np.ndarray:
+        """Per group: the counter's increase from one sample to the next of the same series.
+
+        Missing values and resets (a decrease, e.g. after a reboot) count as zero.
+        """
+        order = self.time_order()
+        c = counter[order]
+        inc = np.zeros(c.size)
+        if c.size > 1:
+            same = series[order][1:] == series[order][:-1]
+            valid = same & (c[1:] != INT_MISSING) & (c[:-1] != INT_MISSING)
+            inc[1:] = np.maximum(np.where(valid, c[1:] - np.where(valid, c[:-1], 0), 0), 0)
+        return np.bincount(self.inv[order], weights=inc, minlength=self.n)
+
+
+def _node_jobs(frame: Frame, win: np.ndarray, n_windows: int) -> np.ndarray:
+    """The job each node ran in each window (most step records), or -1."""
+    out = np.full((n_windows, len(frame.nodes)), NO_PEER, np.int64)
+    cols = frame.cols["step"]
+    keep = win >= 0
+    if not keep.any():
+        return out
+    _, cnt, (w, node, job) = _groups(win[keep], cols["node"][keep], cols["job"][keep])
+    order = np.argsort(cnt, kind="stable")  # the most frequent job is written last and wins
+    out[w[order], node[order]] = job[order]
+    return out
+
+
+def _peer_of(
+    node_job: np.ndarray,
+    w: np.ndarray,
+    node: np.ndarray,
+    min_peers: int,
+    weight: np.ndarray | None = None,
+) -> np.ndarray:
+    """Peer group per row: its node's job in that window when big enough, else NO_PEER."""
+    job = node_job[w, node]
+    key = w * (int(node_job.max()) + 2) + job + 1
+    uniq, inv = np.unique(key, return_inverse=True)
+    size = (
+        group_count(inv, uniq.size)
+        if weight is None
+        else np.bincount(inv, weights=weight, minlength=uniq.size)
+    )
+    job = np.where((job >= 0) & (size[inv] >= min_peers), job, NO_PEER)
+    # windows are compared separately: fold the window into the peer key
+    return w * (int(node_job.max()) + 2) + job + 1
+
+
+def gpu_table(
+    frame: Frame,
+    win: np.ndarray,
+    node_job: np.ndarray,
+    hw_xids: np.ndarray,
+    min_peers: int,
+    low_q: float,
+    n_windows: int,
+) -> Table:
+    keep = win >= 0
+    c = {name: col[keep] for name, col in frame.cols["gpu"].items()}
+    w_in = win[keep]
+    gi = GroupIndex(c["ts"], c["node"], c["gpu"], n_windows - 1 - w_in)
+    node, gpu, wrev = gi.keys
+    t = Table({"w": n_windows - 1 - wrev, "node": node, "gpu": gpu, "n": gi.counts})
+    t["clock_lo"], t["clock_med"] = gi.quantiles(c["sm_clock_mhz"], (low_q, 0.5))
+    t["power_lo"], t["power_med"] = gi.quantiles(c["power_w"], (low_q, 0.5))
+    t["temp_hi"], t["temp_med"] = gi.quantiles(c["temp_c"], (1 - low_q, 0.5))
+    t["util_med"] = gi.median(c["util_pct"])
+    t["power_limit"] = gi.median(c["power_limit_w"])
+    reasons = c["clock_event_reasons"]
+    fault = np.where(reasons == INT_MISSING, 0, reasons) & FAULT_REASON_BITS
+    t["fault_frac"] = gi.sum((fault != 0).astype(np.float64)) / gi.counts
+    bits = np.zeros(gi.n, np.int64)
+    for bit in (0x8, 0x20, 0x40, 0x80):
+        bits |= np.where(gi.sum(((fault & bit) != 0).astype(np.float64)) > 0, bit, 0)
+    t["fault_bits"] = bits
+    hw = np.isin(c["xid"], hw_xids)
+    t["xid_hw"] = gi.sum(hw.astype(np.float64))
+    last = np.full(gi.n, -1, np.int64)
+    np.maximum.at(last, gi.inv[hw], c["xid"][hw])
+    t["xid"] = last
+    series = c["node"].astype(np.int64) * 4096 + c["gpu"]
+    for name in ("ecc_sbe_volatile", "ecc_dbe_volatile", "pcie_replay", "nvlink_crc_errors"):
+        t[name] = gi.increase(series, c[name])
+    t["peer"] = _peer_of(node_job, t["w"], node, min_peers)
+    return t
+
+
+def host_table(
+    frame: Frame,
+    win: np.ndarray,
+    node_job: np.ndarray,
+    min_peers: int,
+    low_q: float,
+    n_windows: int,
+) -> Table:
+    keep = win >= 0
+    c = {name: col[keep] for name, col in frame.cols["host"].items()}
+    gi = GroupIndex(c["ts"], c["node"], n_windows - 1 - win[keep])
+    node, wrev = gi.keys
+    t = Table({"w": n_windows - 1 - wrev, "node": node, "n": gi.counts})
+    t["load_hi"], t["load_med"] = gi.quantiles(c["load1"], (1 - low_q, 0.5))
+    t["cpu_hi"], t["cpu_med"] = gi.quantiles(c["cpu_pct"], (1 - low_q, 0.5))
+    t["peer"] = _peer_of(node_job, t["w"], node, min_peers)
+    return t
+
+
+def nic_table(
+    frame: Frame,
+    win: np.ndarray,
+    node_job: np.ndarray,
+    min_peers: int,
+    low_q: float,
+    n_windows: int,
+) -> Table:
+    keep = win >= 0
+    c = {name: col[keep] for name, col in frame.cols["nic"].items()}
+    gi = GroupIndex(c["ts"], c["node"], c["port"], n_windows - 1 - win[keep])
+    node, port, wrev = gi.keys
+    t = Table({"w": n_windows - 1 - wrev, "node": node, "port": port, "n": gi.counts})
+    t["rate_lo"], t["rate_med"] = gi.quantiles(c["rate_gbps"], (low_q, 0.5))
+    active = np.array(["ACTIVE" in s.upper() for s in frame.states] + [True], bool)
+    state = c["state"]
+    down = ~active[np.where(state >= 0, state, len(frame.states))]
+    t["down_frac"] = gi.sum(down.astype(np.float64)) / gi.counts
+    series = c["node"].astype(np.int64) * (len(frame.ports) + 1) + c["port"]
+    for name in (
+        "symbol_errors",
+        "link_error_recovery",
+        "link_downed",
+        "rcv_errors",
+        "xmit_wait",
+        "xmit_bytes",
+    ):
+        t[name] = gi.increase(series, c[name])
+    t["errors"] = t["symbol_errors"] + t["link_error_recovery"] + t["rcv_errors"]
+    t["peer"] = _peer_of(node_job, t["w"], node, min_peers)
+    return t
+
+
+def rank_table(
+    frame: Frame, win: np.ndarray, min_peers: int, low_q: float, n_windows: int
+) -> Table:
+    keep = win >= 0
+    c = {name: col[keep] for name, col in frame.cols["step"].items()}
+    gi = GroupIndex(c["ts"], c["job"], c["rank"], n_windows - 1 - win[keep])
+    job, rank, wrev = gi.keys
+    w = n_windows - 1 - wrev
+    # a rank lives on one node; a rank seen on two (restarted elsewhere) keeps the newer one
+    node = np.zeros(gi.n, np.int64)
+    if gi.n:
+        order = gi.time_order()
+        node[gi.inv[order]] = c["node"][order]  # the last write per group wins: the newest
+    t = Table({"w": w, "job": job, "node": node, "rank": rank, "n": gi.counts})
+    t["compute_hi"], t["compute_med"] = gi.quantiles(c["compute_s"], (1 - low_q, 0.5))
+    t["comm_med"] = gi.median(c["comm_s"])
+    t["step_med"] = gi.median(c["step_s"])
+    # local rank on the node (ranks in order) stands for the GPU index, as LOCAL_RANK does
+    g = gi.n
+    order = np.lexsort((rank, node, job, w))
+    local = np.zeros(g, np.int64)
+    if g:
+        first = np.ones(g, bool)
+        sw, sj, sn = w[order], job[order], node[order]
+        first[1:] = (sw[1:] != sw[:-1]) | (sj[1:] != sj[:-1]) | (sn[1:] != sn[:-1])
+        starts = np.maximum.accumulate(np.where(first, np.arange(g), 0))
+        local[order] = np.arange(g) - starts
+    t["local"] = local
+    jk = w * (len(frame.jobs) + 1) + job
+    uniq, jinv = np.unique(jk, return_inverse=True)
+    size = group_count(jinv, uniq.size)[jinv]
+    t["peer"] = np.where(size >= min_peers, jk, -1 - w)
+    return t
+
+
+def _interval(frame: Frame) -> float:
+    """The agents' sampling interval: median gap between a node's host (or GPU) samples."""
+    for kind, extra in (("host", None), ("gpu", "gpu")):
+        c = {k: v[:200_000] for k, v in frame.cols[kind].items()}  # a sample is plenty
+        if c["ts"].size < 2:
+            continue
+        series = c["node"].astype(np.int64) * 4096 + (c[extra] if extra else 0)
+        order = np.lexsort((c["ts"], series))
+        same = series[order][1:] == series[order][:-1]
+        gaps = np.diff(c["ts"][order])[same]
+        gaps = gaps[gaps > 0]
+        if gaps.size:
+            return float(np.median(gaps))
+    return 0.0
+
+
+def coverage(
+    tables: dict[str, Table],
+    shape: tuple[int, int],
+    interval: float,
+    window_s: float,
+    min_samples: int,
+    min_coverage: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(has_data, seen) per window and node.
+
+    A node has data when its agent's samples (per GPU / port: the average)
+    cover enough of the window, or, for a node that only reports steps, when
+    each of its ranks has enough steps.
+    """
+    size = shape[0] * shape[1]
+    samples = np.zeros(size)
+    seen = np.zeros(size, bool)
+    for kind in ("host", "gpu", "nic"):
+        t = tables[kind]
+        if not len(t):
+            continue
+        cell = t["w"] * shape[1] + t["node"]
+        total = np.bincount(cell, weights=t["n"].astype(np.float64), minlength=size)
+        items = np.bincount(cell, minlength=size)
+        samples = np.maximum(samples, total / np.maximum(items, 1))
+        seen |= items > 0
+    expected = window_s / interval if interval > 0 else float(min_samples)
+    agent_ok = (samples >= min_samples) & (samples >= min_coverage * expected)
+    step_ok = np.zeros(size, bool)
+    t = tables["rank"]
+    if len(t):
+        cell = t["w"] * shape[1] + t["node"]
+        least = np.full(size, np.inf)
+        np.minimum.at(least, cell, t["n"].astype(np.float64))
+        step_ok = least >= min_samples
+        seen |= np.isfinite(least)
+    has = np.where(samples > 0, agent_ok, step_ok)
+    return has.reshape(shape), seen.reshape(shape)
+
+
+def step_times(frame: Frame) -> np.ndarray:
+    """Per step record: the median time at which its job's ranks ended that step.
+
+    Ranks end a step together; using their common time keeps one node's clock
+    skew from putting its steps in a different window than its peers'.
+    """
+    c = frame.cols["step"]
+    if not c["ts"].size:
+        return c["ts"]
+    gi = GroupIndex(c["ts"], c["job"], c["step"] - int(c["step"].min()))
+    return gi.median(c["ts"])[gi.inv]
+
+
+def extract(
+    frame: Frame,
+    at: float,
+    window_s: float,
+    n_windows: int,
+    *,
+    min_samples: int,
+    min_coverage: float,
+    min_peers: int,
+    low_q: float,
+    hw_xids: tuple[int, ...],
+) -> Features:
+    """Compute every feature table for the *n_windows* windows ending at *at*."""
+    wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()}
+    wins["step"] = assign_windows(step_times(frame), at, window_s, n_windows)
+    node_job = _node_jobs(frame, wins["step"], n_windows)
+    xids = np.array(hw_xids, np.int64)
+    tables = {
+        "gpu": gpu_table(frame, wins["gpu"], node_job, xids, min_peers, low_q, n_windows),
+        "host": host_table(frame, wins["host"], node_job, 3, low_q, n_windows),
+        "nic": nic_table(frame, wins["nic"], node_job, min_peers, low_q, n_windows),
+        "rank": rank_table(frame, wins["step"], min_peers, low_q, n_windows),
+    }
+    shape = (n_windows, len(frame.nodes))
+    has_data, seen = coverage(tables, shape, _interval(frame), window_s, min_samples, min_coverage)
+    return Features(
+        at=at,
+        window_s=window_s,
+        n_windows=n_windows,
+        nodes=frame.nodes,
+        jobs=frame.jobs,
+        ports=frame.ports,
+        gpu=tables["gpu"],
+        host=tables["host"],
+        nic=tables["nic"],
+        rank=tables["rank"],
+        has_data=has_data,
+        seen=seen,
+        node_job=node_job,
+    )

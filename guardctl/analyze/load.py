@@ -1,0 +1,400 @@
+"""Reading telemetry for the analyzer: which files, and a columnar cache that parses each byte once.
+
+Schema-v1 JSON Lines stays the interchange format. Parsing it is what costs
+(about 1-3 us a record), so the analyzer keeps a derived, rebuildable journal
+under ``<store>/cache/analyze/``: per hourly bucket, a manifest of how many
+bytes of each source file were consumed, and numpy segments holding the
+records parsed from them. The writers only append, so a later pass parses
+just the new tails and adds one segment; a file that shrank or was rewritten
+invalidates its hour, which is then rebuilt. Deleting the cache is always safe.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import re
+import tempfile
+import time
+import zipfile
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from guardctl import layout
+from guardctl.analyze.frame import Frame, Parser, concat
+from guardctl.errors import InputError
+
+CACHE_VERSION = 1
+_HOUR = re.compile(r"(?:^|[/.])(\d{8}T\d{2})\.jsonl$")
+_NO_HOUR = "other"
+# Clock skew between nodes: a record may sit in the neighbouring hour's file.
+_SKEW_S = 900.0
+_CACHE_ERRORS = (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile)
+# Below this many new bytes, worker processes cost more than they save.
+_PARALLEL_BYTES = 16 << 20
+
+
+def is_store(path: Path) -> bool:
+    """Whether *path* is a store root (has telemetry/ or steps/) rather than plain files."""
+    return path.is_dir() and any(p.is_dir() for p in layout.telemetry_inputs(path))
+
+
+def _walk_jsonl(top: str) -> list[str]:
+    """Every ``*.jsonl`` file under *top* (os.walk on strings: pathlib is slow at 100k files)."""
+    out: list[str] = []
+    for dirpath, _dirs, names in os.walk(top):
+        out.extend(os.path.join(dirpath, n) for n in names if n.endswith(".jsonl"))
+    return out
+
+
+def source_files(path: Path) -> list[str]:
+    """The schema-v1 files to read under *path* (a store root, a directory or a file).
+
+    Names are plain strings: a store of 100k GPUs holds over 100k files, where
+    pathlib objects alone cost a good part of a pass.
+    """
+    try:
+        if path.is_file():
+            return [os.fspath(path)]
+        if not path.is_dir():
+            raise FileNotFoundError(str(path))
+        tops = [path]
+        if is_store(path):
+            tops = [d for d in layout.telemetry_inputs(path) if d.is_dir()]
+        return sorted(n for top in tops for n in _walk_jsonl(os.fspath(top)))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or directory") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def hour_of(path: str | Path) -> str:
+    """The hourly bucket of a store file (from its name), or "other"."""
+    match = _HOUR.search(os.fspath(path))
+    return match.group(1) if match else _NO_HOUR
+
+
+def hour_start(hour: str) -> float | None:
+    """When an hourly bucket begins (Unix seconds); None for files without a date."""
+    if hour == _NO_HOUR:
+        return None
+    return float(calendar.timegm(time.strptime(hour, "%Y%m%dT%H")))
+
+
+def hours_needed(hours: Sequence[str], since: float | None, until: float | None) -> list[str]:
+    """The buckets that can hold records between *since* and *until* (None: open)."""
+    keep = []
+    for hour in sorted(set(hours)):
+        start = hour_start(hour)
+        if start is None:
+            keep.append(hour)
+            continue
+        if since is not None and start + 3600 + _SKEW_S < since:
+            continue
+        if until is not None and start - _SKEW_S > until:
+            continue
+        keep.append(hour)
+    return keep
+
+
+def latest_hour_end(hours: Sequence[str]) -> float | None:
+    """The end of the newest dated bucket (to pick files before reading any)."""
+    starts = [s for s in map(hour_start, hours) if s is not None]
+    return max(starts) + 3600 if starts else None
+
+
+@dataclass
+class _Tail:
+    """The bytes of one file not parsed yet."""
+
+    path: str
+    key: str
+    offset: int
+    size: int
+    mtime_ns: int
+
+
+def _parse_tails(tails: Sequence[_Tail]) -> tuple[Frame, dict[str, int], dict[str, bool]]:
+    """Parse each tail; return one frame, the new offsets and whether a line is pending."""
+    parser = Parser()
+    offsets, pending = {}, {}
+    for tail in tails:
+        try:
+            with open(tail.path, "rb") as fh:
+                fh.seek(tail.offset)
+                data = fh.read(max(tail.size - tail.offset, 0))
+        except OSError:
+            offsets[tail.key] = tail.offset  # vanished or unreadable: try again next pass
+            pending[tail.key] = False
+            continue
+        # A last line without its newline is a write in progress (or cut short): it is
+        # not consumed, so that a later pass reads it whole, and counted as truncated.
+        end = data.rfind(b"\n") + 1
+        parser.feed_lines(data[:end].splitlines())
+        pending[tail.key] = bool(data[end:].strip())
+        offsets[tail.key] = tail.offset + end
+    frame = parser.frame()
+    frame.files = len(tails)
+    return frame, offsets, pending
+
+
+def parse_tails(
+    tails: Sequence[_Tail], workers: int
+) -> tuple[Frame, dict[str, int], dict[str, bool]]:
+    """:func:`_parse_tails`, split over worker processes when there is a lot to parse."""
+    todo = sum(t.size - t.offset for t in tails)
+    workers = min(workers, len(tails))
+    if workers < 2 or todo < _PARALLEL_BYTES:
+        return _parse_tails(tails)
+    chunks = [list(tails[i::workers]) for i in range(workers)]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(_parse_tails, chunks))
+    offsets: dict[str, int] = {}
+    pending: dict[str, bool] = {}
+    for _, off, pend in results:
+        offsets.update(off)
+        pending.update(pend)
+    return concat([r[0] for r in results]), offsets, pending
+
+
+# --- the columnar journal -------------------------------------------------------------------
+
+
+def _save_segment(path: Path, frame: Frame) -> None:
+    arrays: dict[str, Any] = {
+        f"{kind}.{name}": col for kind, cols in frame.cols.items() for name, col in cols.items()
+    }
+    tables = {t: getattr(frame, t) for t in ("nodes", "jobs", "ports", "states")}
+    arrays["tables"] = np.frombuffer(json.dumps(tables).encode(), np.uint8)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".seg-", suffix=".npz")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_segment(path: Path) -> Frame:
+    frame = Frame()
+    with np.load(path, allow_pickle=False) as data:
+        tables = json.loads(bytes(data["tables"]).decode())
+        for t, names in tables.items():
+            setattr(frame, t, names)
+        for key in data.files:
+            if key != "tables":
+                kind, name = key.split(".", 1)
+                frame.cols[kind][name] = data[key]
+    return frame
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".manifest-")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(obj))  # dumps is the C encoder; dump(fh) is not
+    os.replace(tmp, path)
+
+
+class HourCache:
+    """The cached segments and consumption manifest of one hourly bucket."""
+
+    def __init__(self, root: Path, hour: str) -> None:
+        self.dir = root / hour
+        self.manifest_path = self.dir / "manifest.json"
+        self.manifest = self._read_manifest()
+
+    def _read_manifest(self) -> dict[str, Any]:
+        empty = {"version": CACHE_VERSION, "files": {}, "segments": [], "bad": {}, "lines": 0}
+        try:
+            manifest = json.loads(self.manifest_path.read_text())
+        except (OSError, ValueError):
+            return empty
+        if not isinstance(manifest, dict) or manifest.get("version") != CACHE_VERSION:
+            return empty
+        return manifest
+
+    def tails(self, files: Sequence[str], base: Path) -> list[_Tail] | None:
+        """What is new in *files*; None when a file shrank or was rewritten (rebuild)."""
+        known = self.manifest["files"]
+        out = []
+        prefix = os.fspath(base) + os.sep
+        for name in files:
+            key = name[len(prefix) :] if name.startswith(prefix) else name
+            try:
+                st = os.stat(name)
+            except OSError:
+                continue
+            entry = known.get(key)
+            if entry is None:
+                out.append(_Tail(name, key, 0, st.st_size, st.st_mtime_ns))
+                continue
+            if st.st_size < entry["offset"] or (
+                st.st_size == entry["size"] and st.st_mtime_ns != entry["mtime_ns"]
+            ):
+                return None
+            if st.st_size > entry["offset"] and (
+                st.st_size != entry["size"] or st.st_mtime_ns != entry["mtime_ns"]
+            ):
+                out.append(_Tail(name, key, entry["offset"], st.st_size, st.st_mtime_ns))
+        return out
+
+    def pending(self) -> int:
+        return sum(1 for e in self.manifest["files"].values() if e.get("pending"))
+
+    def reset(self) -> None:
+        for seg in self.dir.glob("seg*.npz") if self.dir.is_dir() else ():
+            seg.unlink(missing_ok=True)
+        self.manifest = {
+            "version": CACHE_VERSION,
+            "files": {},
+            "segments": [],
+            "bad": {},
+            "lines": 0,
+        }
+
+    def add(
+        self,
+        frame: Frame,
+        tails: Sequence[_Tail],
+        offsets: dict[str, int],
+        pending: dict[str, bool],
+    ) -> None:
+        """Store the newly parsed *frame* as a segment and record what was consumed."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if frame.records:
+            span = frame.span()
+            assert span is not None
+            name = f"seg{len(self.manifest['segments']):05d}.npz"
+            _save_segment(self.dir / name, frame)
+            self.manifest["segments"].append(
+                {"name": name, "ts_min": span[0], "ts_max": span[1], "records": frame.records}
+            )
+        for tail in tails:
+            self.manifest["files"][tail.key] = {
+                "offset": offsets.get(tail.key, tail.offset),
+                "size": tail.size,
+                "mtime_ns": tail.mtime_ns,
+                "pending": pending.get(tail.key, False),
+            }
+        bad = Counter(self.manifest["bad"])
+        bad.update(frame.bad)
+        self.manifest["bad"] = dict(bad)
+        self.manifest["lines"] += frame.lines
+        _write_json(self.manifest_path, self.manifest)
+
+    def load(self, since: float | None, until: float | None) -> Frame:
+        frames = []
+        for seg in self.manifest["segments"]:
+            if since is not None and seg["ts_max"] < since:
+                continue
+            if until is not None and seg["ts_min"] > until:
+                continue
+            frames.append(_load_segment(self.dir / seg["name"]))
+        frame = concat(frames)
+        frame.bad = Counter(self.manifest["bad"])
+        frame.bad["truncated"] += self.pending()
+        frame.bad += Counter()  # drop zero counts
+        frame.lines = self.manifest["lines"] + self.pending()
+        frame.files = len(self.manifest["files"])
+        return frame
+
+
+def group_by_hour(files: Sequence[str]) -> dict[str, list[str]]:
+    """Source files by their hourly bucket."""
+    groups: dict[str, list[str]] = {}
+    for path in files:
+        groups.setdefault(hour_of(path), []).append(path)
+    return groups
+
+
+def read_frame(
+    path: Path,
+    *,
+    files: Sequence[str] | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    cache_root: Path | None = None,
+    workers: int = 1,
+) -> Frame:
+    """Read the records under *path* that may fall in [since, until] into one frame.
+
+    With *cache_root*, parsed bytes are kept there and only new bytes are parsed;
+    an unwritable cache is silently skipped (reading must never fail for it).
+    """
+    groups = group_by_hour(source_files(path) if files is None else files)
+    base = path if path.is_dir() else path.parent
+    if since is None and until is None:
+        wanted = sorted(groups)
+    else:
+        wanted = hours_needed(list(groups), since, until)
+    frames = []
+    for hour in wanted:
+        frames.append(_read_hour(groups[hour], base, hour, since, until, cache_root, workers))
+    return concat(frames)
+
+
+def _read_hour(
+    files: Sequence[str],
+    base: Path,
+    hour: str,
+    since: float | None,
+    until: float | None,
+    cache_root: Path | None,
+    workers: int,
+) -> Frame:
+    if cache_root is None:
+        tails = [_Tail(f, str(f), 0, _size(f), 0) for f in files]
+        frame, _, pending = parse_tails(tails, workers)
+        if any(pending.values()):
+            frame.bad["truncated"] += sum(pending.values())
+            frame.lines += sum(pending.values())
+        frame.files = len(files)
+        return frame
+    cache = HourCache(cache_root, hour)
+    for attempt in range(2):
+        try:
+            if attempt:
+                cache.reset()  # a damaged or vanished segment: rebuild this hour once
+            _refresh(cache, files, base, workers)
+            return cache.load(since, until)
+        except _CACHE_ERRORS:
+            continue
+    # no usable cache (read-only or full store): parse without it
+    return _uncached(files, base, hour, since, until, workers)
+
+
+def _refresh(cache: HourCache, files: Sequence[str], base: Path, workers: int) -> None:
+    """Parse what is new in *files* into *cache*."""
+    tails = cache.tails(files, base)
+    if tails is None:
+        cache.reset()
+        tails = cache.tails(files, base) or []
+    if tails:
+        frame, offsets, pending = parse_tails(tails, workers)
+        cache.add(frame, tails, offsets, pending)
+
+
+def _uncached(
+    files: Sequence[str],
+    base: Path,
+    hour: str,
+    since: float | None,
+    until: float | None,
+    workers: int,
+) -> Frame:
+    return _read_hour(files, base, hour, since, until, None, workers)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0

@@ -1,0 +1,39 @@
+"""``guardctl export``: the analyzer's verdicts for other systems (Prometheus textfile)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from guardctl.analyze import analyze
+from guardctl.cli.base import AppContext, dry_run_option, main, pass_app
+from guardctl.errors import UsageError
+from guardctl.export import prometheus_text, write_prometheus
+
+
+@main.command("export")
+@click.option(
+    "--prometheus",
+    "prom",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write node-exporter textfile metrics here (e.g. "
+    "/var/lib/node_exporter/textfile/guardctl.prom).",
+)
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(path_type=Path),
+    help="Telemetry to analyse (default: the configured store).",
+)
+@dry_run_option
+@pass_app
+def export_cmd(app: AppContext, prom: Path | None, input_path: Path | None, dry_run: bool) -> None:
+    """Run one analysis pass and export its verdicts (written atomically)."""
+    if prom is None:
+        raise UsageError("export: say where to write, e.g. --prometheus FILE")
+    result = analyze(input_path, app.settings)
+    if dry_run:
+        click.echo(prometheus_text(result), nl=False)
+        return
+    write_prometheus(result, prom)

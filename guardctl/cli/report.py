@@ -1,0 +1,70 @@
+"""``guardctl report``: a fleet health report over a period, for cron (Markdown or HTML)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from guardctl.analyze.timespec import parse_duration, parse_time
+from guardctl.cli.base import AppContext, main, pass_app
+from guardctl.errors import ExitCode
+from guardctl.export import write_atomic
+from guardctl.report import FORMATS, make_report
+
+
+@main.command("report")
+@click.option("--period", default="24h", show_default=True, help="How far back to look.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="md",
+    show_default=True,
+    help="md for mail, html for a page with plots, json for scripts.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write here (atomically) instead of stdout.",
+)
+@click.option(
+    "--input",
+    "input_path",
+    type=click.Path(path_type=Path),
+    help="Telemetry to report on (default: the configured store).",
+)
+@click.option("--end", metavar="TIME", help="End of the period (default: the newest data).")
+@click.option(
+    "--step", metavar="DURATION", help="Time between analysis passes (default: one window)."
+)
+@pass_app
+def report_cmd(
+    app: AppContext,
+    period: str,
+    fmt: str,
+    as_json: bool,
+    output: Path | None,
+    input_path: Path | None,
+    end: str | None,
+    step: str | None,
+) -> None:
+    """Write a fleet health report; exit 1 when a node is suspect (something to act on)."""
+    if as_json:
+        fmt = "json"
+    report = make_report(
+        input_path,
+        app.settings,
+        period_s=parse_duration(period, "--period"),
+        fmt=fmt,
+        end=parse_time(end, "--end") if end else None,
+        step_s=parse_duration(step, "--step") if step else None,
+    )
+    if output is None:
+        click.echo(report.text, nl=False)
+    else:
+        write_atomic(output, report.text)
+    if report.findings:
+        sys.exit(int(ExitCode.FINDINGS))

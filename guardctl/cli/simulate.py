@@ -1,0 +1,90 @@
+"""``guardctl simulate``: write a simulated fleet's telemetry with labelled faults, for testing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from guardctl.analyze.timespec import parse_duration, parse_time
+from guardctl.cli.base import dry_run_option, echo_json, json_option, main
+from guardctl.simulate import DEFAULT_START, simulate
+from guardctl.simulate.faults import CONFOUNDERS, FAULTS
+
+
+@main.command("simulate")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Directory to write (store layout) and truth.json.",
+)
+@click.option(
+    "--nodes",
+    default=64,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Nodes of 8 GPUs and 4 NIC ports each.",
+)
+@click.option("--duration", default="30m", show_default=True, help="Trace length (e.g. 30m).")
+@click.option("--interval", default="10s", show_default=True, help="Agent sampling interval.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option(
+    "--faults",
+    default="all",
+    show_default=True,
+    help=f"Faults to inject: NAME[:COUNT],... or all[:COUNT] or none. Known: {', '.join(FAULTS)}.",
+)
+@click.option(
+    "--no-confounders",
+    is_flag=True,
+    help=f"Leave out the benign confounders ({', '.join(CONFOUNDERS)}).",
+)
+@click.option(
+    "--start",
+    default=None,
+    help="Time of the first sample (Unix or ISO; default 2025-12-01T00:00:00Z).",
+)
+@json_option
+@dry_run_option
+def simulate_cmd(
+    out: Path,
+    nodes: int,
+    duration: str,
+    interval: str,
+    seed: int,
+    faults: str,
+    no_confounders: bool,
+    start: str | None,
+    as_json: bool,
+    dry_run: bool,
+) -> None:
+    """Write a schema-v1 trace of a simulated fleet under OUT, with OUT/truth.json.
+
+    Then: guardctl analyze --input OUT
+    """
+    truth = simulate(
+        out,
+        nodes=nodes,
+        duration=parse_duration(duration, "--duration"),
+        interval=parse_duration(interval, "--interval"),
+        seed=seed,
+        faults=faults,
+        confounders=not no_confounders,
+        start=parse_time(start, "--start") if start else DEFAULT_START,
+        dry_run=dry_run,
+    )
+    summary = truth.to_dict()
+    if as_json:
+        echo_json(summary)
+        return
+    if dry_run:
+        click.echo(f"would write {nodes} nodes to {out} (dry run: nothing written)")
+    else:
+        click.echo(f"wrote {truth.records} records for {nodes} nodes to {out}")
+    for inj in truth.faults:
+        where = f" GPU {inj.gpu}" if inj.gpu is not None else f" {inj.device or ''}"
+        click.echo(f"  fault {inj.kind:<16} {inj.node}{where} from {inj.onset:.0f}")
+    if not dry_run:
+        click.echo(f"truth: {out / 'truth.json'}")

@@ -1,0 +1,75 @@
+"""What a report says, independent of its format: sections as titled tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from guardctl.analyze import SUSPECT, UNKNOWN
+from guardctl.analyze.engine import bad_summary
+from guardctl.analyze.timespec import iso
+from guardctl.report.timeline import Timeline
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    note: str
+    headers: tuple[str, ...]
+    rows: Sequence[tuple[str, ...]]
+
+
+def summary(tl: Timeline, source: str) -> list[tuple[str, str]]:
+    latest = tl.latest
+    now = {v: sum(1 for n in latest.nodes if n.verdict == v) for v in ("healthy", UNKNOWN, SUSPECT)}
+    return [
+        ("Period", f"{iso(tl.start)} .. {iso(tl.end)} ({len(tl.times)} passes)"),
+        ("Source", source),
+        ("Nodes seen", str(len(tl.nodes))),
+        ("Suspect now", str(now[SUSPECT])),
+        ("Unknown now (too little data)", str(now[UNKNOWN])),
+        ("Suspect at some point in the period", str(len(tl.ever_suspect()))),
+        ("Input", f"{tl.records} records from {tl.files} files; bad lines: {bad_summary(tl.bad)}"),
+    ]
+
+
+def sections(tl: Timeline) -> list[Section]:
+    latest = tl.latest
+    act = [
+        (
+            n.node,
+            f"{n.score:.2f}",
+            n.job or "-",
+            ",".join(map(str, n.gpus)) or "-",
+            iso(tl.first_suspect(n.node) or tl.end),
+            "; ".join(n.reasons[:3]),
+        )
+        for n in latest.suspects
+    ]
+    now = {n.node for n in latest.suspects}
+    past = []
+    for node in tl.ever_suspect():
+        if node not in now:
+            first = tl.first_suspect(node)
+            past.append((node, iso(first) if first is not None else "-"))
+    unknown = [(n.node, n.job or "-") for n in latest.nodes if n.verdict == UNKNOWN]
+    return [
+        Section(
+            "Act on these: suspect now",
+            "Flagged in enough recent windows; drain and sweep them (guardctl sweep).",
+            ("node", "score", "job", "GPUs", "suspect since", "reasons"),
+            act,
+        ),
+        Section(
+            "Suspect earlier in the period, not now",
+            "Recovered or intermittent: watch them.",
+            ("node", "first suspect"),
+            past,
+        ),
+        Section(
+            "Unknown: too little telemetry in the newest window",
+            "Check that the node agent is running.",
+            ("node", "job"),
+            unknown,
+        ),
+    ]

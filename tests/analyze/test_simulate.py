@@ -1,0 +1,139 @@
+"""``simulate`` writes exact schema v1 and its truth; simulate + analyze meet the target."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from guardctl import schema
+from guardctl.analyze import load
+from guardctl.cli import main
+from guardctl.config import Settings
+from guardctl.errors import UsageError
+from guardctl.simulate import parse_faults, simulate
+from guardctl.simulate.faults import FAULTS
+from guardctl.simulate.score import score_trace
+
+
+def test_every_line_is_exactly_what_the_schema_writes(tmp_path: Path) -> None:
+    simulate(tmp_path, nodes=12, duration=120, seed=2)
+    kinds = set()
+    files = sorted(tmp_path.rglob("*.jsonl"))
+    assert files
+    for f in files[:: max(1, len(files) // 40)]:
+        for line in f.read_text().splitlines():
+            rec = schema.parse_line(line)
+            kinds.add(rec["kind"])
+            values = {k: v for k, v in rec.items() if k not in ("v", "kind", "ts", "node")}
+            rebuilt = schema.make_record(rec["kind"], rec["node"], rec["ts"], **values)
+            assert schema.dumps(rebuilt) == line
+    assert kinds == set(schema.KINDS)
+
+
+def test_store_layout_truth_and_seeding(tmp_path: Path) -> None:
+    truth = simulate(tmp_path / "a", nodes=24, duration=600, seed=9)
+    simulate(tmp_path / "b", nodes=24, duration=600, seed=9)
+    assert (tmp_path / "a" / "telemetry" / "node0001").is_dir()
+    assert any((tmp_path / "a" / "steps").iterdir())
+    doc = json.loads((tmp_path / "a" / "truth.json").read_text())
+    assert {f["kind"] for f in doc["faults"]} == set(FAULTS)
+    assert len({f["node"] for f in doc["faults"]}) == len(FAULTS)  # one fault per node
+    assert all(truth.start <= f["onset"] <= truth.end for f in doc["faults"])
+    kinds = {c["kind"] for c in doc["confounders"]}
+    assert {
+        "job_slowdown",
+        "warm_rack",
+        "telemetry_gap",
+        "clock_skew",
+        "big_counters",
+        "idle",
+    } <= kinds
+
+    def digest(root: Path) -> str:
+        h = hashlib.sha256()
+        for f in sorted(root.rglob("*.jsonl")):
+            h.update(f.relative_to(root).as_posix().encode() + f.read_bytes())
+        return h.hexdigest()
+
+    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+    simulate(tmp_path / "c", nodes=24, duration=600, seed=10)
+    assert digest(tmp_path / "a") != digest(tmp_path / "c")
+
+
+def test_fault_spec_parsing() -> None:
+    assert parse_faults("thermal:2,link_flaps") == {"thermal": 2, "link_flaps": 1}
+    assert parse_faults("none") == {}
+    assert parse_faults("all:2") == {name: 2 for name in FAULTS}
+    for bad in ("thermal:x", "gremlins", "thermal:-1"):
+        with pytest.raises(UsageError):
+            parse_faults(bad)
+    with pytest.raises(UsageError, match="busy nodes"):
+        simulate(Path("/nonexistent-never-written"), nodes=4, faults="all:3")
+
+
+@pytest.mark.parametrize("seed", [101, 202, 303])
+def test_simulate_then_analyze_meets_the_quality_target(tmp_path: Path, seed: int) -> None:
+    truth = simulate(tmp_path, nodes=40, duration=1800, seed=seed)
+    settings = Settings()
+    frame = load(tmp_path, settings)
+    score = score_trace(frame, truth, settings.analyze, step_s=60)
+    assert score.recall >= 0.98, score.missed
+    assert score.precision >= 0.98, score.false_nodes
+    assert score.false_passes == 0, score.false_nodes
+    assert max(score.ttd_windows) <= 2.0, score.ttd_windows
+
+
+def test_clean_fleet_has_no_suspect_at_any_point(tmp_path: Path) -> None:
+    truth = simulate(tmp_path, nodes=48, duration=1800, seed=404, faults="none")
+    settings = Settings()
+    score = score_trace(load(tmp_path, settings), truth, settings.analyze, step_s=60)
+    assert score.faults == 0 and score.false_passes == 0, score.false_nodes
+
+
+def test_cli_simulate_then_analyze(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "trace"
+    res = runner.invoke(
+        main,
+        [
+            "simulate",
+            "--out",
+            str(out),
+            "--nodes",
+            "24",
+            "--duration",
+            "20m",
+            "--seed",
+            "5",
+            "--faults",
+            "stuck_clocks,link_errors",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    faulty = {f["node"] for f in json.loads((out / "truth.json").read_text())["faults"]}
+    res = runner.invoke(main, ["analyze", "--input", str(out), "--json"])
+    assert res.exit_code == 1, res.output
+    suspects = {n["node"] for n in json.loads(res.output)["nodes"] if n["verdict"] == "suspect"}
+    assert suspects == faulty
+    res = runner.invoke(main, ["simulate", "--out", str(out), "--faults", "gremlins"])
+    assert res.exit_code == 2 and "unknown fault" in res.output
+    res = runner.invoke(
+        main,
+        [
+            "simulate",
+            "--out",
+            str(tmp_path / "dry"),
+            "--dry-run",
+            "--json",
+            "--nodes",
+            "16",
+            "--faults",
+            "thermal",
+        ],
+    )
+    assert res.exit_code == 0 and not (tmp_path / "dry").exists()
+    assert [f["kind"] for f in json.loads(res.output)["faults"]] == ["thermal"]
