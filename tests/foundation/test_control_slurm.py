@@ -17,6 +17,11 @@ def slurm_node(lab: Any, name: str) -> dict[str, Any]:
     return lab.node_state(name)
 
 
+def action_log(gctl: Any) -> list[dict[str, Any]]:
+    text = (gctl.store / "actions/actions.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
 def reservations(lab: Any) -> str:
     return lab.sh("scontrol", "show", "-o", "reservation").stdout
 
@@ -33,7 +38,7 @@ def test_drain_resume_round_trip(lab: Any, gctl: Any) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "DRAIN" not in slurm_node(lab, "node2").get("state_flags", [])
     assert gctl.status()["node2"]["guardctl"] == "in service"
-    log = [json.loads(line) for line in (gctl.store / "actions/actions.jsonl").read_text().splitlines()]
+    log = action_log(gctl)
     assert [(e["action"], e["phase"]) for e in log] == [
         ("drain", "intent"), ("drain", "done"), ("resume", "intent"), ("resume", "done")]
     assert all(e["actor"] and e["ts"] > 0 for e in log)
@@ -172,17 +177,16 @@ def test_crash_between_steps_is_reconciled(lab: Any, gctl: Any) -> None:
     assert gctl.status()["node2"]["guardctl"] == "quarantined"
     assert gctl("release", "node2").returncode == 0
     assert "guardctl_q_node2" not in reservations(lab)
-    phases = [json.loads(line)["phase"]
-              for line in (gctl.store / "actions/actions.jsonl").read_text().splitlines()]
+    phases = [e["phase"] for e in action_log(gctl)]
     assert phases[:2] == ["intent", "reconciled"]
 
 
 def test_crash_before_slurm_is_abandoned(lab: Any, gctl: Any) -> None:
     # A drain intent whose scontrol never ran (crash before it): reconciled as abandoned.
-    proc = gctl("drain", "node3", "--reason", "x", env={"GUARDCTL_TEST_CRASH": "drain:before-slurm"})
+    crash = {"GUARDCTL_TEST_CRASH": "drain:before-slurm"}
+    proc = gctl("drain", "node3", "--reason", "x", env=crash)
     assert proc.returncode == 99
     assert "DRAIN" not in slurm_node(lab, "node3").get("state_flags", [])
     assert gctl.status()["node3"]["guardctl"] == "in service"
-    phases = [json.loads(line)["phase"]
-              for line in (gctl.store / "actions/actions.jsonl").read_text().splitlines()]
+    phases = [e["phase"] for e in action_log(gctl)]
     assert phases == ["intent", "abandoned"]
