@@ -8,6 +8,7 @@ import click
 
 from guardctl.analyze.timespec import parse_duration, parse_time
 from guardctl.cli.base import dry_run_option, echo_json, json_option, main
+from guardctl.nodes import expand
 from guardctl.simulate import DEFAULT_START, simulate
 from guardctl.simulate.faults import CONFOUNDERS, FAULTS
 
@@ -27,6 +28,12 @@ from guardctl.simulate.faults import CONFOUNDERS, FAULTS
     type=click.IntRange(1, 1_000_000),
     help="Nodes of 8 GPUs and 4 NIC ports each.",
 )
+@click.option(
+    "--names",
+    default=None,
+    metavar="HOSTLIST",
+    help="Node names instead of node0001..., e.g. 'node[1-8]' (sets --nodes).",
+)
 @click.option("--duration", default="30m", show_default=True, help="Trace length (e.g. 30m).")
 @click.option("--interval", default="10s", show_default=True, help="Agent sampling interval.")
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -34,7 +41,8 @@ from guardctl.simulate.faults import CONFOUNDERS, FAULTS
     "--faults",
     default="all",
     show_default=True,
-    help=f"Faults to inject: NAME[:COUNT],... or all[:COUNT] or none. Known: {', '.join(FAULTS)}.",
+    help="Faults to inject: NAME[:COUNT] or NAME@NODE,... or all[:COUNT] or none. "
+    f"Known: {', '.join(FAULTS)}.",
 )
 @click.option(
     "--no-confounders",
@@ -51,6 +59,7 @@ from guardctl.simulate.faults import CONFOUNDERS, FAULTS
 def simulate_cmd(
     out: Path,
     nodes: int,
+    names: str | None,
     duration: str,
     interval: str,
     seed: int,
@@ -64,9 +73,13 @@ def simulate_cmd(
 
     Then: guardctl analyze --input OUT
     """
+    node_names = expand(names) if names else []
+    if node_names:
+        nodes = len(node_names)
     truth = simulate(
         out,
         nodes=nodes,
+        names=node_names,
         duration=parse_duration(duration, "--duration"),
         interval=parse_duration(interval, "--interval"),
         seed=seed,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,25 +77,52 @@ def parse_faults(spec: str) -> dict[str, int]:
     return out
 
 
+def split_pinned(spec: str) -> tuple[str, list[tuple[str, str]]]:
+    """``slow_gpu@node3,thermal:2`` -> (``thermal:2``, [(``slow_gpu``, ``node3``)])."""
+    rest, pinned = [], []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, at, node = part.partition("@")
+        if not at:
+            rest.append(part)
+        elif name not in F.FAULTS:
+            raise UsageError(f"--faults: unknown fault {name!r} (known: {', '.join(F.FAULTS)})")
+        else:
+            pinned.append((name, node))
+    return ",".join(rest) or "none", pinned
+
+
 def _place_faults(
-    fleet: Any, wanted: dict[str, int], rng: np.random.Generator, onset_range: tuple[float, float]
+    fleet: Any,
+    wanted: dict[str, int],
+    rng: np.random.Generator,
+    onset_range: tuple[float, float],
+    pinned: Sequence[tuple[str, str]] = (),
 ) -> list[F.Injection]:
     # one fault per node, on nodes of jobs with peers (a fault must be able to slow training)
     candidates = [int(n) for job in fleet.jobs if job.nodes.size >= 2 for n in job.nodes]
     rng.shuffle(candidates)
+    placed: list[tuple[str, int]] = []
+    for name, wanted_node in pinned:
+        index = fleet.names.index(wanted_node) if wanted_node in fleet.names else -1
+        if index not in candidates:
+            raise UsageError(
+                f"--faults: {name}@{wanted_node}: {wanted_node} is not a busy node in a job "
+                "of two or more in this trace (try another --seed)"
+            )
+        candidates.remove(index)
+        placed.append((name, index))
     total = sum(wanted.values())
     if total > len(candidates):
         raise UsageError(
             f"--faults: {total} faults need at least {total} busy nodes in jobs "
             f"of two or more; this fleet has {len(candidates)}"
         )
+    placed += [(name, candidates.pop()) for name, count in wanted.items() for _ in range(count)]
     out = []
     lo, hi = onset_range
-    for name, count in wanted.items():
-        for _ in range(count):
-            node = candidates.pop()
-            onset = fleet.t[0] + rng.uniform(lo, hi) * (fleet.t[-1] - fleet.t[0])
-            out.append(F.FAULTS[name](fleet, node, fleet.index_at(onset), rng))
+    for name, node in placed:
+        onset = fleet.t[0] + rng.uniform(lo, hi) * (fleet.t[-1] - fleet.t[0])
+        out.append(F.FAULTS[name](fleet, node, fleet.index_at(onset), rng))
     return out
 
 
@@ -110,17 +138,24 @@ def simulate(
     start: float = DEFAULT_START,
     onset_range: tuple[float, float] = (0.2, 0.6),
     dry_run: bool = False,
+    names: Sequence[str] = (),
 ) -> Truth:
     """Write a simulated fleet's trace under *out* (store layout) and its truth.json.
 
-    With *dry_run*, plan the fleet and its injections but write nothing.
+    With *dry_run*, plan the fleet and its injections but write nothing. *names* replaces
+    the generated node names (node0001...), e.g. to match a real cluster's nodes.
     """
+    if names and len(names) != nodes:
+        raise UsageError(f"simulate: {len(names)} names given for {nodes} nodes")
     if nodes < 1 or duration <= 0 or interval <= 0 or duration < 2 * interval:
         raise UsageError("simulate: need --nodes >= 1 and --duration >= 2 x --interval > 0")
     rng = np.random.default_rng(seed)
     fleet = build(nodes, duration, interval, seed, start)
+    if names:
+        fleet.names = list(names)
     truth = Truth(seed, fleet.names, start, start + duration, interval)
-    truth.faults = _place_faults(fleet, parse_faults(faults), rng, onset_range)
+    counted, pinned = split_pinned(faults)
+    truth.faults = _place_faults(fleet, parse_faults(counted), rng, onset_range, pinned)
     if confounders:
         for fn in F.CONFOUNDERS.values():
             truth.confounders.extend(fn(fleet, rng))
