@@ -268,7 +268,10 @@ def _peer_of(
 ) -> np.ndarray:
     """Peer group per row: its node's job in that window when big enough, else NO_PEER."""
     job = node_job[w, node]
-    key = w * (int(node_job.max()) + 2) + job + 1
+    # A window range with no rows at all (a report period before the first sample) has no
+    # jobs either: every key is then "no peer".
+    stride = int(node_job.max()) + 2 if node_job.size else 1
+    key = w * stride + job + 1
     uniq, inv = np.unique(key, return_inverse=True)
     size = (
         group_count(inv, uniq.size)
@@ -277,7 +280,7 @@ def _peer_of(
     )
     job = np.where((job >= 0) & (size[inv] >= min_peers), job, NO_PEER)
     # windows are compared separately: fold the window into the peer key
-    return w * (int(node_job.max()) + 2) + job + 1
+    return w * stride + job + 1
 
 
 def gpu_table(

@@ -62,15 +62,18 @@ run g store check "$DEMO_DIR/live"
 step "2. A fleet's telemetry with faults: 8 nodes x 8 GPUs, several jobs, benign confounders"
 # The trace is simulated (no GPUs here) but follows schema v1 exactly, like the agent's.
 # Two faults land on lab nodes: a GPU that is silently slow (node3) and rising link errors (node6).
-run g simulate --out "$STORE" --names 'node[1-8]' --duration 30m --seed 7 \
+run g simulate --out "$STORE" --names 'node[1-8]' --duration 30m --seed 1 \
     --faults 'slow_gpu@node3,link_errors@node6' --start "$(($(date +%s) - 1800))"
 
 step "3. Analysis: compare every node with its peers, with persistence"
 findings_ok g analyze
-suspects=$(g analyze --json | python3 -c '
+findings_ok g analyze --json >"$DEMO_DIR/analysis.json"
+suspects=$(python3 -c '
 import json, sys
-print(",".join(n["node"] for n in json.load(sys.stdin)["nodes"] if n["verdict"] == "suspect"))')
+nodes = json.load(open(sys.argv[1]))["nodes"]
+print(",".join(n["node"] for n in nodes if n["verdict"] == "suspect"))' "$DEMO_DIR/analysis.json")
 echo "suspects: $suspects"
+[[ -n $suspects ]] || { echo "no suspects: nothing to sweep" >&2; exit 1; }
 
 step "4. Sweep the suspects: quarantine, GEMM + all-reduce + pairwise jobs through sbatch, judge"
 # Only node3 has the hardware fault: make its burn-in really run slow (a demo-only setting).

@@ -182,3 +182,15 @@ def test_json_report_for_scripts(trace: tuple[Path, set[str]]) -> None:
     assert set(doc["suspect_now"]) == faulty
     assert set(doc["ever_suspect"]) >= faulty
     assert doc["passes"] == 6 and doc["latest"]["schema"] == 1
+
+
+def test_report_period_longer_than_the_data(trace: tuple[Path, set[str]]) -> None:
+    # The default period (24h) reaches far before a 30-minute store: the early passes have no
+    # data at all and must count as empty, not crash.
+    import json
+
+    root, faulty = trace
+    res = CliRunner().invoke(main, ["report", "--input", str(root), "--period", "24h", "--json"])
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.output)
+    assert set(doc["suspect_now"]) == faulty
