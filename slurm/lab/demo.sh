@@ -23,9 +23,11 @@ g() { guardctl --config "$CONFIG" "$@"; }
 step "0. Set-up: Slurm, munge, guardctl (tools/setup.sh), and an 8-node lab"
 bash tools/setup.sh
 mkdir -p "$DEMO_DIR"
+# Start from a clean lab and an empty store each time: the demo owns both.
+[[ -f $LAB/slurm.conf ]] && bash slurm/lab/down.sh --dir "$LAB" --purge
 bash slurm/lab/up.sh --dir "$LAB" --port "$PORT" --cluster demo --nodes 8
 export SLURM_CONF=$LAB/slurm.conf
-rm -rf "$STORE"
+rm -rf "$STORE" "$DEMO_DIR/live"
 cat >"$CONFIG" <<END
 # guardctl settings for the demo (see man -l man/guardctl.toml.5)
 [store]
@@ -95,8 +97,8 @@ run g dds status "$job"
 step "7. Reports: status, the action log, a health report with plots, Prometheus metrics"
 run g status
 run g history --limit 20
-findings_ok g report --format html --output "$DEMO_DIR/report.html"
-findings_ok g report --format md --output "$DEMO_DIR/report.md"
+findings_ok g report --period 1h --format html --output "$DEMO_DIR/report.html"
+findings_ok g report --period 1h --format md --output "$DEMO_DIR/report.md"
 findings_ok g export --prometheus "$DEMO_DIR/guardctl.prom"
 echo
 echo "Report: $DEMO_DIR/report.html   Metrics: $DEMO_DIR/guardctl.prom   Store: $STORE"
