@@ -124,7 +124,7 @@ def test_older_gpu_lacks_fields(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_no_driver_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeNvml()
-    fake.library_missing = True
+    fake.no_driver = True
     monkeypatch.setitem(sys.modules, "pynvml", fake.module())
     with pytest.raises(CollectorUnavailable, match="no NVIDIA driver"):
         NvmlCollector().collect("n", 1.0)

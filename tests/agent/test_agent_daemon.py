@@ -54,7 +54,7 @@ def test_hourly_rotation(tmp_path: Path, fake_nvml: FakeNvml) -> None:
 def test_no_driver_does_not_stop_the_others(tmp_path: Path, fake_nvml: FakeNvml,
                                             caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="guardctl.agent")
-    fake_nvml.library_missing = True
+    fake_nvml.no_driver = True
     agent = Agent(settings(retry_unavailable_s=0.2), tmp_path, "n1")
     for i in range(3):
         agent.sample(TS + i)
@@ -65,7 +65,7 @@ def test_no_driver_does_not_stop_the_others(tmp_path: Path, fake_nvml: FakeNvml,
     no_driver = [r for r in caplog.records if "no NVIDIA driver" in r.getMessage()]
     assert len(no_driver) == 1  # said once, not every sample
     # The driver comes back (module loaded): picked up at the next retry.
-    fake_nvml.library_missing = False
+    fake_nvml.no_driver = False
     time.sleep(0.25)
     agent.sample(TS + 10)
     agent.close()

@@ -31,7 +31,7 @@ def fake_nvml(gpus: int = 8, dbe: dict[int, int] | None = None,
         fake.gpus[index]["ecc_uncorrected_volatile"] = count
     for index, rows in (remap or {}).items():
         fake.gpus[index]["remapped_rows"] = list(rows)
-    fake.library_missing = missing
+    fake.no_driver = missing
     return fake.module()
 
 
