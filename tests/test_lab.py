@@ -258,7 +258,14 @@ def test_second_lab_and_down_idempotent(
 
 
 def test_unavailable_lab_skips_or_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    import conftest
+    # Load this folder's conftest by path: other folders' conftest modules share its name.
+    import importlib.util
+
+    here = Path(__file__).with_name("conftest.py")
+    spec = importlib.util.spec_from_file_location("lab_conftest", here)
+    assert spec is not None and spec.loader is not None
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
 
     monkeypatch.setattr(conftest, "lab_unavailable_reason", lambda: "no Slurm here")
     monkeypatch.delenv("CI", raising=False)
