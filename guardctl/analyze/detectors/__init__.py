@@ -14,11 +14,11 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from guardctl.analyze.features import Features
+from guardctl.analyze.features import Features, peer_stats
 
 ABSENT = -1  # no GPU / port / rank for this flag
 
@@ -43,6 +43,47 @@ class Flags:
 
     def __len__(self) -> int:
         return int(self.w.size)
+
+    @classmethod
+    def of(
+        cls,
+        detector: str,
+        metric: str,
+        unit: str,
+        summary: str,
+        table: Any,
+        hit: np.ndarray,
+        value: np.ndarray,
+        reference: np.ndarray,
+        deviation: np.ndarray,
+        severity: np.ndarray,
+        **ids: str,
+    ) -> Flags:
+        """The rows of *table* selected by *hit*; *ids* name its columns, e.g. ``gpu="gpu"``."""
+        return cls(
+            detector, metric, unit, summary, table["w"][hit], table["node"][hit], value[hit],
+            reference[hit], deviation[hit], severity[hit],
+            **{key: table[column][hit] for key, column in ids.items()},
+        )  # fmt: skip
+
+
+def below_peers_under_load(
+    detector: str, f: Features, th: dict[str, float], column: str, metric: str, unit: str,
+    summary: str,
+) -> list[Flags]:
+    """Busy GPUs whose *column* falls below their peers' (same job, same window).
+
+    Idle GPUs are never judged: they clock down and draw little power by design.
+    """
+    t = f.gpu
+    if not len(t):
+        return []
+    busy = t["util_med"] >= th["busy_util_pct"]
+    value = t[column]
+    med, mad, _ = peer_stats(t["peer"], value, busy)
+    hit, rdev, sev = deviation_test(value, med, mad, direction=-1, rel=th["rel"], z=th["z"])
+    hit &= busy
+    return [Flags.of(detector, metric, unit, summary, t, hit, value, med, rdev, sev, gpu="gpu")]
 
 
 class Detector(Protocol):

@@ -28,18 +28,18 @@ class BusyTime:
         hit, rdev, sev = deviation_test(value, med, mad, direction=1, rel=th["rel"], z=th["z"])
         hit &= t["peer"] >= 0  # a job too small to have peers is not judged
         return [
-            Flags(
+            Flags.of(
                 self.name,
                 "compute_s",
                 "s",
                 "rank busy time above its job's ranks",
-                t["w"][hit],
-                t["node"][hit],
-                value[hit],
-                med[hit],
-                rdev[hit],
-                sev[hit],
-                gpu=t["local"][hit],
-                rank=t["rank"][hit],
+                t,
+                hit,
+                value,
+                med,
+                rdev,
+                sev,
+                gpu="local",
+                rank="rank",
             )
         ]

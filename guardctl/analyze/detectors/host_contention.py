@@ -27,16 +27,16 @@ class HostContention:
         )
         hit &= busy
         return [
-            Flags(
+            Flags.of(
                 self.name,
                 "load1",
                 "load",
                 "CPU load far above the job's other nodes",
-                t["w"][hit],
-                t["node"][hit],
-                value[hit],
-                med[hit],
-                rdev[hit],
-                sev[hit],
+                t,
+                hit,
+                value,
+                med,
+                rdev,
+                sev,
             )
         ]

@@ -24,17 +24,17 @@ class LinkRate:
         hit, rdev, sev = deviation_test(value, med, mad, direction=-1, rel=th["rel"], z=th["z"])
         hit &= up
         return [
-            Flags(
+            Flags.of(
                 self.name,
                 "rate_gbps",
                 "Gb/s",
                 "link rate below peers",
-                t["w"][hit],
-                t["node"][hit],
-                value[hit],
-                med[hit],
-                rdev[hit],
-                sev[hit],
-                port=t["port"][hit],
+                t,
+                hit,
+                value,
+                med,
+                rdev,
+                sev,
+                port="port",
             )
         ]

@@ -34,17 +34,17 @@ class Thermal:
         throttled = (t["fault_bits"] & THERMAL_BITS) != 0
         hit = hot & busy & (slower | throttled)
         return [
-            Flags(
+            Flags.of(
                 self.name,
                 "temp_c",
                 "C",
                 "hotter than peers and throttling",
-                t["w"][hit],
-                t["node"][hit],
-                value[hit],
-                med[hit],
-                rdev[hit],
-                sev[hit],
-                gpu=t["gpu"][hit],
+                t,
+                hit,
+                value,
+                med,
+                rdev,
+                sev,
+                gpu="gpu",
             )
         ]

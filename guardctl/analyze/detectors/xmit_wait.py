@@ -37,17 +37,17 @@ class XmitWait:
         hit |= zero
         sev = np.where(zero, value / th["min_per_window"], sev)
         return [
-            Flags(
+            Flags.of(
                 self.name,
                 "xmit_wait",
                 "ticks/window",
                 "transmit wait far above peers",
-                t["w"][hit],
-                t["node"][hit],
-                value[hit],
-                med[hit],
-                rdev[hit],
-                sev[hit],
-                port=t["port"][hit],
+                t,
+                hit,
+                value,
+                med,
+                rdev,
+                sev,
+                port="port",
             )
         ]
