@@ -69,8 +69,11 @@ def main() -> int:
             print(f"{r['gpu']:>3}  {r['device'][:27]:<28}{r['tflops']:>9.1f}"
                   f"{r['tflops_first']:>9.1f}{r['tflops_min']:>9.1f}"
                   f"{r['expected'] or 0:>8.0f}{r['ratio'] or 0:>7.2f}")
-    return 0 if all(r["ratio"] is None or r["ratio"] >= 0.85 for r in rows) else 1
+    # The target: the sweep reaches at least 90% of the achievable figure.
+    return 0 if all(r["ratio"] is None or r["ratio"] >= TARGET_RATIO for r in rows) else 1
 
+
+TARGET_RATIO = 0.90
 
 if __name__ == "__main__":
     sys.exit(main())
