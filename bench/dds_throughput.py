@@ -11,7 +11,10 @@ whose workers compute between leases looks like). The baseline, measured in the
 same run against the same service, is the bare HTTP round trip (GET
 /v1/health: authentication, no ledger, no SQLite), so the ratio shows what the
 accounting and the group-committed database cost. Also measured: the CPU split
-between the service and the load generator, the statements per commit, and
+between the service (its event loop plus its commit process) and the load
+generator, how busy the whole machine was (other workloads share its cores:
+``machine_busy_cores`` minus the two is what they took), the statements per
+commit, and
 the synchronous client's sequential lease + ack latency (stdlib http.client,
 what training scripts use) against an aiohttp client driven from a background
 event loop.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -38,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -109,6 +114,8 @@ async def _drive(
 ) -> dict[str, Any]:  # fmt: skip
     latencies: list[float] = []
     requests = [0]
+    # Request ids: unique across the run (the service is shared by all points), and cheap.
+    ids = (f"{uuid.uuid4().hex[:12]}-{n}" for n in itertools.count())
     go = asyncio.Event()
     stop_at = [0.0]
 
@@ -134,9 +141,9 @@ async def _drive(
                     continue
                 if mode == "ack+lease combined" and held is not None:
                     t0 = time.perf_counter()
-                    body = json.dumps({"lease": held, "next": {
-                        "worker": worker, "request_id": uuid.uuid4().hex}}).encode()  # fmt: skip
-                    reply = json.loads(await conn.call("POST", "/v1/ack", body))
+                    body = orjson.dumps({"lease": held, "next": {
+                        "worker": worker, "request_id": next(ids)}})  # fmt: skip
+                    reply = orjson.loads(await conn.call("POST", "/v1/ack", body))
                     assert reply["counted"]
                     held = reply["next"]["lease"]
                     latency = time.perf_counter() - t0
@@ -144,16 +151,16 @@ async def _drive(
                     requests[0] += 1
                     continue
                 t0 = time.perf_counter()
-                body = json.dumps({"worker": worker, "request_id": uuid.uuid4().hex}).encode()
-                lease = json.loads(await conn.call("POST", "/v1/lease", body))
+                body = orjson.dumps({"worker": worker, "request_id": next(ids)})
+                lease = orjson.loads(await conn.call("POST", "/v1/lease", body))
                 t1 = time.perf_counter()
                 if mode == "ack+lease combined":
                     held = lease["lease"]
                     latencies.append(t1 - t0)
                     requests[0] += 1
                     continue
-                ack = json.dumps({"lease": lease["lease"]}).encode()
-                assert json.loads(await conn.call("POST", "/v1/ack", ack))["counted"]
+                ack = orjson.dumps({"lease": lease["lease"]})
+                assert orjson.loads(await conn.call("POST", "/v1/ack", ack))["counted"]
                 latencies.extend((t1 - t0, time.perf_counter() - t1))
                 requests[0] += 2
         finally:
@@ -176,23 +183,41 @@ async def _drive(
     }
 
 
+def _cpu_s(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+def _machine_busy_s() -> float:
+    times = psutil.cpu_times()
+    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+
 def measure(server: psutil.Process, host: str, port: int, secret: str, clients: int,
             seconds: float, mode: str, paced_ops: float = 0.0) -> dict[str, Any]:  # fmt: skip
-    s0 = server.cpu_times()
+    """One point; the service's CPU counts its commit process too (its own child)."""
+    helpers = server.children(recursive=True)
+    s0, h0 = _cpu_s(server), sum(_cpu_s(p) for p in helpers)
     c0 = resource.getrusage(resource.RUSAGE_SELF)
+    m0 = _machine_busy_s()
     wall0 = time.perf_counter()
     result = asyncio.run(_drive(host, port, secret, clients, seconds, mode, paced_ops))
     wall = time.perf_counter() - wall0
-    s1 = server.cpu_times()
+    s1, h1 = _cpu_s(server), sum(_cpu_s(p) for p in helpers)
     c1 = resource.getrusage(resource.RUSAGE_SELF)
-    server_cpu = (s1.user + s1.system - s0.user - s0.system) / wall
+    machine = (_machine_busy_s() - m0) / wall
+    loop_cpu = (s1 - s0) / wall
+    server_cpu = loop_cpu + (h1 - h0) / wall
     client_cpu = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) / wall
     result.update(
         ops_per_server_core_s=round(result["ops_per_s"] / max(server_cpu, 0.01)),
         clients=clients,
         mode=mode if not paced_ops else f"{mode} paced at {paced_ops:.0f} ops/s",
         server_cores=round(server_cpu, 2),
+        server_loop_cores=round(loop_cpu, 2),
         loadgen_cores=round(client_cpu, 2),
+        # Everything the machine ran: above server + loadgen, other workloads took cores.
+        machine_busy_cores=round(machine, 2),
     )
     return result
 

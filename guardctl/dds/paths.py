@@ -20,6 +20,7 @@ from guardctl import layout
 from guardctl.config import Settings
 from guardctl.errors import RefusedError, StoreError, UsageError
 
+LOCK_WAIT_S = 5.0  # how long a restart waits for a dead service's commit process
 LOCK_FILE = "service.lock"
 SECRET_FILE = "secret"
 ADDRESS_FILE = "address.json"
@@ -90,25 +91,48 @@ def lock_service(paths: JobPaths) -> IO[str]:
     """Hold the job's service lock: two services on one database would both hand out shards.
 
     The kernel drops the lock when the holder dies (even by SIGKILL), so a
-    restart never finds a stale one.
+    restart never finds a stale one. The service's commit process shares the
+    lock and dies with it a moment later: while the recorded holder is dead,
+    wait for that (a few seconds at most) rather than refuse.
     """
     path = paths.state_dir / LOCK_FILE
     try:
         handle = open(path, "a+", encoding="ascii")  # noqa: SIM115 (held for the service's life)
     except OSError as exc:
         raise StoreError(f"cannot open {path}: {exc.strerror}") from exc
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise RefusedError(f"a service for job {paths.job} is already running ({holder})") from None
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            if _holder_alive(holder) or time.monotonic() > deadline:
+                handle.close()
+                raise RefusedError(
+                    f"a service for job {paths.job} is already running ({holder})"
+                ) from None
+            time.sleep(0.05)
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}\n")
     handle.flush()
     return handle
+
+
+def _holder_alive(holder: str) -> bool:
+    """Whether the service recorded in the lock file ("pid N") still runs (unknown: yes)."""
+    word, _, number = holder.partition(" ")
+    if word != "pid" or not number.isdigit():
+        return True
+    try:
+        os.kill(int(number), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def read_secret(path: Path) -> str:

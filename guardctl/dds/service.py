@@ -19,10 +19,12 @@ import resource
 import signal
 import socket
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from guardctl.config import Settings
@@ -30,13 +32,15 @@ from guardctl.dds import paths as dds_paths
 from guardctl.dds.dataset import JobSpec
 from guardctl.dds.ledger import ConflictError, Ledger
 from guardctl.dds.status import job_status
-from guardctl.dds.store import StateDB
+from guardctl.dds.store import CommitProcess, StateDB
 from guardctl.errors import StoreError, UsageError
 
 log = logging.getLogger("guardctl.dds")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 JSON = "application/json"
+MAX_BODY = 64 * 1024
+IN_FLIGHT = 2  # batches handed to the commit process at once
 LONG_POLL_S = 1.0  # the longest a lease request is held while shards are in flight
 
 
@@ -45,56 +49,124 @@ class BadRequest(Exception):
 
 
 class GroupCommit:
-    """Answers wait here until the batch holding their changes is committed."""
+    """Answers wait here until the batch holding their changes is committed.
 
-    def __init__(self, db: StateDB, interval_s: float) -> None:
+    With a :class:`CommitProcess` the batch is committed there while this
+    loop goes on serving. Up to ``IN_FLIGHT`` batches are handed over at once
+    (the process commits them in order), so it starts the next one without
+    waiting for this loop to hear about the last; meanwhile the next batch
+    collects. Without a commit process, the batch is committed here, in the loop.
+    """
+
+    def __init__(self, db: StateDB, interval_s: float, writer: CommitProcess | None = None) -> None:
         self.db = db
         self.interval_s = interval_s
-        self.waiters: list[asyncio.Future[None]] = []
+        self.writer = writer
+        self.waiters: list[asyncio.Future[None]] = []  # for writes not handed over yet
+        # Per batch handed over, oldest first: the answers waiting for it.
+        self.in_flight: deque[list[asyncio.Future[None]]] = deque()
         self.scheduled = False
         self.commits = 0
         self.statements = 0
         self.failure: BaseException | None = None
+        if writer is not None:
+            asyncio.get_running_loop().add_reader(writer.fileno(), self._committed)
+            db.before_flush = self.drain
 
     async def durable(self) -> None:
+        """Return once every change made so far is committed."""
         if self.failure is not None:
             raise StoreError(f"the state database failed: {self.failure}")
-        if not self.db.dirty:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.db.dirty:
+            self.waiters.append(fut)
+            self._schedule()
+        elif self.in_flight:
+            self.in_flight[-1].append(fut)  # the answer may rest on a batch being committed
+        else:
             return
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        self.waiters.append(fut)
-        if not self.scheduled:
-            self.scheduled = True
-            # Waiting a little lets concurrent requests share one transaction.
-            if self.interval_s > 0:
-                loop.call_later(self.interval_s, self.flush)
-            else:
-                loop.call_soon(self.flush)
         await fut
+
+    def _schedule(self) -> None:
+        if self.scheduled or len(self.in_flight) >= IN_FLIGHT:
+            return  # the next report of a committed batch hands over this one
+        self.scheduled = True
+        loop = asyncio.get_running_loop()
+        # Waiting a little lets concurrent requests share one transaction.
+        if self.interval_s > 0:
+            loop.call_later(self.interval_s, self.flush)
+        else:
+            loop.call_soon(self.flush)
 
     def flush(self) -> None:
         self.scheduled = False
+        if self.failure is not None or len(self.in_flight) >= IN_FLIGHT:
+            return
         waiters, self.waiters = self.waiters, []
         try:
-            self.statements += self.db.flush()
-            self.commits += 1
+            if self.writer is None:
+                self.statements += self.db.flush()
+                self.commits += 1
+            elif self.db.dirty:
+                self.writer.send(self.db.take())
+                self.in_flight.append(waiters)
+                return
         except Exception as exc:  # the memory state is now ahead of the disk: stop serving
-            log.error("state database commit failed: %s", exc)
-            self.failure = exc
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_exception(StoreError(f"the state database failed: {exc}"))
+            self._fail(exc, waiters)
             return
-        for fut in waiters:
+        _release(waiters)
+
+    def _committed(self) -> None:
+        """The commit process reports the oldest batch in flight (readable pipe)."""
+        assert self.writer is not None
+        waiters = self.in_flight.popleft() if self.in_flight else []
+        try:
+            self.statements += self.writer.result()
+            self.commits += 1
+        except StoreError as exc:
+            self._fail(exc, waiters)
+            return
+        _release(waiters)
+        if self.waiters or self.db.dirty:
+            self._schedule()
+
+    def drain(self) -> None:
+        """Wait here for the batches in flight (before this process writes the database itself)."""
+        while self.in_flight and self.failure is None:
+            self._committed()
+        if self.failure is not None:
+            raise StoreError(f"the state database failed: {self.failure}")
+
+    def _fail(self, exc: BaseException, waiters: list[asyncio.Future[None]]) -> None:
+        log.error("state database commit failed: %s", exc)
+        self.failure = exc
+        if self.writer is not None:
+            asyncio.get_running_loop().remove_reader(self.writer.fileno())
+        error = StoreError(f"the state database failed: {exc}")
+        for fut in waiters + self.waiters + [f for batch in self.in_flight for f in batch]:
             if not fut.done():
-                fut.set_result(None)
+                fut.set_exception(error)
+        self.waiters = []
+        self.in_flight.clear()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            if self.failure is None:
+                asyncio.get_running_loop().remove_reader(self.writer.fileno())
+            self.db.before_flush = None
+            self.writer.close()
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+def _release(waiters: list[asyncio.Future[None]]) -> None:
+    for fut in waiters:
+        if not fut.done():
+            fut.set_result(None)
+
+
+async def _body(request: web.BaseRequest) -> dict[str, Any]:
     try:
-        body = json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = orjson.loads(await request.read())
+    except (ValueError, UnicodeDecodeError) as exc:  # orjson.JSONDecodeError is a ValueError
         raise BadRequest("the body is not JSON") from exc
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
@@ -127,8 +199,8 @@ class Service:
     requests: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024)
+    def routes(self) -> dict[str, tuple[str, Handler]]:
+        """Path -> (method, handler), every one behind the secret check."""
         post = {
             "/v1/renew": self._renew,
             "/v1/ack": self._ack,
@@ -136,11 +208,38 @@ class Service:
             "/v1/commit": self._commit,
             "/v1/restore": self._restore,
         }
-        app.router.add_routes([web.post(p, self._wrap(h)) for p, h in post.items()])
-        app.router.add_post("/v1/lease", self._guarded(self._lease))
-        app.router.add_get("/v1/status", self._guarded(self._status))
-        app.router.add_get("/v1/health", self._guarded(self._health))
-        return app
+        routes = {path: ("POST", self._guarded(self._wrap(op))) for path, op in post.items()}
+        routes["/v1/lease"] = ("POST", self._guarded(self._lease))
+        routes["/v1/status"] = ("GET", self._guarded(self._status))
+        routes["/v1/health"] = ("GET", self._guarded(self._health))
+        return routes
+
+    def server(self) -> web.Server:
+        """aiohttp's low-level server with one dispatch table.
+
+        Every lease and acknowledgement goes through here, and aiohttp's
+        Application (router, middlewares, the full Request) costs a measurable
+        share of each; a fixed set of exact paths needs none of it.
+        """
+        routes = self.routes()
+
+        async def dispatch(request: web.BaseRequest) -> web.StreamResponse:
+            route = routes.get(request.path)
+            if route is None:
+                return _reply({"error": f"no endpoint {request.path}"}, 404)
+            if request.method != route[0]:
+                return _reply({"error": f"{request.path} takes {route[0]}"}, 405)
+            return await route[1](request)
+
+        def make_request(
+            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+        ) -> web.BaseRequest:
+            return web.BaseRequest(
+                message, payload, protocol, writer, task, asyncio.get_running_loop(),
+                client_max_size=MAX_BODY,
+            )  # fmt: skip
+
+        return web.Server(dispatch, request_factory=make_request, access_log=None)
 
     def _guarded(self, handler: Handler) -> Handler:
         """Check the job's secret, and turn foreseen errors into JSON error replies.
@@ -149,7 +248,7 @@ class Service:
         path of every lease and a middleware costs a measurable share of it.
         """
 
-        async def guarded(request: web.Request) -> web.StreamResponse:
+        async def guarded(request: web.BaseRequest) -> web.StreamResponse:
             self.requests += 1
             given = request.headers.get("Authorization", "")
             token = given[7:].encode("utf-8", "replace") if given.startswith("Bearer ") else b""
@@ -163,18 +262,20 @@ class Service:
                 return _reply({"error": str(exc)}, 409)
             except StoreError as exc:
                 return _reply({"error": str(exc)}, 503)
+            except web.HTTPRequestEntityTooLarge:
+                return _reply({"error": f"the body is over {MAX_BODY // 1024} KiB"}, 413)
 
         return guarded
 
     def _wrap(self, op: Callable[[dict[str, Any]], dict[str, Any]]) -> Handler:
-        async def handler(request: web.Request) -> web.StreamResponse:
+        async def handler(request: web.BaseRequest) -> web.StreamResponse:
             reply = op(await _body(request))
             await self.committer.durable()
             return _reply(reply)
 
         return self._guarded(handler)
 
-    async def _lease(self, request: web.Request) -> web.StreamResponse:
+    async def _lease(self, request: web.BaseRequest) -> web.StreamResponse:
         """Lease a shard; while none is free but some are in flight, hold the request (long poll).
 
         Holding it until a lease expires or the job ends (at most about a
@@ -246,7 +347,7 @@ class Service:
         self.notify()  # requeued shards: wake the held lease requests
         return reply
 
-    async def _status(self, _request: web.Request) -> web.StreamResponse:
+    async def _status(self, _request: web.BaseRequest) -> web.StreamResponse:
         self.ledger.reap()
         await self.committer.durable()
         report = job_status(self.ledger.db, self.job)
@@ -257,12 +358,13 @@ class Service:
         }
         return _reply(report)
 
-    async def _health(self, _request: web.Request) -> web.StreamResponse:
+    async def _health(self, _request: web.BaseRequest) -> web.StreamResponse:
         return _reply({"status": "ok", "job": self.job})
 
 
 def _reply(data: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(body=json.dumps(data).encode(), status=status, content_type=JSON)
+    body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+    return web.Response(body=body, status=status, content_type=JSON)
 
 
 async def _reaper(service: Service, period: float) -> None:
@@ -297,16 +399,18 @@ async def run_service(
     *,
     on_ready: Callable[[str, int], None] | None = None,
     linger_s: float | None = None,
+    writer: CommitProcess | None = None,
 ) -> None:
     """Serve *job* until SIGTERM or SIGINT; publish the address once listening.
 
     With *linger_s*, also stop that long after the job's last shard or step
-    is done (so a job step that runs the service can end).
+    is done (so a job step that runs the service can end). With *writer*,
+    group commits are written by that process.
     """
     ledger, secret = open_ledger(settings, job, spec)
-    committer = GroupCommit(ledger.db, settings.dds.commit_interval_ms / 1000.0)
+    committer = GroupCommit(ledger.db, settings.dds.commit_interval_ms / 1000.0, writer)
     service = Service(ledger, committer, secret.encode(), job)
-    runner = web.AppRunner(service.app(), access_log=None, handle_signals=False)
+    runner = web.ServerRunner(service.server(), handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, settings.dds.bind, settings.dds.port, backlog=4096)
     try:
@@ -338,13 +442,17 @@ async def run_service(
     finally:
         reaper.cancel()
         await runner.cleanup()
-        ledger.db.flush()
-        ledger.db.close()
+        try:
+            if committer.failure is None:
+                ledger.db.flush()
+        finally:
+            committer.close()
+            ledger.db.close()
     if committer.failure is not None:
         raise StoreError(f"the state database failed: {committer.failure}")
 
 
-def _bound_port(runner: web.AppRunner) -> int:
+def _bound_port(runner: web.BaseRunner) -> int:
     for address in runner.addresses:
         if isinstance(address, tuple):
             return int(address[1])
@@ -392,10 +500,21 @@ def serve(
     dds_paths.prepare(paths)
     lock = dds_paths.lock_service(paths)
     try:
+        # Forked first, while this process has nothing open but the lock.
+        writer = CommitProcess(paths.state)
+    except OSError as exc:
+        lock.close()
+        raise StoreError(f"cannot start the commit process: {exc}") from exc
+    try:
         with asyncio.Runner(loop_factory=_loop_factory(settings.dds.event_loop)) as runner:
-            runner.run(run_service(settings, job, spec, on_ready=on_ready, linger_s=linger_s))
+            runner.run(
+                run_service(
+                    settings, job, spec, on_ready=on_ready, linger_s=linger_s, writer=writer
+                )
+            )
     except ConflictError as exc:
         raise UsageError(str(exc)) from exc
     finally:
+        writer.close()
         lock.close()
     log.info("service for job %s stopped after %.0f s", job, time.monotonic() - started)

@@ -1,16 +1,24 @@
 """The service's state on disk: SQLite in WAL mode, written in group commits.
 
 Every change the ledger makes is queued here and written in one transaction
-per batch (``flush``); the service answers a request only after the batch
-holding its change is committed, so whatever a client was told survives a
-SIGKILL. ``synchronous=NORMAL`` in WAL mode loses nothing when the process
-dies; only a power cut can lose the last few milliseconds of commits.
+per batch (``flush``, or :class:`CommitProcess` in the running service); the
+service answers a request only after the batch holding its change is
+committed, so whatever a client was told survives a SIGKILL.
+``synchronous=NORMAL`` in WAL mode loses nothing when the process dies; only a
+power cut can lose the last few milliseconds of commits.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
 import sqlite3
-from collections.abc import Hashable
+import sys
+from collections.abc import Callable, Hashable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +47,28 @@ CREATE TABLE IF NOT EXISTS worker (
 """
 
 Params = tuple[Any, ...]
+Batch = list[tuple[str, Params]]
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def _commit(conn: sqlite3.Connection, batch: Batch) -> int:
+    """Write *batch* in one transaction, all or nothing; return how many statements."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for sql, params in batch:
+            conn.execute(sql, params)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return len(batch)
 
 
 class StateDB:
@@ -52,14 +82,14 @@ class StateDB:
                     f"file:{path}?mode=ro", uri=True, isolation_level=None, timeout=5.0
                 )
             else:
-                self.conn = sqlite3.connect(str(path), isolation_level=None, timeout=5.0)
-                self.conn.execute("PRAGMA journal_mode=WAL")
-                self.conn.execute("PRAGMA synchronous=NORMAL")
+                self.conn = _connect(path)
                 self.conn.executescript(SCHEMA)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the service state {path}: {exc}") from exc
         self._writes: list[tuple[str, Params]] = []
         self._latest: dict[Hashable, tuple[str, Params]] = {}
+        # Called before this connection writes: lets a commit process finish its batch first.
+        self.before_flush: Callable[[], None] | None = None
 
     @property
     def dirty(self) -> bool:
@@ -73,22 +103,19 @@ class StateDB:
         """Queue a statement that only the last one per *key* in a batch matters (an upsert)."""
         self._latest[key] = (sql, params)
 
-    def flush(self) -> int:
-        """Write every queued statement in one transaction; return how many."""
-        if not self.dirty:
-            return 0
+    def take(self) -> Batch:
+        """Hand over every queued statement (for a :class:`CommitProcess`), in order."""
         batch = self._writes + list(self._latest.values())
         self._writes, self._latest = [], {}
-        conn = self.conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for sql, params in batch:
-                conn.execute(sql, params)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return len(batch)
+        return batch
+
+    def flush(self) -> int:
+        """Write every queued statement in one transaction; return how many."""
+        if self.before_flush is not None:
+            self.before_flush()  # an earlier batch in another process commits first
+        if not self.dirty:
+            return 0
+        return _commit(self.conn, self.take())
 
     def rows(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         try:
@@ -104,3 +131,89 @@ class StateDB:
 
     def close(self) -> None:
         self.conn.close()
+
+
+class CommitProcess:
+    """A child process that commits the service's batches, one at a time and in order.
+
+    The event loop hands over a batch and carries on parsing and answering
+    other requests while SQLite writes it (and now and then checkpoints and
+    syncs the WAL) on the other core; the answers that rest on a batch are
+    released only when the child reports it committed. The child is forked
+    before the service opens anything, holds no state of its own, and dies
+    with the service (``PR_SET_PDEATHSIG``): it never commits for a service
+    that is gone, and it keeps the inherited service lock until it is gone.
+    """
+
+    def __init__(self, path: Path) -> None:
+        for stream in (sys.stdout, sys.stderr):  # else the child would write them out again
+            stream.flush()
+        context = multiprocessing.get_context("fork")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(
+            target=_commit_loop, args=(path, child, os.getpid()), name="dds-commit", daemon=True
+        )
+        self.process.start()
+        child.close()
+
+    def fileno(self) -> int:
+        return self.conn.fileno()
+
+    def send(self, batch: Batch) -> None:
+        try:
+            self.conn.send(batch)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"the commit process is gone: {exc}") from exc
+
+    def result(self) -> int:
+        """Wait for the batch in flight: how many statements it committed (StoreError if none)."""
+        try:
+            reply = self.conn.recv()
+        except (EOFError, OSError) as exc:
+            raise StoreError("the commit process is gone") from exc
+        if isinstance(reply, str):
+            raise StoreError(reply)
+        return int(reply)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.conn.send(None)
+        self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+def _die_with(parent: int) -> None:
+    """Be killed by the kernel when *parent* dies; leave now if it already has."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _commit_loop(path: Path, conn: Connection, parent: int) -> None:
+    _die_with(parent)
+    # Stopping is the service's business: it sends None (or dies, and so do we).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    db: sqlite3.Connection | None = None
+    while True:
+        try:
+            batch = conn.recv()
+        except (EOFError, OSError):
+            return
+        if batch is None:
+            break
+        if os.getppid() != parent:  # the service died while sending: answer nobody
+            return
+        try:
+            db = db or _connect(path)
+            count = _commit(db, batch)
+        except Exception as exc:  # the service stops on it: say what failed
+            conn.send(f"cannot write the service state {path}: {exc}")
+            continue
+        conn.send(count)
+    if db is not None:
+        db.close()
