@@ -10,13 +10,15 @@ each in a fresh process (so peak memory is that step's own):
 - ``warm``: the same pass again, answered from the columnar cache;
 - ``+1 min``: a pass after the writers appended a sixth minute (parses only that).
 
-Times are wall-clock seconds; memory is the peak RSS of the process and its
+Times are wall-clock seconds (with ``--rounds N``: the fastest and slowest of N
+rounds, for a shared machine); memory is the peak RSS of the process and its
 workers. Ratios are against ``read`` measured in the same run. The files sit
 in the page cache for every step (the simulator just wrote them), so ``read``
 is memory bandwidth, not disk.
 
     python bench/analyze_scale.py            # 1k, 10k, 100k GPUs
     python bench/analyze_scale.py --quick    # 1k and 10k GPUs (CI)
+    python bench/analyze_scale.py --sizes 10k --rounds 3
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
 
@@ -91,7 +94,18 @@ def hold_back(store: Path, parts: int) -> dict[str, bytes]:
     return held
 
 
-def bench(label: str, gpus: int, workdir: Path) -> dict[str, object]:
+def _append(held: dict[str, bytes]) -> None:
+    for name, data in held.items():  # the writers append the sixth minute
+        with open(name, "ab") as fh:
+            fh.write(data)
+
+
+def _cut(held: dict[str, bytes]) -> None:
+    for name, data in held.items():  # back to five minutes, for the next round
+        os.truncate(name, os.path.getsize(name) - len(data))
+
+
+def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, object]:
     from guardctl.simulate import simulate
 
     store = workdir / label
@@ -99,45 +113,58 @@ def bench(label: str, gpus: int, workdir: Path) -> dict[str, object]:
     simulate(store, nodes=gpus // 8, duration=360.0, interval=10.0, seed=1, faults="none")
     sim_s = time.perf_counter() - t0
     held = hold_back(store, 6)  # the store as it was a minute ago: 5 minutes
-    read = run_step("read", store)
-    cold = run_step("cold", store)
-    warm = run_step("warm", store)
-    for name, data in held.items():  # the writers append the sixth minute
-        with open(name, "ab") as fh:
-            fh.write(data)
-    incremental = run_step("warm", store)
+    steps: dict[str, list[dict[str, float]]] = {"read": [], "cold": [], "warm": [], "inc": []}
+    for r in range(rounds):  # the machine may be shared: each round measures every step
+        if r:
+            _cut(held)
+        for mode in ("read", "cold", "warm"):
+            steps[mode].append(run_step(mode, store))
+        _append(held)
+        steps["inc"].append(run_step("warm", store))
     shutil.rmtree(store, ignore_errors=True)
+
+    def best(mode: str, key: str = "seconds") -> float:
+        return min(s[key] for s in steps[mode])
+
+    def worst(mode: str, key: str = "seconds") -> float:
+        return max(s[key] for s in steps[mode])
+
     return {
         "fleet": label,
         "gpus": gpus,
-        "records": cold["records"],
-        "incremental_s": incremental["seconds"],
-        "incremental_mib": incremental["peak_mib"],
-        "mib": read["bytes"] / 2**20,
+        "rounds": rounds,
+        "records": steps["cold"][0]["records"],
+        "mib": steps["read"][0]["bytes"] / 2**20,
         "simulate_s": sim_s,
-        "read_s": read["seconds"],
-        "read_mib": read["peak_mib"],
-        "cold_s": cold["seconds"],
-        "cold_mib": cold["peak_mib"],
-        "warm_s": warm["seconds"],
-        "warm_mib": warm["peak_mib"],
-        "cold_x": cold["seconds"] / read["seconds"],
-        "warm_x": warm["seconds"] / read["seconds"],
+        **{f"{m}_s": best(m) for m in steps},
+        **{f"{m}_s_max": worst(m) for m in steps},
+        **{f"{m}_mib": worst(m, "peak_mib") for m in steps},
+        "incremental_s": best("inc"),
+        "incremental_mib": worst("inc", "peak_mib"),
+        "cold_x": best("cold") / best("read"),
+        "warm_x": best("warm") / best("read"),
     }
 
 
-def table(rows: list[dict[str, object]]) -> str:
+def _range(r: dict[str, Any], mode: str) -> str:
+    low, high = r[f"{mode}_s"], r[f"{mode}_s_max"]
+    return f"{low:.2f}" if r["rounds"] == 1 else f"{low:.2f}-{high:.2f}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| fleet | records | input MiB | read s | cold s (x read) | warm s (x read) "
-        "| +1 min s | peak MiB read / cold / warm |",
+        "| +1 min s | peak MiB read / cold / warm / +1 min |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['fleet']} GPUs | {r['records']:,} | {r['mib']:.0f} | {r['read_s']:.2f} "
-            f"| {r['cold_s']:.2f} ({r['cold_x']:.1f}x) | {r['warm_s']:.2f} ({r['warm_x']:.1f}x) "
-            f"| {r['incremental_s']:.2f} "
-            f"| {r['read_mib']:.0f} / {r['cold_mib']:.0f} / {r['warm_mib']:.0f} |"
+            f"| {r['fleet']} GPUs | {r['records']:,} | {r['mib']:.0f} | {_range(r, 'read')} "
+            f"| {_range(r, 'cold')} ({r['cold_x']:.1f}x) "
+            f"| {_range(r, 'warm')} ({r['warm_x']:.1f}x) "
+            f"| {_range(r, 'inc')} "
+            f"| {r['read_mib']:.0f} / {r['cold_mib']:.0f} / {r['warm_mib']:.0f} "
+            f"/ {r['inc_mib']:.0f} |"
         )
     return "\n".join(lines)
 
@@ -147,6 +174,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="only 1k and 10k GPUs")
     parser.add_argument("--sizes", default=None, help="comma list of 1k,10k,100k")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="measure every step this many times (min-max)"
+    )
     parser.add_argument("--measure", nargs=2, metavar=("MODE", "STORE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -156,7 +186,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="guardctl-scale-") as tmp:
         for label in sizes:
-            rows.append(bench(label, SIZES[label], Path(tmp)))
+            rows.append(bench(label, SIZES[label], Path(tmp), args.rounds))
             print(f"{label}: {json.dumps(rows[-1])}", file=sys.stderr)
     print(json.dumps(rows, indent=1) if args.json else table(rows))
     return 0

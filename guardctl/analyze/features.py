@@ -246,6 +246,13 @@ class GroupIndex:
         return np.bincount(self.inv[order], weights=inc, minlength=self.n)
 
 
+def _rows(cols: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows of *cols* where *keep*; no copy when that is all of them (the usual pass)."""
+    if keep.all():
+        return cols
+    return {name: col[keep] for name, col in cols.items()}
+
+
 def _node_jobs(frame: Frame, win: np.ndarray, n_windows: int) -> np.ndarray:
     """The job each node ran in each window (most step records), or -1."""
     out = np.full((n_windows, len(frame.nodes)), NO_PEER, np.int64)
@@ -293,7 +300,7 @@ def gpu_table(
     n_windows: int,
 ) -> Table:
     keep = win >= 0
-    c = {name: col[keep] for name, col in frame.cols["gpu"].items()}
+    c = _rows(frame.cols["gpu"], keep)
     w_in = win[keep]
     gi = GroupIndex(c["ts"], c["node"], c["gpu"], n_windows - 1 - w_in)
     node, gpu, wrev = gi.keys
@@ -331,7 +338,7 @@ def host_table(
     n_windows: int,
 ) -> Table:
     keep = win >= 0
-    c = {name: col[keep] for name, col in frame.cols["host"].items()}
+    c = _rows(frame.cols["host"], keep)
     gi = GroupIndex(c["ts"], c["node"], n_windows - 1 - win[keep])
     node, wrev = gi.keys
     t = Table({"w": n_windows - 1 - wrev, "node": node, "n": gi.counts})
@@ -350,7 +357,7 @@ def nic_table(
     n_windows: int,
 ) -> Table:
     keep = win >= 0
-    c = {name: col[keep] for name, col in frame.cols["nic"].items()}
+    c = _rows(frame.cols["nic"], keep)
     gi = GroupIndex(c["ts"], c["node"], c["port"], n_windows - 1 - win[keep])
     node, port, wrev = gi.keys
     t = Table({"w": n_windows - 1 - wrev, "node": node, "port": port, "n": gi.counts})
@@ -378,7 +385,7 @@ def rank_table(
     frame: Frame, win: np.ndarray, min_peers: int, low_q: float, n_windows: int
 ) -> Table:
     keep = win >= 0
-    c = {name: col[keep] for name, col in frame.cols["step"].items()}
+    c = _rows(frame.cols["step"], keep)
     gi = GroupIndex(c["ts"], c["job"], c["rank"], n_windows - 1 - win[keep])
     job, rank, wrev = gi.keys
     w = n_windows - 1 - wrev

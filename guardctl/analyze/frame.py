@@ -4,7 +4,8 @@ The analyzer never walks records one by one: it reads each file once into a
 :class:`Frame` (one array per field, node/job/port names as small string
 tables) and works on whole columns. Parsing keeps the schema's semantics
 exactly (what :func:`guardctl.schema.parse_line` rejects is skipped and counted
-under the same reason) but validates a record shape once, not every line.
+under the same reason) but checks batches of records a column at a time, and a
+record shape once, not every line, where it must go record by record.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from typing import Any
+from itertools import chain, repeat
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -151,14 +152,41 @@ _MISSING = _MissingType()
 _KEYS = {k: ("v", "ts", "node", *schema.FIELDS[k]) for k in schema.KINDS}
 
 
+# Records checked together on the column path: large enough that numpy's per-call cost
+# vanishes, small enough that a batch holding a bad record is cheap to recheck record by record.
+_BATCH = 1024
+_ALLOWED: dict[str, dict[str, frozenset[type]]] = {
+    kind: {
+        name: frozenset(types)
+        | ({type(None)} if name in schema.NULLABLE else set())
+        | (set() if name in schema.REQUIRED[kind] else {_MissingType})
+        for name, types in spec.items()
+    }
+    for kind, spec in schema.FIELDS.items()
+}
+_NUMERIC = frozenset({int, float})
+# Per-kind columns as parsed, before the string fields become table indices: numbers as
+# arrays, strings (and the NIC port number, part of the port's name) as lists of values.
+_Piece = dict[str, Any]
+
+
 class Parser:
-    """Accumulates valid records of one input into per-kind row lists."""
+    """Accumulates valid records of one input into per-kind columns.
+
+    Two paths, one result. Lines of a file that all decode go into a batch that is
+    checked a column at a time (a set of types per field, numpy for the values);
+    a batch that holds any invalid record, and any file with a line that does not
+    decode, goes record by record through :meth:`_feed_objects`, which counts each
+    bad line under :func:`schema.validate`'s reason. Record order is kept.
+    """
 
     def __init__(self) -> None:
         self.rows: dict[str, list[tuple[Any, ...]]] = {k: [] for k in schema.KINDS}
+        self.pieces: dict[str, list[_Piece]] = {k: [] for k in schema.KINDS}
         self.tables = _Tables()
         self.bad: Counter[str] = Counter()
         self.lines = 0
+        self._batch: list[Any] = []
         # type signatures already proven valid by schema.validate: later lines of the
         # same shape need only the value checks that types cannot express
         self._good: set[tuple[Any, ...]] = set()
@@ -166,9 +194,22 @@ class Parser:
 
     def feed_lines(self, lines: Iterable[bytes]) -> None:
         """Parse and keep the valid records among *lines* (blank lines skipped)."""
-        # Hot loop (millions of lines): locals only, one validation per record shape.
-        loads, keys_of, good, rows = _loads, _KEYS, self._good, self.rows
-        missing, inf = _MISSING, math.inf
+        lines = lines if isinstance(lines, list) else list(lines)
+        try:  # the usual case: every line decodes (one C loop, no per-line Python)
+            objs = list(map(_loads, lines))
+        except (ValueError, RecursionError):
+            self._flush_batch()
+            self._feed_raw(lines)
+            return
+        self.lines += len(objs)  # a blank line never decodes: none skipped here
+        self._flush_rows()
+        self._batch.extend(objs)
+        if len(self._batch) >= _BATCH:
+            self._flush_batch()
+
+    def _feed_raw(self, lines: Iterable[bytes]) -> None:
+        """Decode line by line: blank lines skipped, undecodable ones counted."""
+        loads, objs = _loads, []
         for raw in lines:
             if not raw.strip():
                 continue
@@ -179,6 +220,15 @@ class Parser:
                 obj = self._slow_parse(raw)
                 if obj is None:
                     continue
+            objs.append(obj)
+        self._feed_objects(objs)
+
+    def _feed_objects(self, objs: Iterable[Any]) -> None:
+        """Keep the valid records among decoded *objs*, one at a time."""
+        # Hot loop where it runs: locals only, one validation per record shape.
+        keys_of, good, rows = _KEYS, self._good, self.rows
+        missing, inf = _MISSING, math.inf
+        for obj in objs:
             if type(obj) is not dict:
                 self._reject(obj)
                 continue
@@ -198,6 +248,23 @@ class Parser:
                 self._reject(obj)  # counted under the schema's own reason
                 continue
             rows[kind].append(values)
+
+    def _flush_batch(self) -> None:
+        objs, self._batch = self._batch, []
+        if not objs:
+            return
+        pieces = _batch_pieces(objs)
+        if pieces is None:  # some record is not valid: find and count it the slow way
+            self._feed_objects(objs)
+            return
+        for kind, piece in pieces.items():
+            self.pieces[kind].append(piece)
+
+    def _flush_rows(self) -> None:
+        for kind, rows in self.rows.items():
+            if rows:
+                self.pieces[kind].append(self._row_piece(kind, rows))
+                self.rows[kind] = []
 
     def _note_sparse(self, kind: str, signature: tuple[Any, ...]) -> None:
         # Fields that may be absent or null in this kind's accepted records: only
@@ -228,56 +295,161 @@ class Parser:
         return True
 
     def frame(self) -> Frame:
+        self._flush_batch()
+        self._flush_rows()
         frame = Frame(bad=self.bad, lines=self.lines)
-        for kind, rows in self.rows.items():
-            if rows:
-                frame.cols[kind] = self._columns(kind, rows, frame.bad)
+        for kind, pieces in self.pieces.items():
+            if pieces:
+                frame.cols[kind] = self._columns(kind, pieces, frame.bad)
         frame.nodes = self.tables.names("nodes")
         frame.jobs = self.tables.names("jobs")
         frame.ports = self.tables.names("ports")
         frame.states = self.tables.names("states")
         return frame
 
-    def _columns(
-        self, kind: str, rows: list[tuple[Any, ...]], bad: Counter[str]
-    ) -> dict[str, np.ndarray]:
+    def _row_piece(self, kind: str, rows: list[tuple[Any, ...]]) -> _Piece:
+        """Columns of records accepted one at a time (types proven per shape)."""
         keys = _KEYS[kind]
         by_name = dict(zip(keys, zip(*rows, strict=True), strict=True))
         sparse = self._sparse.get(kind, set())
-        cols: dict[str, np.ndarray] = {
-            "ts": np.asarray(by_name["ts"], np.float64),
-            "node": self.tables.intern_all("nodes", by_name["node"]),
-        }
+        piece: _Piece = {"ts": np.asarray(by_name["ts"], np.float64), "node": by_name["node"]}
         for name in FLOATS[kind]:
             col = by_name[name]
             if name in sparse:
                 col = tuple(math.nan if v is _MISSING else v for v in col)
-            cols[name] = np.array(col, np.float64)
+            piece[name] = np.array(col, np.float64)
         for name in INTS[kind]:
             null = NO_XID if name == "xid" else INT_MISSING
             col = by_name[name]
             if name in sparse:
                 col = tuple(null if v is _MISSING or v is None else v for v in col)
-            cols[name] = _int_column(col)
-        if kind == "nic":
-            ports = zip(by_name["device"], by_name["port"], strict=True)
-            cols["port"] = self.tables.intern_all("ports", ports, lambda k: f"{k[0]}:{k[1]}")
-            cols["state"] = self.tables.intern_all("states", by_name["state"])
-        if kind == "step":
-            cols["job"] = self.tables.intern_all("jobs", by_name["job"])
+            piece[name] = _int_column(col)
+        for name in _RAW[kind]:
+            piece[name] = by_name[name]
         # Types were proven per shape; finiteness is a value check, done on whole columns.
         finite = np.ones(len(rows), bool)
         for name in FLOATS[kind]:
-            finite &= ~np.isinf(cols[name])
-            nan = np.isnan(cols[name])
+            finite &= ~np.isinf(piece[name])
+            nan = np.isnan(piece[name])
             if nan.any():  # NaN stands for "absent"; a NaN written in the record is bad
                 present = np.array([v is not _MISSING for v in by_name[name]], bool)
                 present &= np.array([v is not None for v in by_name[name]], bool)
                 finite &= ~(nan & present)
-        if not finite.all():
-            bad["not_finite"] += int((~finite).sum())
-            cols = {name: col[finite] for name, col in cols.items()}
+        piece["keep"] = finite
+        return piece
+
+    def _columns(self, kind: str, pieces: list[_Piece], bad: Counter[str]) -> dict[str, np.ndarray]:
+        def joined(name: str) -> Any:
+            if len(pieces) == 1:
+                return pieces[0][name]
+            if isinstance(pieces[0][name], np.ndarray):
+                return np.concatenate([p[name] for p in pieces])
+            return list(chain.from_iterable(p[name] for p in pieces))
+
+        cols: dict[str, np.ndarray] = {
+            "ts": joined("ts"),
+            "node": self.tables.intern_all("nodes", joined("node")),
+        }
+        for name in (*FLOATS[kind], *INTS[kind]):
+            cols[name] = joined(name)
+        if kind == "nic":
+            ports = zip(joined("device"), joined("port"), strict=True)
+            cols["port"] = self.tables.intern_all("ports", ports, lambda k: f"{k[0]}:{k[1]}")
+            cols["state"] = self.tables.intern_all("states", joined("state"))
+        if kind == "step":
+            cols["job"] = self.tables.intern_all("jobs", joined("job"))
+        keep = joined("keep")
+        if not keep.all():
+            bad["not_finite"] += int((~keep).sum())
+            cols = {name: col[keep] for name, col in cols.items()}
         return cols
+
+
+# fields kept as values until the string tables are built
+_RAW = {"gpu": (), "host": (), "nic": ("device", "port", "state"), "step": ("job",)}
+
+
+def _batch_pieces(objs: list[Any]) -> dict[str, _Piece] | None:
+    """Columns of a batch of decoded records, or None unless every record is valid.
+
+    Valid means exactly what :func:`schema.validate` accepts; anything unusual
+    (a wrong type, a value out of range, an integer numpy cannot hold) gives None
+    and the batch is rechecked record by record.
+    """
+    if set(map(type, objs)) != {dict}:
+        return None
+    kinds: list[Any] = list(map(dict.get, objs, repeat("kind")))
+    try:
+        present: set[str] = set(kinds)
+    except TypeError:  # an unhashable "kind"
+        return None
+    if not present <= _KIND_SET:
+        return None
+    out: dict[str, _Piece] = {}
+    for kind in sorted(present, key=schema.KINDS.index):
+        sel = (
+            objs
+            if len(present) == 1
+            else [o for o, k in zip(objs, kinds, strict=True) if k == kind]
+        )
+        try:
+            piece = _kind_piece(kind, sel)
+        except (OverflowError, TypeError, ValueError):
+            return None
+        if piece is None:
+            return None
+        out[kind] = piece
+    return out
+
+
+_KIND_SET = frozenset(schema.KINDS)
+
+
+def _kind_piece(kind: str, objs: list[dict[str, Any]]) -> _Piece | None:
+    n = len(objs)
+
+    def column(name: str) -> list[Any]:
+        return list(map(dict.get, objs, repeat(name), repeat(_MISSING)))
+
+    if column("v").count(1) != n:  # validate: obj.get("v") != 1 is bad
+        return None
+    ts_col = column("ts")
+    if not set(map(type, ts_col)) <= _NUMERIC:
+        return None
+    ts = np.array(ts_col, np.float64)
+    if not (np.isfinite(ts).all() and (ts >= 0).all()):
+        return None
+    node = column("node")
+    if set(map(type, node)) != {str} or not all(node):
+        return None
+    piece: _Piece = {"ts": ts, "node": node}
+    allowed = _ALLOWED[kind]
+    values = {}
+    for name in schema.FIELDS[kind]:
+        col = column(name)
+        types = set(map(type, col))
+        if not types <= allowed[name]:
+            return None
+        values[name] = (col, types)
+    for name in FLOATS[kind]:
+        col, types = values[name]
+        absent = col.count(_MISSING) if _MissingType in types else 0
+        if absent:
+            col = [math.nan if v is _MISSING else v for v in col]
+        arr = np.array(col, np.float64)
+        if np.isinf(arr).any() or int(np.isnan(arr).sum()) != absent:
+            return None
+        piece[name] = arr
+    for name in INTS[kind]:
+        col, types = values[name]
+        if _MissingType in types or type(None) in types:
+            null = NO_XID if name == "xid" else INT_MISSING
+            col = [null if v is _MISSING or v is None else v for v in col]
+        piece[name] = _int_column(col)
+    for name in _RAW[kind]:
+        piece[name] = values[name][0]
+    piece["keep"] = np.ones(n, bool)
+    return piece
 
 
 def _int_column(values: Sequence[int]) -> np.ndarray:
@@ -334,6 +506,59 @@ def concat(frames: Sequence[Frame]) -> Frame:
     for kind, pieces in parts.items():
         if pieces:
             out.cols[kind] = {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
+    return out
+
+
+class Part(Protocol):
+    """What :func:`assemble` joins: string tables, a row count and columns per kind.
+
+    The cache's stored segments are parts: their columns are read from disk
+    straight into the joined arrays.
+    """
+
+    nodes: list[str]
+    jobs: list[str]
+    ports: list[str]
+    states: list[str]
+
+    def count(self, kind: str) -> int: ...
+
+    def fill(self, kind: str, dests: dict[str, np.ndarray]) -> None: ...
+
+
+def assemble(parts: Sequence[Part]) -> Frame:
+    """Join *parts* into one frame: each column allocated once and filled in place.
+
+    Same rows, order and string tables as :func:`concat`; counts of bad lines,
+    files and lines are the caller's to add.
+    """
+    out = Frame()
+    merged: dict[str, tuple[list[str], dict[str, int]]] = {
+        t: (getattr(out, t), {}) for t in ("nodes", "jobs", "ports", "states")
+    }
+    maps = [{t: _remap(merged[t][0], getattr(p, t), merged[t][1]) for t in merged} for p in parts]
+    for kind in schema.KINDS:
+        total = sum(p.count(kind) for p in parts)
+        if not total:
+            continue
+        cols = {name: np.empty(total, col.dtype) for name, col in _empty_kind(kind).items()}
+        lo = 0
+        for part, m in zip(parts, maps, strict=True):
+            n = part.count(kind)
+            if not n:
+                continue
+            dests = {name: col[lo : lo + n] for name, col in cols.items()}
+            part.fill(kind, dests)
+            dests["node"][...] = m["nodes"][dests["node"]]
+            if kind == "step":
+                dests["job"][...] = m["jobs"][dests["job"]]
+            if kind == "nic":
+                dests["port"][...] = m["ports"][dests["port"]]
+                state = dests["state"]
+                known = state >= 0
+                state[known] = m["states"][state[known]]
+            lo += n
+        out.cols[kind] = cols
     return out
 
 

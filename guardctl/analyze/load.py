@@ -1,12 +1,13 @@
 """Reading telemetry for the analyzer: which files, and a columnar cache that parses each byte once.
 
 Schema-v1 JSON Lines stays the interchange format. Parsing it is what costs
-(about 1-3 us a record), so the analyzer keeps a derived, rebuildable journal
+(about 3 us a record), so the analyzer keeps a derived, rebuildable journal
 under ``<store>/cache/analyze/``: per hourly bucket, a manifest of how many
-bytes of each source file were consumed, and numpy segments holding the
-records parsed from them. The writers only append, so a later pass parses
-just the new tails and adds one segment; a file that shrank or was rewritten
-invalidates its hour, which is then rebuilt. Deleting the cache is always safe.
+bytes of each source file were consumed, and segments of raw numpy columns
+holding the records parsed from them, read straight into the joined arrays.
+The writers only append, so a later pass parses just the new tails and adds
+one segment; a file that shrank or was rewritten invalidates its hour, which is
+then rebuilt. Deleting the cache is always safe.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import os
 import re
 import tempfile
 import time
-import zipfile
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -28,15 +28,36 @@ from typing import Any
 import numpy as np
 
 from guardctl import layout
-from guardctl.analyze.frame import Frame, Parser, concat
+from guardctl.analyze.frame import Frame, Parser, assemble, concat
 from guardctl.errors import InputError
 
-CACHE_VERSION = 1
+try:  # the manifests are large JSON: the faster codec where it is installed
+    import orjson
+
+    _fast_dumps: Any = orjson.dumps
+    _loads: Any = orjson.loads
+except ImportError:  # pragma: no cover - depends on the installation
+    _fast_dumps = None
+    _loads = json.loads
+
+
+def _dumps(obj: Any) -> bytes:
+    if _fast_dumps is not None:
+        try:
+            return bytes(_fast_dumps(obj))
+        except TypeError:  # a file name that is not UTF-8 (surrogate escapes): json copes
+            pass
+    return json.dumps(obj).encode()
+
+
+CACHE_VERSION = 2  # 2: segments are raw columns (.cols), not .npz
 _HOUR = re.compile(r"(?:^|[/.])(\d{8}T\d{2})\.jsonl$")
 _NO_HOUR = "other"
+_TAIL = len("20250101T00.jsonl")
+_HOUR_TAILS: dict[str, str] = {}
 # Clock skew between nodes: a record may sit in the neighbouring hour's file.
 _SKEW_S = 900.0
-_CACHE_ERRORS = (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile)
+_CACHE_ERRORS = (OSError, ValueError, KeyError, TypeError)
 # Below this many new bytes, worker processes cost more than they save.
 _PARALLEL_BYTES = 16 << 20
 
@@ -47,10 +68,30 @@ def is_store(path: Path) -> bool:
 
 
 def _walk_jsonl(top: str) -> list[str]:
-    """Every ``*.jsonl`` file under *top* (os.walk on strings: pathlib is slow at 100k files)."""
+    """Every ``*.jsonl`` file under *top*, as os.walk finds them (symlinked dirs not followed).
+
+    One scandir per directory and no stat at all (the entry type comes with the
+    listing): a store of 100k GPUs has over 10,000 directories.
+    """
     out: list[str] = []
-    for dirpath, _dirs, names in os.walk(top):
-        out.extend(os.path.join(dirpath, n) for n in names if n.endswith(".jsonl"))
+    todo = [top]
+    while todo:
+        directory = todo.pop()
+        try:
+            entries = os.scandir(directory)
+        except OSError:  # vanished or unreadable, as os.walk skips it
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    is_dir = entry.is_dir()
+                except OSError:
+                    is_dir = False
+                if not is_dir:
+                    if entry.name.endswith(".jsonl"):
+                        out.append(entry.path)
+                elif not entry.is_symlink():
+                    todo.append(entry.path)
     return out
 
 
@@ -77,8 +118,18 @@ def source_files(path: Path) -> list[str]:
 
 def hour_of(path: str | Path) -> str:
     """The hourly bucket of a store file (from its name), or "other"."""
-    match = _HOUR.search(os.fspath(path))
-    return match.group(1) if match else _NO_HOUR
+    text = os.fspath(path)
+    # Most files of a store share a few name endings ("<hour>.jsonl"): remembered, they
+    # spare a regular expression per file.
+    hour = _HOUR_TAILS.get(text[-_TAIL:])
+    if hour is not None and (len(text) == _TAIL or text[-_TAIL - 1] in "/."):
+        return hour
+    match = _HOUR.search(text)
+    if match is None:
+        return _NO_HOUR
+    if match.end() == len(text) and len(_HOUR_TAILS) < 10_000:
+        _HOUR_TAILS[text[-_TAIL:]] = match.group(1)
+    return match.group(1)
 
 
 def hour_start(hour: str) -> float | None:
@@ -127,9 +178,7 @@ def _parse_tails(tails: Sequence[_Tail]) -> tuple[Frame, dict[str, int], dict[st
     offsets, pending = {}, {}
     for tail in tails:
         try:
-            with open(tail.path, "rb") as fh:
-                fh.seek(tail.offset)
-                data = fh.read(max(tail.size - tail.offset, 0))
+            data = _read_range(tail.path, tail.offset, tail.size)
         except OSError:
             offsets[tail.key] = tail.offset  # vanished or unreadable: try again next pass
             pending[tail.key] = False
@@ -143,6 +192,22 @@ def _parse_tails(tails: Sequence[_Tail]) -> tuple[Frame, dict[str, int], dict[st
     frame = parser.frame()
     frame.files = len(tails)
     return frame, offsets, pending
+
+
+def _read_range(path: str, start: int, end: int) -> bytes:
+    """Bytes *start* to *end* of a file (a file object costs more than the read at 100k files)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        parts = []
+        while start < end:
+            chunk = os.pread(fd, end - start, start)
+            if not chunk:  # cut short since it was stat'ed
+                break
+            parts.append(chunk)
+            start += len(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def parse_tails(
@@ -167,39 +232,87 @@ def parse_tails(
 # --- the columnar journal -------------------------------------------------------------------
 
 
+_SEG_MAGIC = b"guardctl-segment\n"
+
+
 def _save_segment(path: Path, frame: Frame) -> None:
-    arrays: dict[str, Any] = {
-        f"{kind}.{name}": col for kind, cols in frame.cols.items() for name, col in cols.items()
-    }
+    """Write *frame* as one file: a JSON header (string tables, column layout), then raw columns.
+
+    Raw columns, not a zip of .npy files: a pass reads every column of every
+    segment straight into its place in the joined arrays, with no copy in between.
+    """
+    layout_: dict[str, Any] = {}
+    arrays = []
+    offset = 0
+    for kind, cols in frame.cols.items():
+        rows = int(cols["ts"].size)
+        entry: dict[str, Any] = {"rows": rows, "cols": []}
+        for name, col in cols.items():
+            col = np.ascontiguousarray(col)
+            entry["cols"].append([name, col.dtype.str, offset])
+            offset += col.nbytes
+            arrays.append(col)
+        layout_[kind] = entry
     tables = {t: getattr(frame, t) for t in ("nodes", "jobs", "ports", "states")}
-    arrays["tables"] = np.frombuffer(json.dumps(tables).encode(), np.uint8)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".seg-", suffix=".npz")
+    header = json.dumps({"tables": tables, "kinds": layout_, "bytes": offset}).encode()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".seg-", suffix=".cols")
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
+            fh.write(_SEG_MAGIC + len(header).to_bytes(8, "little") + header)
+            for col in arrays:
+                fh.write(col.data.cast("B"))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+class Segment:
+    """A stored segment, header read and size checked; its columns are read on demand."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with open(path, "rb") as fh:
+            if fh.read(len(_SEG_MAGIC)) != _SEG_MAGIC:
+                raise ValueError(f"{path}: not a segment")
+            size = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(size))
+            self.start = len(_SEG_MAGIC) + 8 + size
+            if os.fstat(fh.fileno()).st_size != self.start + header["bytes"]:
+                raise ValueError(f"{path}: cut short")
+        tables = header["tables"]
+        self.nodes: list[str] = tables["nodes"]
+        self.jobs: list[str] = tables["jobs"]
+        self.ports: list[str] = tables["ports"]
+        self.states: list[str] = tables["states"]
+        self.kinds: dict[str, Any] = header["kinds"]
+
+    def count(self, kind: str) -> int:
+        entry = self.kinds.get(kind)
+        return int(entry["rows"]) if entry else 0
+
+    def fill(self, kind: str, dests: dict[str, np.ndarray]) -> None:
+        """Read this segment's columns of *kind* into *dests* (arrays of its row count)."""
+        with open(self.path, "rb") as fh:
+            for name, dtype, offset in self.kinds[kind]["cols"]:
+                dest = dests[name]
+                if np.dtype(dtype) != dest.dtype:
+                    raise ValueError(f"{self.path}: {kind}.{name} is {dtype}")
+                fh.seek(self.start + offset)
+                view = dest.data.cast("B")
+                if fh.readinto(view) != view.nbytes:
+                    raise ValueError(f"{self.path}: cut short")
+
+
 def _load_segment(path: Path) -> Frame:
-    frame = Frame()
-    with np.load(path, allow_pickle=False) as data:
-        tables = json.loads(bytes(data["tables"]).decode())
-        for t, names in tables.items():
-            setattr(frame, t, names)
-        for key in data.files:
-            if key != "tables":
-                kind, name = key.split(".", 1)
-                frame.cols[kind][name] = data[key]
-    return frame
+    """One segment as a frame of its own."""
+    return assemble([Segment(path)])
 
 
 def _write_json(path: Path, obj: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".manifest-")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(json.dumps(obj))  # dumps is the C encoder; dump(fh) is not
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(_dumps(obj))  # a manifest lists every file of its hour: 100k entries
     os.replace(tmp, path)
 
 
@@ -209,15 +322,19 @@ class HourCache:
     def __init__(self, root: Path, hour: str) -> None:
         self.dir = root / hour
         self.manifest_path = self.dir / "manifest.json"
+        self._stale = False
         self.manifest = self._read_manifest()
+        if self._stale:
+            self.reset()
 
     def _read_manifest(self) -> dict[str, Any]:
         empty = {"version": CACHE_VERSION, "files": {}, "segments": [], "bad": {}, "lines": 0}
         try:
-            manifest = json.loads(self.manifest_path.read_text())
+            manifest = _loads(self.manifest_path.read_bytes())
         except (OSError, ValueError):
             return empty
         if not isinstance(manifest, dict) or manifest.get("version") != CACHE_VERSION:
+            self._stale = True  # written by another version: its segments go too
             return empty
         return manifest
 
@@ -250,7 +367,7 @@ class HourCache:
         return sum(1 for e in self.manifest["files"].values() if e.get("pending"))
 
     def reset(self) -> None:
-        for seg in self.dir.glob("seg*.npz") if self.dir.is_dir() else ():
+        for seg in self.dir.glob("seg*") if self.dir.is_dir() else ():
             seg.unlink(missing_ok=True)
         self.manifest = {
             "version": CACHE_VERSION,
@@ -272,7 +389,7 @@ class HourCache:
         if frame.records:
             span = frame.span()
             assert span is not None
-            name = f"seg{len(self.manifest['segments']):05d}.npz"
+            name = f"seg{len(self.manifest['segments']):05d}.cols"
             _save_segment(self.dir / name, frame)
             self.manifest["segments"].append(
                 {"name": name, "ts_min": span[0], "ts_max": span[1], "records": frame.records}
@@ -290,21 +407,52 @@ class HourCache:
         self.manifest["lines"] += frame.lines
         _write_json(self.manifest_path, self.manifest)
 
-    def load(self, since: float | None, until: float | None) -> Frame:
-        frames = []
+    def load(self, since: float | None, until: float | None) -> Stored:
+        """The segments that may hold records in [since, until], headers checked, and the counts."""
+        segments = []
         for seg in self.manifest["segments"]:
             if since is not None and seg["ts_max"] < since:
                 continue
             if until is not None and seg["ts_min"] > until:
                 continue
-            frames.append(_load_segment(self.dir / seg["name"]))
-        frame = concat(frames)
-        frame.bad = Counter(self.manifest["bad"])
-        frame.bad["truncated"] += self.pending()
-        frame.bad += Counter()  # drop zero counts
-        frame.lines = self.manifest["lines"] + self.pending()
-        frame.files = len(self.manifest["files"])
-        return frame
+            segments.append(Segment(self.dir / seg["name"]))
+        bad = Counter(self.manifest["bad"])
+        bad["truncated"] += self.pending()
+        bad += Counter()  # drop zero counts
+        return Stored(
+            segments, bad, self.manifest["lines"] + self.pending(), len(self.manifest["files"])
+        )
+
+
+@dataclass
+class Stored:
+    """One hour's cached segments (not read yet) and its input counts."""
+
+    segments: list[Segment]
+    bad: Counter[str]
+    lines: int
+    files: int
+
+
+def _join(hours: Sequence[Frame | Stored]) -> Frame:
+    """One frame from every hour: cached columns are read straight into the joined arrays."""
+    bad: Counter[str] = Counter()
+    files = lines = 0
+    for h in hours:
+        bad.update(h.bad)
+        files += h.files
+        lines += h.lines
+    stored = [h for h in hours if isinstance(h, Stored)]
+    if len(stored) == len(hours):
+        frame = assemble([seg for h in stored for seg in h.segments])
+    else:
+        frame = concat([_materialise(h) for h in hours])
+    frame.bad, frame.files, frame.lines = bad, files, lines
+    return frame
+
+
+def _materialise(hour: Frame | Stored) -> Frame:
+    return hour if isinstance(hour, Frame) else assemble(hour.segments)
 
 
 def group_by_hour(files: Sequence[str]) -> dict[str, list[str]]:
@@ -335,10 +483,15 @@ def read_frame(
         wanted = sorted(groups)
     else:
         wanted = hours_needed(list(groups), since, until)
-    frames = []
-    for hour in wanted:
-        frames.append(_read_hour(groups[hour], base, hour, since, until, cache_root, workers))
-    return concat(frames)
+    hours = [
+        _read_hour(groups[hour], base, hour, since, until, cache_root, workers) for hour in wanted
+    ]
+    try:
+        return _join(hours)
+    except _CACHE_ERRORS:  # a segment went away since its header was read: parse afresh
+        if cache_root is None:
+            raise
+        return read_frame(path, files=files, since=since, until=until, workers=workers)
 
 
 def _read_hour(
@@ -349,7 +502,7 @@ def _read_hour(
     until: float | None,
     cache_root: Path | None,
     workers: int,
-) -> Frame:
+) -> Frame | Stored:
     if cache_root is None:
         tails = [_Tail(f, str(f), 0, _size(f), 0) for f in files]
         frame, _, pending = parse_tails(tails, workers)
@@ -358,7 +511,10 @@ def _read_hour(
             frame.lines += sum(pending.values())
         frame.files = len(files)
         return frame
-    cache = HourCache(cache_root, hour)
+    try:
+        cache = HourCache(cache_root, hour)
+    except _CACHE_ERRORS:
+        return _uncached(files, base, hour, since, until, workers)
     for attempt in range(2):
         try:
             if attempt:
@@ -389,7 +545,7 @@ def _uncached(
     since: float | None,
     until: float | None,
     workers: int,
-) -> Frame:
+) -> Frame | Stored:
     return _read_hour(files, base, hour, since, until, None, workers)
 
 

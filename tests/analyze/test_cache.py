@@ -70,7 +70,7 @@ def test_rewritten_file_rebuilds_its_hour(tmp_path: Path) -> None:
 def test_damaged_or_unwritable_cache_is_never_fatal(tmp_path: Path) -> None:
     tr = _store(tmp_path)
     good = analyze(tr.root, Settings())
-    for seg in (tr.root / "cache").rglob("seg*.npz"):
+    for seg in (tr.root / "cache").rglob("seg*.cols"):
         seg.write_bytes(b"not a zip")
     assert analyze(tr.root, Settings()).to_dict() == good.to_dict()
     for m in (tr.root / "cache").rglob("manifest.json"):
