@@ -102,7 +102,7 @@ def validate(obj: Any) -> dict[str, Any]:
     if obj.get("v") != SCHEMA_VERSION:
         raise BadRecord("unknown_version", repr(obj.get("v")))
     kind = obj.get("kind")
-    if kind not in FIELDS:
+    if not isinstance(kind, str) or kind not in FIELDS:  # a list or dict kind is unhashable
         raise BadRecord("unknown_kind", repr(kind))
     ts = obj.get("ts")
     if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:

@@ -407,6 +407,12 @@ async def run_service(
     is done (so a job step that runs the service can end). With *writer*,
     group commits are written by that process.
     """
+    # Handle SIGTERM before anything is published: a stop that arrives just after the
+    # address appears must still flush the state and exit cleanly.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     ledger, secret = open_ledger(settings, job, spec)
     committer = GroupCommit(ledger.db, settings.dds.commit_interval_ms / 1000.0, writer)
     service = Service(ledger, committer, secret.encode(), job)
@@ -425,10 +431,6 @@ async def run_service(
     dds_paths.publish_address(dds_paths.job_paths(settings, job), host, port)
     if on_ready is not None:
         on_ready(host, port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     reaper = asyncio.create_task(_reaper(service, min(settings.dds.lease_s / 4, 1.0)))
     finished_at: float | None = None
     try:
