@@ -72,6 +72,30 @@ class Check(Protocol):
 _CHECKS: dict[str, Check] = {}
 
 
+def per_gpu(
+    name: str, ctx: HookContext, problem: Callable[[Any], str | None], healthy: str
+) -> CheckResult:
+    """Run *problem* on every GPU handle: it returns what is wrong with that GPU, or None.
+
+    A GPU on which the NVML call raises (the feature is off or absent on that board) is
+    skipped; no NVML at all makes the whole check skipped, with the reason.
+    """
+    handles, why = ctx.gpus()
+    if why:
+        return CheckResult(name, True, why, skipped=True)
+    bad = []
+    for i, handle in enumerate(handles):
+        try:
+            found = problem(handle)
+        except Exception:  # not supported on this board: nothing to check
+            continue
+        if found:
+            bad.append(f"gpu{i} {found}")
+    if bad:
+        return CheckResult(name, False, ", ".join(bad))
+    return CheckResult(name, True, healthy)
+
+
 def register(check: Check) -> Check:
     _CHECKS[check.name] = check
     return check

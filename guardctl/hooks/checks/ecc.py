@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from guardctl.hooks.registry import CheckResult, Hook, HookContext, register
+from typing import Any
+
+from guardctl.hooks.registry import CheckResult, Hook, HookContext, per_gpu, register
 
 UNCORRECTED = 1  # NVML_MEMORY_ERROR_TYPE_UNCORRECTED
 VOLATILE = 0  # NVML_VOLATILE_ECC: since the last driver load
@@ -13,20 +15,12 @@ class Ecc:
     hooks: tuple[Hook, ...] = ("prolog", "epilog", "healthcheck")
 
     def run(self, ctx: HookContext) -> CheckResult:
-        handles, why = ctx.gpus()
-        if why:
-            return CheckResult(self.name, True, why, skipped=True)
-        bad = []
-        for i, h in enumerate(handles):
-            try:
-                count = ctx.nvml.nvmlDeviceGetTotalEccErrors(h, UNCORRECTED, VOLATILE)
-            except Exception:  # ECC off or not supported on this board: nothing to check
-                continue
-            if count > 0:
-                bad.append(f"gpu{i} {count} uncorrectable ECC")
-        if bad:
-            return CheckResult(self.name, False, ", ".join(bad))
-        return CheckResult(self.name, True, "no uncorrectable ECC errors")
+        def problem(handle: Any) -> str | None:
+            # Raises where ECC is off or unsupported: that GPU is skipped.
+            count = ctx.nvml.nvmlDeviceGetTotalEccErrors(handle, UNCORRECTED, VOLATILE)
+            return f"{count} uncorrectable ECC" if count > 0 else None
+
+        return per_gpu(self.name, ctx, problem, "no uncorrectable ECC errors")
 
 
 register(Ecc())

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from guardctl.hooks.registry import CheckResult, Hook, HookContext, register
+from typing import Any
+
+from guardctl.hooks.registry import CheckResult, Hook, HookContext, per_gpu, register
 
 
 class RowRemap:
@@ -10,22 +12,14 @@ class RowRemap:
     hooks: tuple[Hook, ...] = ("prolog", "epilog", "healthcheck")
 
     def run(self, ctx: HookContext) -> CheckResult:
-        handles, why = ctx.gpus()
-        if why:
-            return CheckResult(self.name, True, why, skipped=True)
-        bad = []
-        for i, h in enumerate(handles):
-            try:
-                _corr, _unc, pending, failure = ctx.nvml.nvmlDeviceGetRemappedRows(h)
-            except Exception:  # pre-Ampere GPUs have no row remapping
-                continue
+        def problem(handle: Any) -> str | None:
+            # Raises on pre-Ampere GPUs, which have no row remapping: that GPU is skipped.
+            _corr, _unc, pending, failure = ctx.nvml.nvmlDeviceGetRemappedRows(handle)
             if failure:
-                bad.append(f"gpu{i} row remap failed")
-            elif pending:
-                bad.append(f"gpu{i} row remap pending (reset needed)")
-        if bad:
-            return CheckResult(self.name, False, ", ".join(bad))
-        return CheckResult(self.name, True, "no row remap pending")
+                return "row remap failed"
+            return "row remap pending (reset needed)" if pending else None
+
+        return per_gpu(self.name, ctx, problem, "no row remap pending")
 
 
 register(RowRemap())
