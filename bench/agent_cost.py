@@ -5,7 +5,9 @@ at the import boundary), 8 InfiniBand ports (a recorded sysfs tree) and the
 real host through psutil. In the same run it measures
 
 - ``agent``: one full sample (collector threads, timeouts, records, JSON,
-  one write + fsync to the store, the status file), CPU seconds per sample;
+  one write + fsync to the store, the column mirror, the status file), CPU
+  seconds per sample; and the same agent without column mirrors
+  (``agent.column_files = false``), to show what the mirror costs;
 - ``raw``: the same NVML calls, sysfs reads and psutil calls in a plain loop;
 - resident memory of a child process running the agent, against a child that
   only does the raw reads (same interpreter and imports).
@@ -52,12 +54,12 @@ def install_fake_nvml() -> FakeNvml:
     return fake
 
 
-def make_agent(tmp: Path) -> Any:
+def make_agent(tmp: Path, column_files: bool = True) -> Any:
     from guardctl.agent.daemon import Agent
     from guardctl.sections.agent import AgentSettings
 
     settings = AgentSettings(interval_s=1.0, sysfs_root=str(SYSFS),
-                             status_file=str(tmp / "status.json"))
+                             status_file=str(tmp / "status.json"), column_files=column_files)
     return Agent(settings, tmp / "store", "bench01")
 
 
@@ -99,15 +101,19 @@ def cpu_per_call(fn: Any, n: int) -> float:
 def measure_cpu(samples: int) -> dict[str, float]:
     fake = install_fake_nvml()
     nv = sys.modules["pynvml"]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as tmp2:
         agent = make_agent(Path(tmp))
+        plain = make_agent(Path(tmp2), column_files=False)
         for _ in range(3):
             agent.sample()  # start NVML, prime psutil, open files
+            plain.sample()
         nv.nvmlInit()
         raw = cpu_per_call(lambda: raw_reads(nv), samples)
         full = cpu_per_call(agent.sample, samples)
+        no_cols = cpu_per_call(plain.sample, samples)
         raw2 = cpu_per_call(lambda: raw_reads(nv), samples)  # again: drift check
         agent.close()
+        plain.close()
         records = agent.status()["store"]["written"]
     del fake
     raw = min(raw, raw2)
@@ -115,6 +121,7 @@ def measure_cpu(samples: int) -> dict[str, float]:
         "samples": samples,
         "records_per_sample": records / (samples + 3),
         "agent_cpu_ms": full * 1e3,
+        "agent_no_mirror_cpu_ms": no_cols * 1e3,
         "raw_cpu_ms": raw * 1e3,
         "overhead_cpu_ms": (full - raw) * 1e3,
         "agent_vs_raw": full / raw,
@@ -138,8 +145,8 @@ def child(mode: str, samples: int) -> None:
     import guardctl.collectors  # noqa: F401
     nv = sys.modules["pynvml"]
     with tempfile.TemporaryDirectory() as tmp:
-        if mode == "agent":
-            agent = make_agent(Path(tmp))
+        if mode in ("agent", "agent_no_mirror"):
+            agent = make_agent(Path(tmp), column_files=mode == "agent")
             for _ in range(samples):
                 agent.sample()
             agent.close()
@@ -157,6 +164,8 @@ def measure_rss(samples: int) -> dict[str, float]:
         "bare": [sys.executable, "-c", bare],  # the interpreter alone
         "raw": [sys.executable, __file__, "--child", "raw", "--samples", str(samples)],
         "agent": [sys.executable, __file__, "--child", "agent", "--samples", str(samples)],
+        "agent_no_mirror": [sys.executable, __file__, "--child", "agent_no_mirror",
+                            "--samples", str(samples)],
     }
     out = {}
     for mode, argv in runs.items():
@@ -171,7 +180,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer samples (for CI)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--samples", type=int, default=0)
-    parser.add_argument("--child", choices=["agent", "raw"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["agent", "agent_no_mirror", "raw"],
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     samples = args.samples or (100 if args.quick else 1000)
     if args.child:
@@ -187,12 +197,14 @@ def main() -> int:
               f"({result['records_per_sample']:.0f} records each)")
         print(f"  CPU per sample: agent {result['agent_cpu_ms']:.2f} ms, raw reads "
               f"{result['raw_cpu_ms']:.2f} ms ({result['agent_vs_raw']:.1f}x), "
-              f"overhead {result['overhead_cpu_ms']:.2f} ms")
+              f"overhead {result['overhead_cpu_ms']:.2f} ms; without column mirrors "
+              f"{result['agent_no_mirror_cpu_ms']:.2f} ms")
         print(f"  at a 1 s interval: {result['core_pct_at_1s']:.3f}% of one core "
               f"(target < {TARGET_CORE_PCT}%)")
         print(f"  resident memory: agent {result['agent_rss_mib']:.1f} MiB, raw reads "
               f"{result['raw_rss_mib']:.1f} MiB (+{result['agent_extra_rss_mib']:.1f} MiB), "
-              f"bare interpreter {result['bare_rss_mib']:.1f} MiB "
+              f"bare interpreter {result['bare_rss_mib']:.1f} MiB, without column mirrors "
+              f"{result['agent_no_mirror_rss_mib']:.1f} MiB "
               f"(target < {TARGET_RSS_MIB:.0f} MiB)")
     return 0 if result["within_target"] else 1
 

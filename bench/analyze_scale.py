@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """Scale benchmark: one analysis pass over 5 minutes of telemetry at a 10 s interval.
 
-For fleets of 1k, 10k and 100k GPUs it writes a simulated trace, then measures,
+For fleets of 1k, 10k and 100k GPUs it writes a simulated trace (JSON Lines plus
+the column mirrors the agent and the probe keep beside them), then measures,
 each in a fresh process (so peak memory is that step's own):
 
-- ``read``: merely reading every byte of the input files (the baseline);
+- ``read``: merely reading every byte of the JSON Lines files (the baseline);
+- ``read cols``: merely reading every byte of the column mirrors;
 - ``cold``: ``guardctl.analyze.analyze`` on the store with an empty cache
-  (parses the JSON Lines and builds the columnar cache);
-- ``warm``: the same pass again, answered from the columnar cache;
-- ``+1 min``: a pass after the writers appended a sixth minute (parses only that).
+  (reads the column mirrors);
+- ``warm``: the same pass again;
+- ``+1 min``: a pass after the writers appended a sixth minute;
+- ``cold JSON``: a cold pass that ignores the mirrors and parses the JSON Lines
+  (``analyze.column_files = false``: a store written by foreign writers), and
+  ``warm JSON``, the same again from the analyzer's own cache of parsed columns.
 
 Times are wall-clock seconds (with ``--rounds N``: the fastest and slowest of N
 rounds, for a shared machine); memory is the peak RSS of the process and its
@@ -24,6 +29,7 @@ is memory bandwidth, not disk.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -43,21 +49,29 @@ def measure(mode: str, store: str) -> dict[str, float]:
     """Run one step in this process and report its time and peak memory."""
     from guardctl.analyze import analyze
     from guardctl.analyze.load import source_files
+    from guardctl.colfile import mirror_path
     from guardctl.config import Settings
 
     root = Path(store)
     t0 = time.perf_counter()
     extra: dict[str, float] = {}
-    if mode == "read":
+    if mode in ("read", "read_cols"):
         total = 0
         for f in source_files(root):
-            with open(f, "rb") as fh:
-                total += len(fh.read())
+            try:
+                with open(f if mode == "read" else mirror_path(f), "rb") as fh:
+                    total += len(fh.read())
+            except FileNotFoundError:  # a file without a mirror
+                continue
         extra["bytes"] = total
     else:
-        if mode == "cold":
+        settings = Settings()
+        if mode.endswith("json"):
+            no_cols = dataclasses.replace(settings.analyze, column_files=False)
+            settings = dataclasses.replace(settings, analyze=no_cols)
+        if mode.startswith("cold"):
             shutil.rmtree(root / "cache", ignore_errors=True)
-        result = analyze(root, Settings())
+        result = analyze(root, settings)
         extra["nodes"] = len(result.nodes)
         extra["records"] = result.records
     seconds = time.perf_counter() - t0
@@ -78,9 +92,17 @@ def run_step(mode: str, store: Path) -> dict[str, float]:
     return json.loads(out.stdout)
 
 
-def hold_back(store: Path, parts: int) -> dict[str, bytes]:
-    """Cut the last 1/*parts* of every file's lines off (returned, to append later)."""
-    held = {}
+def hold_back(store: Path, parts: int) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """Cut the last 1/*parts* of every file's lines off (returned, to append later).
+
+    Each cut file's column mirror is rebuilt for what is left (as its writer
+    would have kept it a minute earlier); those mirrors are returned too, to
+    restore between rounds.
+    """
+    from guardctl.colfile import Mirror, mirror_path
+
+    held, mirrors = {}, {}
+    mirror = Mirror(fsync=False)
     for dirpath, _dirs, names in os.walk(store):
         for name in names:
             if name.endswith(".jsonl"):
@@ -91,18 +113,35 @@ def hold_back(store: Path, parts: int) -> dict[str, bytes]:
                 with open(path, "wb") as fh:
                     fh.write(b"".join(lines[:cut]))
                 held[path] = b"".join(lines[cut:])
-    return held
+                cols = mirror_path(path)
+                if os.path.exists(cols):
+                    os.unlink(cols)
+                    mirror.sync(path)
+                    mirror.forget(path)
+                    with open(cols, "rb") as fh:
+                        mirrors[cols] = fh.read()
+    return held, mirrors
 
 
-def _append(held: dict[str, bytes]) -> None:
+def _append(held: dict[str, bytes], mirrors: dict[str, bytes]) -> None:
+    from guardctl.colfile import Mirror, mirror_path
+
+    mirror = Mirror(fsync=False)
     for name, data in held.items():  # the writers append the sixth minute
         with open(name, "ab") as fh:
+            start = fh.tell()
             fh.write(data)
+        if mirror_path(name) in mirrors:
+            mirror.append(name, start, data)
+            mirror.forget(name)
 
 
-def _cut(held: dict[str, bytes]) -> None:
+def _cut(held: dict[str, bytes], mirrors: dict[str, bytes]) -> None:
     for name, data in held.items():  # back to five minutes, for the next round
         os.truncate(name, os.path.getsize(name) - len(data))
+    for name, data in mirrors.items():
+        with open(name, "wb") as fh:
+            fh.write(data)
 
 
 def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, object]:
@@ -112,14 +151,15 @@ def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, ob
     t0 = time.perf_counter()
     simulate(store, nodes=gpus // 8, duration=360.0, interval=10.0, seed=1, faults="none")
     sim_s = time.perf_counter() - t0
-    held = hold_back(store, 6)  # the store as it was a minute ago: 5 minutes
-    steps: dict[str, list[dict[str, float]]] = {"read": [], "cold": [], "warm": [], "inc": []}
+    held, mirrors = hold_back(store, 6)  # the store as it was a minute ago: 5 minutes
+    modes = ("read", "read_cols", "cold", "warm", "cold_json", "warm_json")
+    steps: dict[str, list[dict[str, float]]] = {m: [] for m in (*modes, "inc")}
     for r in range(rounds):  # the machine may be shared: each round measures every step
         if r:
-            _cut(held)
-        for mode in ("read", "cold", "warm"):
+            _cut(held, mirrors)
+        for mode in modes:
             steps[mode].append(run_step(mode, store))
-        _append(held)
+        _append(held, mirrors)
         steps["inc"].append(run_step("warm", store))
     shutil.rmtree(store, ignore_errors=True)
 
@@ -143,6 +183,9 @@ def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, ob
         "incremental_mib": worst("inc", "peak_mib"),
         "cold_x": best("cold") / best("read"),
         "warm_x": best("warm") / best("read"),
+        "cold_json_x": best("cold_json") / best("read"),
+        "warm_json_x": best("warm_json") / best("read"),
+        "cols_mib": steps["read_cols"][0]["bytes"] / 2**20,
     }
 
 
@@ -153,18 +196,20 @@ def _range(r: dict[str, Any], mode: str) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| fleet | records | input MiB | read s | cold s (x read) | warm s (x read) "
-        "| +1 min s | peak MiB read / cold / warm / +1 min |",
-        "|---|---|---|---|---|---|---|---|",
+        "| fleet | records | JSON MiB / cols MiB | read s / read cols s | cold s (x read) "
+        "| warm s | +1 min s | cold JSON s (x read) | warm JSON s "
+        "| peak MiB cold / warm / +1 min / cold JSON |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['fleet']} GPUs | {r['records']:,} | {r['mib']:.0f} | {_range(r, 'read')} "
-            f"| {_range(r, 'cold')} ({r['cold_x']:.1f}x) "
-            f"| {_range(r, 'warm')} ({r['warm_x']:.1f}x) "
+            f"| {r['fleet']} GPUs | {r['records']:,} | {r['mib']:.0f} / {r['cols_mib']:.0f} "
+            f"| {_range(r, 'read')} / {_range(r, 'read_cols')} "
+            f"| {_range(r, 'cold')} ({r['cold_x']:.1f}x) | {_range(r, 'warm')} "
             f"| {_range(r, 'inc')} "
-            f"| {r['read_mib']:.0f} / {r['cold_mib']:.0f} / {r['warm_mib']:.0f} "
-            f"/ {r['inc_mib']:.0f} |"
+            f"| {_range(r, 'cold_json')} ({r['cold_json_x']:.1f}x) | {_range(r, 'warm_json')} "
+            f"| {r['cold_mib']:.0f} / {r['warm_mib']:.0f} / {r['inc_mib']:.0f} "
+            f"/ {r['cold_json_mib']:.0f} |"
         )
     return "\n".join(lines)
 

@@ -45,7 +45,8 @@ from types import TracebackType
 from typing import Any
 
 from guardctl import layout
-from guardctl.agent.writer import BufferedStore
+from guardctl.agent.writer import BufferedStore, LineWriter
+from guardctl.colfile import Mirror  # (imports numpy: at exit, importing is too late)
 from guardctl.schema import dumps, make_record, parse_line
 
 log = logging.getLogger("guardctl.probe")
@@ -213,18 +214,34 @@ class Probe:
             self._path = layout.step_file(self.root, who.job, who.node, who.rank, ts)
             # The fixed part of every line, checked once through the schema's
             # make_record; per step only numbers are formatted (µs are plenty).
-            head = dumps(make_record("step", who.node, 0.0, job=who.job, rank=who.rank, step=0,
-                                     step_s=0.0, compute_s=0.0, comm_s=0.0))
-            self._head = (f'{{"v":1,"kind":"step","node":{json.dumps(who.node)},'
-                          f'"job":{json.dumps(who.job)},"rank":{int(who.rank)}')
+            head = dumps(
+                make_record(
+                    "step",
+                    who.node,
+                    0.0,
+                    job=who.job,
+                    rank=who.rank,
+                    step=0,
+                    step_s=0.0,
+                    compute_s=0.0,
+                    comm_s=0.0,
+                )
+            )
+            self._head = (
+                f'{{"v":1,"kind":"step","node":{json.dumps(who.node)},'
+                f'"job":{json.dumps(who.job)},"rank":{int(who.rank)}'
+            )
             if parse_line(self._line_text(0, 0.0, 0.0, 0.0, 0.0)) != json.loads(head):
                 raise RuntimeError("probe: step line format disagrees with the schema")
         return self._path, self._line_text(number, ts, step_s, compute_s, comm_s)
 
-    def _line_text(self, number: int, ts: float, step_s: float, compute_s: float,
-                   comm_s: float) -> str:
-        return (f'{self._head},"ts":{ts!r},"step":{int(number)},"step_s":{step_s:.6f},'
-                f'"compute_s":{compute_s:.6f},"comm_s":{comm_s:.6f}}}')
+    def _line_text(
+        self, number: int, ts: float, step_s: float, compute_s: float, comm_s: float
+    ) -> str:
+        return (
+            f'{self._head},"ts":{ts!r},"step":{int(number)},"step_s":{step_s:.6f},'
+            f'"compute_s":{compute_s:.6f},"comm_s":{comm_s:.6f}}}'
+        )
 
     @property
     def root(self) -> Path:
@@ -240,7 +257,8 @@ class Probe:
                 items.append(self._queue.popleft())
             try:
                 if self._store is None:
-                    self._store = BufferedStore(self.queue_size, log)
+                    writer = LineWriter(mirror=Mirror())  # the analyzer reads the mirror
+                    self._store = BufferedStore(self.queue_size, log, writer)
                 return self._store.write(self._line(item) for item in items)
             except Exception as exc:  # a training job must never die of its probe
                 self.dropped += len(items)

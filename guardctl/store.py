@@ -23,7 +23,7 @@ from guardctl.schema import input_files, iter_file
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_HOURLY = re.compile(r"(\d{8}T\d{2})\.jsonl$")
+_HOURLY = re.compile(r"(\d{8}T\d{2})\.(?:jsonl|cols)$")  # a file and its column mirror
 
 
 def parse_duration(text: str) -> float:
@@ -130,12 +130,13 @@ def hour_end(path: Path) -> float | None:
 
 
 def expired_files(root: Path, cutoff: float) -> list[Path]:
-    """Hourly telemetry and step files whose hour ended at or before *cutoff*."""
+    """Hourly telemetry and step files (and their column mirrors) whose hour ended by *cutoff*."""
     found = []
     for top in layout.telemetry_inputs(root):
         if not top.is_dir():
             continue
-        for path in sorted(top.rglob("*.jsonl")):
+        # A mirror sorts before its JSON Lines file: never left without it by an interrupted prune.
+        for path in sorted(p for p in top.rglob("*") if p.suffix in (".jsonl", ".cols")):
             end = hour_end(path)
             # Files not named by the layout are not ours to delete.
             if end is not None and end <= cutoff and path.is_file():

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardctl import collectors, layout
 from guardctl.agent.slot import CollectorSlot
@@ -30,12 +30,22 @@ from guardctl.nodes import validate_name
 from guardctl.schema import dumps
 from guardctl.sections.agent import AgentSettings
 
+if TYPE_CHECKING:
+    from guardctl import colfile
+
 log = logging.getLogger("guardctl.agent")
 
 
 def node_name(configured: str = "") -> str:
     """The node's name in records: the configured one, else the short hostname."""
     return validate_name(configured or socket.gethostname().split(".")[0])
+
+
+def _mirror() -> colfile.Mirror:
+    # Imported only when used: it brings numpy and the analyzer's parser (~17 MiB).
+    from guardctl import colfile
+
+    return colfile.Mirror()
 
 
 class Agent:
@@ -53,6 +63,8 @@ class Agent:
         self.settings = settings
         self.root = store_root
         self.node = validate_name(node)
+        if writer is None:
+            writer = LineWriter(mirror=_mirror() if settings.column_files else None)
         self.store = BufferedStore(settings.buffer_records, log, writer)
         self.slots = [
             CollectorSlot(
@@ -127,7 +139,10 @@ class Agent:
         interval = self.settings.interval_s
         log.info(
             "agent started: node %s, store %s, every %g s, collectors %s",
-            self.node, self.root, interval, ", ".join(s.name for s in self.slots),
+            self.node,
+            self.root,
+            interval,
+            ", ".join(s.name for s in self.slots),
         )
         next_at = time.monotonic()
         while not stop.is_set():

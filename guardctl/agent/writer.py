@@ -27,6 +27,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from guardctl.colfile import Mirror
 
 WriteFn = Callable[[int, bytes], int]
 
@@ -45,11 +49,18 @@ def describe(exc: OSError) -> str:
 class LineWriter:
     """Appends whole-line batches to files, one open descriptor per file."""
 
-    def __init__(self, write: WriteFn = os.write, fsync: Callable[[int], None] = os.fsync) -> None:
+    def __init__(
+        self,
+        write: WriteFn = os.write,
+        fsync: Callable[[int], None] = os.fsync,
+        mirror: Mirror | None = None,
+    ) -> None:
         # write and fsync are the seams tests use to inject ENOSPC, EROFS or EIO.
         self._write = write
         self._fsync = fsync
         self._fds: dict[Path, int] = {}
+        # Telemetry writers keep each file's column mirror (guardctl.colfile) in step.
+        self.mirror = mirror
 
     def append(self, path: Path, data: bytes) -> None:
         """Append *data* (complete lines) to *path*, durably, or raise OSError."""
@@ -65,6 +76,8 @@ class LineWriter:
         except OSError:
             self._cut_back(path, fd, start)
             raise
+        if self.mirror is not None:  # only once the lines are durable: it never leads them
+            self.mirror.append(path, start, data)
 
     def _open(self, path: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,6 +90,8 @@ class LineWriter:
         # Hourly files: a descriptor for an older hour is not needed again.
         for old in [p for p in self._fds if p.parent == path.parent]:
             os.close(self._fds.pop(old))
+            if self.mirror is not None:
+                self.mirror.forget(old)
         self._fds[path] = fd
         return fd
 
@@ -93,6 +108,8 @@ class LineWriter:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+        if self.mirror is not None:
+            self.mirror.close()
 
 
 def _drop_partial_tail(fd: int) -> None:
@@ -177,7 +194,9 @@ class BufferedStore:
         if self.state.writable:
             self.log.warning(
                 "store unwritable: %s: %s; buffering up to %d records in memory",
-                path, describe(exc), self.capacity,
+                path,
+                describe(exc),
+                self.capacity,
             )
             self.state.writable = False
             self.state.since = self.clock()
@@ -188,7 +207,8 @@ class BufferedStore:
         lost = self.state.dropped - self._dropped_at_outage
         self.log.warning(
             "store writable again after %.0f s; backlog written, %d records dropped meanwhile",
-            self.clock() - self.state.since, lost,
+            self.clock() - self.state.since,
+            lost,
         )
         self.state.writable = True
         self.state.error = ""

@@ -351,7 +351,13 @@ def load(
     if cfg.cache and is_store(root):
         cache_root = layout.cache_dir(root) / "analyze"
     return read_frame(
-        root, files=files, since=since, until=until, cache_root=cache_root, workers=_workers(cfg)
+        root,
+        files=files,
+        since=since,
+        until=until,
+        cache_root=cache_root,
+        workers=_workers(cfg),
+        column_files=cfg.column_files,
     )
 
 

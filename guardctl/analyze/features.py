@@ -182,6 +182,7 @@ class GroupIndex:
         rows = ts.size
         self.width = int(self.counts.max()) if self.n else 0
         self.dense = self.n * self.width <= 4 * rows + 4096
+        self._series: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         order = np.argsort(self.inv, kind="stable")
         starts = np.cumsum(self.counts) - self.counts
         self.starts = starts
@@ -236,14 +237,24 @@ class GroupIndex:
 
         Missing values and resets (a decrease, e.g. after a reboot) count as zero.
         """
-        order = self.time_order()
+        order, same, groups = self._series_order(series)
         c = counter[order]
         inc = np.zeros(c.size)
         if c.size > 1:
-            same = series[order][1:] == series[order][:-1]
             valid = same & (c[1:] != INT_MISSING) & (c[:-1] != INT_MISSING)
             inc[1:] = np.maximum(np.where(valid, c[1:] - np.where(valid, c[:-1], 0), 0), 0)
-        return np.bincount(self.inv[order], weights=inc, minlength=self.n)
+        return np.bincount(groups, weights=inc, minlength=self.n)
+
+    def _series_order(self, series: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Time order, "next row is the same series", and the groups in that order.
+
+        Kept for the last *series*: a table's counters all share them.
+        """
+        if self._series is None or self._series[0] is not series:
+            order = self.time_order()
+            ordered = series[order]
+            self._series = (series, order, ordered[1:] == ordered[:-1], self.inv[order])
+        return self._series[1], self._series[2], self._series[3]
 
 
 def _rows(cols: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:

@@ -504,7 +504,9 @@ def concat(frames: Sequence[Frame]) -> Frame:
         out.files += frame.files
         out.lines += frame.lines
     for kind, pieces in parts.items():
-        if pieces:
+        if len(pieces) == 1:  # one frame holds this kind (steps and telemetry mirrors): no copy
+            out.cols[kind] = pieces[0]
+        elif pieces:
             out.cols[kind] = {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
     return out
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from guardctl import layout
+from guardctl import colfile, layout
 from guardctl.analyze.frame import Frame, Parser, assemble, concat
 from guardctl.errors import InputError
 
@@ -83,14 +83,18 @@ def _walk_jsonl(top: str) -> list[str]:
             continue
         with entries:
             for entry in entries:
+                name = entry.name
+                if name.endswith(".jsonl"):  # by far the most entries: decided by name alone
+                    if not entry.is_dir():
+                        out.append(entry.path)
+                    continue
+                if name.endswith(".cols"):  # column mirrors, found from their files
+                    continue
                 try:
                     is_dir = entry.is_dir()
                 except OSError:
                     is_dir = False
-                if not is_dir:
-                    if entry.name.endswith(".jsonl"):
-                        out.append(entry.path)
-                elif not entry.is_symlink():
+                if is_dir and not entry.is_symlink():
                     todo.append(entry.path)
     return out
 
@@ -434,25 +438,28 @@ class Stored:
     files: int
 
 
-def _join(hours: Sequence[Frame | Stored]) -> Frame:
-    """One frame from every hour: cached columns are read straight into the joined arrays."""
+def _join(parts: Sequence[Frame | Stored]) -> Frame:
+    """One frame from every part: cached columns are read straight into the joined arrays."""
     bad: Counter[str] = Counter()
     files = lines = 0
-    for h in hours:
-        bad.update(h.bad)
-        files += h.files
-        lines += h.lines
-    stored = [h for h in hours if isinstance(h, Stored)]
-    if len(stored) == len(hours):
+    for part in parts:
+        bad.update(part.bad)
+        files += part.files
+        lines += part.lines
+    stored = [p for p in parts if isinstance(p, Stored)]
+    frames = [p for p in parts if isinstance(p, Frame) and p.records]
+    if frames and not any(s.segments for s in stored):
+        frame = concat(frames)  # one frame (say, every column mirror at once): no copy
+    elif len(stored) == len(parts):
         frame = assemble([seg for h in stored for seg in h.segments])
     else:
-        frame = concat([_materialise(h) for h in hours])
+        frame = concat([_materialise(p) for p in parts])
     frame.bad, frame.files, frame.lines = bad, files, lines
     return frame
 
 
-def _materialise(hour: Frame | Stored) -> Frame:
-    return hour if isinstance(hour, Frame) else assemble(hour.segments)
+def _materialise(part: Frame | Stored) -> Frame:
+    return part if isinstance(part, Frame) else assemble(part.segments)
 
 
 def group_by_hour(files: Sequence[str]) -> dict[str, list[str]]:
@@ -471,11 +478,15 @@ def read_frame(
     until: float | None = None,
     cache_root: Path | None = None,
     workers: int = 1,
+    column_files: bool = True,
 ) -> Frame:
     """Read the records under *path* that may fall in [since, until] into one frame.
 
-    With *cache_root*, parsed bytes are kept there and only new bytes are parsed;
-    an unwritable cache is silently skipped (reading must never fail for it).
+    Files with a column mirror (:mod:`guardctl.colfile`) are read from it, and
+    only the bytes it does not cover yet are parsed. The others are parsed;
+    with *cache_root*, their parsed bytes are kept there and only new bytes are
+    parsed next time. An unwritable cache is silently skipped (reading must
+    never fail for it).
     """
     groups = group_by_hour(source_files(path) if files is None else files)
     base = path if path.is_dir() else path.parent
@@ -483,38 +494,87 @@ def read_frame(
         wanted = sorted(groups)
     else:
         wanted = hours_needed(list(groups), since, until)
-    hours = [
-        _read_hour(groups[hour], base, hour, since, until, cache_root, workers) for hour in wanted
-    ]
+    caches = {hour: _open_cache(cache_root, hour) for hour in wanted}
+    parts: list[Frame | Stored] = []
+    if column_files:
+        # A file the cache has parsed stays with the cache for its hour: never counted twice.
+        todo = [f for hour in wanted for f in groups[hour] if not _cached(caches[hour], f, base)]
+        mirrored, unmirrored = _read_mirrored(todo, workers)
+        parts += mirrored
+        done = set(todo).difference(unmirrored)
+        groups = {hour: [f for f in groups[hour] if f not in done] for hour in wanted}
+    for hour in wanted:
+        if groups[hour]:
+            parts.append(_read_hour(groups[hour], base, caches[hour], since, until, workers))
     try:
-        return _join(hours)
+        return _join(parts)
     except _CACHE_ERRORS:  # a segment went away since its header was read: parse afresh
         if cache_root is None:
             raise
-        return read_frame(path, files=files, since=since, until=until, workers=workers)
+        return read_frame(
+            path, files=files, since=since, until=until, workers=workers, column_files=column_files
+        )
+
+
+def _key(name: str, base: Path) -> str:
+    """A file's name in the cache manifest: relative to the input path."""
+    prefix = os.fspath(base) + os.sep
+    return name[len(prefix) :] if name.startswith(prefix) else name
+
+
+def _cached(cache: HourCache | None, name: str, base: Path) -> bool:
+    return cache is not None and _key(name, base) in cache.manifest["files"]
+
+
+def _open_cache(cache_root: Path | None, hour: str) -> HourCache | None:
+    if cache_root is None:
+        return None
+    try:
+        return HourCache(cache_root, hour)
+    except _CACHE_ERRORS:
+        return None
+
+
+def _read_mirrored(files: Sequence[str], workers: int) -> tuple[list[Frame | Stored], list[str]]:
+    """Records of *files* from their column mirrors, plus the bytes past what those cover.
+
+    Returns the frames and the files without a usable mirror (to be parsed).
+    """
+    paths, sizes, inodes = [], [], []
+    for name in files:
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue  # vanished since it was listed
+        paths.append(name)
+        sizes.append(st.st_size)
+        inodes.append(st.st_ino)
+    found = colfile.read_many(paths, sizes, inodes)
+    tails = [
+        _Tail(p, p, covered, size, 0)
+        for p, ok, covered, size in zip(paths, found.usable, found.covered, sizes, strict=True)
+        if ok and covered < size
+    ]
+    rest, _, pending = parse_tails(tails, workers)  # written since the mirror's last batch
+    rest.files = 0  # counted with the mirror
+    if any(pending.values()):
+        rest.bad["truncated"] += sum(pending.values())
+        rest.lines += sum(pending.values())
+    unmirrored = [p for p, ok in zip(paths, found.usable, strict=True) if not ok]
+    return [found.frame, rest], unmirrored
 
 
 def _read_hour(
     files: Sequence[str],
     base: Path,
-    hour: str,
+    cache: HourCache | None,
     since: float | None,
     until: float | None,
-    cache_root: Path | None,
     workers: int,
 ) -> Frame | Stored:
-    if cache_root is None:
-        tails = [_Tail(f, str(f), 0, _size(f), 0) for f in files]
-        frame, _, pending = parse_tails(tails, workers)
-        if any(pending.values()):
-            frame.bad["truncated"] += sum(pending.values())
-            frame.lines += sum(pending.values())
-        frame.files = len(files)
-        return frame
-    try:
-        cache = HourCache(cache_root, hour)
-    except _CACHE_ERRORS:
-        return _uncached(files, base, hour, since, until, workers)
+    """Parse *files* of one hourly bucket, through its cache where there is one."""
+    if cache is None:
+        return _parse_whole(files, workers)
     for attempt in range(2):
         try:
             if attempt:
@@ -524,7 +584,17 @@ def _read_hour(
         except _CACHE_ERRORS:
             continue
     # no usable cache (read-only or full store): parse without it
-    return _uncached(files, base, hour, since, until, workers)
+    return _parse_whole(files, workers)
+
+
+def _parse_whole(files: Sequence[str], workers: int) -> Frame:
+    tails = [_Tail(f, str(f), 0, _size(f), 0) for f in files]
+    frame, _, pending = parse_tails(tails, workers)
+    if any(pending.values()):
+        frame.bad["truncated"] += sum(pending.values())
+        frame.lines += sum(pending.values())
+    frame.files = len(files)
+    return frame
 
 
 def _refresh(cache: HourCache, files: Sequence[str], base: Path, workers: int) -> None:
@@ -536,17 +606,6 @@ def _refresh(cache: HourCache, files: Sequence[str], base: Path, workers: int) -
     if tails:
         frame, offsets, pending = parse_tails(tails, workers)
         cache.add(frame, tails, offsets, pending)
-
-
-def _uncached(
-    files: Sequence[str],
-    base: Path,
-    hour: str,
-    since: float | None,
-    until: float | None,
-    workers: int,
-) -> Frame | Stored:
-    return _read_hour(files, base, hour, since, until, None, workers)
 
 
 def _size(path: str) -> int:

@@ -50,6 +50,11 @@ from guardctl.simulate.faults import CONFOUNDERS, FAULTS
     help=f"Leave out the benign confounders ({', '.join(CONFOUNDERS)}).",
 )
 @click.option(
+    "--no-column-files",
+    is_flag=True,
+    help="Write only the JSON Lines, no column mirrors (as a foreign or older writer).",
+)
+@click.option(
     "--start",
     default=None,
     help="Time of the first sample (Unix or ISO; default 2025-12-01T00:00:00Z).",
@@ -65,6 +70,7 @@ def simulate_cmd(
     seed: int,
     faults: str,
     no_confounders: bool,
+    no_column_files: bool,
     start: str | None,
     as_json: bool,
     dry_run: bool,
@@ -87,6 +93,7 @@ def simulate_cmd(
         confounders=not no_confounders,
         start=parse_time(start, "--start") if start else DEFAULT_START,
         dry_run=dry_run,
+        column_files=not no_column_files,
     )
     summary = truth.to_dict()
     if as_json:

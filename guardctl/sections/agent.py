@@ -16,6 +16,9 @@ class AgentSettings:
     timeouts: dict[str, float] = field(default_factory=dict)
     sysfs_root: str = "/sys"
     buffer_records: int = 100_000  # kept in memory while the store cannot be written
+    # Keep a binary column mirror (<hour>.cols) beside each telemetry file, which the
+    # analyzer reads instead of parsing the JSON Lines (see guardctl-schema(5)).
+    column_files: bool = True
     node: str = ""  # empty: the short hostname
     # Local (not shared) file with each collector's health and the store's state;
     # empty disables it.

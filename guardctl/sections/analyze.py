@@ -24,6 +24,8 @@ class AnalyzeSettings:
     hardware_xids: tuple[int, ...] = DEFAULT_HARDWARE_XIDS
     cache: bool = True  # keep parsed telemetry in <store>/cache/analyze
     workers: int = 0  # processes parsing JSON Lines (0: one per CPU)
+    # Read the writers' column mirrors (<hour>.cols) instead of parsing where present.
+    column_files: bool = True
     evidence_per_node: int = 20  # most evidence entries reported per node
     # [analyze.detectors.<name>] key = number: thresholds per detector plugin
     detectors: dict[str, dict[str, float]] = field(default_factory=dict)

@@ -139,11 +139,13 @@ def simulate(
     onset_range: tuple[float, float] = (0.2, 0.6),
     dry_run: bool = False,
     names: Sequence[str] = (),
+    column_files: bool = True,
 ) -> Truth:
     """Write a simulated fleet's trace under *out* (store layout) and its truth.json.
 
     With *dry_run*, plan the fleet and its injections but write nothing. *names* replaces
     the generated node names (node0001...), e.g. to match a real cluster's nodes.
+    *column_files*: keep each file's column mirror, as the agent and the probe do.
     """
     if names and len(names) != nodes:
         raise UsageError(f"simulate: {len(names)} names given for {nodes} nodes")
@@ -163,7 +165,7 @@ def simulate(
         return truth
     try:
         out.mkdir(parents=True, exist_ok=True)
-        truth.records = write_fleet(fleet, out, rng, start + duration)
+        truth.records = write_fleet(fleet, out, rng, start + duration, column_files)
         tmp = out / ".truth.json.tmp"
         tmp.write_text(json.dumps(truth.to_dict(), indent=1) + "\n")
         os.replace(tmp, out / "truth.json")

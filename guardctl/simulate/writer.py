@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from guardctl import layout
+from guardctl.colfile import Mirror
 from guardctl.simulate.fleet import GPUS, PORTS, Fleet, Job
 
 GPU_LINE = (
@@ -153,8 +154,15 @@ def job_steps(
     return out
 
 
-def write_hourly(lines: Iterable[tuple[float, str]], path_of: Callable[[float], Path]) -> int:
-    """Append lines to the hourly file each belongs to; return how many were written."""
+def write_hourly(
+    lines: Iterable[tuple[float, str]],
+    path_of: Callable[[float], Path],
+    mirror: Mirror | None = None,
+) -> int:
+    """Append lines to the hourly file each belongs to; return how many were written.
+
+    With *mirror*, each file's column mirror is kept as the agent and the probe keep it.
+    """
     by_file: dict[Path, list[str]] = {}
     count = 0
     for ts, line in lines:
@@ -162,20 +170,29 @@ def write_hourly(lines: Iterable[tuple[float, str]], path_of: Callable[[float], 
         count += 1
     for path, chunk in by_file.items():
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write("\n".join(chunk) + "\n")
+        data = ("\n".join(chunk) + "\n").encode()
+        with path.open("ab") as fh:
+            start = fh.tell()
+            fh.write(data)
+        if mirror is not None:
+            mirror.append(path, start, data)
+            mirror.forget(path)
     return count
 
 
-def write_fleet(f: Fleet, root: Path, rng: np.random.Generator, end: float) -> int:
+def write_fleet(
+    f: Fleet, root: Path, rng: np.random.Generator, end: float, column_files: bool = True
+) -> int:
     """Write every record of the fleet under the store *root*; return the record count."""
     total = 0
+    mirror = Mirror() if column_files else None
     for node, lines in telemetry_lines(f, rng).items():
         name = f.names[node]
-        total += write_hourly(lines, partial(_telemetry_path, root, name))
+        total += write_hourly(lines, partial(_telemetry_path, root, name), mirror)
     for job in f.jobs:
         for (node, rank), lines in job_steps(f, job, rng, end).items():
-            total += write_hourly(lines, partial(_step_path, root, job.name, f.names[node], rank))
+            path_of = partial(_step_path, root, job.name, f.names[node], rank)
+            total += write_hourly(lines, path_of, mirror)
     return total
 
 

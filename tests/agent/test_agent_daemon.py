@@ -16,6 +16,7 @@ from agent_helpers import Disk, FakeNvml, settings
 from guardctl import layout
 from guardctl.agent.daemon import Agent
 from guardctl.agent.writer import LineWriter
+from guardctl.analyze.load import read_frame
 from guardctl.schema import read_path
 
 TS = 1_796_040_000.0  # 2026-11-30T12:00:00Z
@@ -48,11 +49,17 @@ def test_hourly_rotation(tmp_path: Path, fake_nvml: FakeNvml) -> None:
     agent.sample(TS + 3600.5)
     agent.close()
     files = sorted(p.name for p in (tmp_path / "telemetry" / "n1").iterdir())
-    assert files == ["20261130T12.jsonl", "20261130T13.jsonl"]
+    # each hour's file with its column mirror (guardctl.colfile)
+    assert files == [
+        "20261130T12.cols", "20261130T12.jsonl", "20261130T13.cols", "20261130T13.jsonl"
+    ]  # fmt: skip
+    frame = read_frame(tmp_path / "telemetry")
+    assert frame.count("host") == 2 and frame.files == 2
 
 
-def test_no_driver_does_not_stop_the_others(tmp_path: Path, fake_nvml: FakeNvml,
-                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_no_driver_does_not_stop_the_others(
+    tmp_path: Path, fake_nvml: FakeNvml, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="guardctl.agent")
     fake_nvml.no_driver = True
     agent = Agent(settings(retry_unavailable_s=0.2), tmp_path, "n1")
@@ -97,8 +104,9 @@ def test_a_hung_collector_times_out_alone(tmp_path: Path, fake_nvml: FakeNvml) -
     assert len([r for r in read_path(tmp_path).records if r["kind"] == "host"]) == 4
 
 
-def test_a_collector_bug_is_reported_not_fatal(tmp_path: Path, fake_nvml: FakeNvml,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_collector_bug_is_reported_not_fatal(
+    tmp_path: Path, fake_nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken(*args: Any) -> int:
         raise sys.modules["pynvml"].NVMLError_Unknown(999)
 
@@ -111,8 +119,9 @@ def test_a_collector_bug_is_reported_not_fatal(tmp_path: Path, fake_nvml: FakeNv
     assert health(agent)["host"]["ok"]
 
 
-def test_store_full_then_back(tmp_path: Path, fake_nvml: FakeNvml,
-                              caplog: pytest.LogCaptureFixture) -> None:
+def test_store_full_then_back(
+    tmp_path: Path, fake_nvml: FakeNvml, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="guardctl.agent")
     disk = Disk()
     # 11 records a sample; room for 3 samples in memory.

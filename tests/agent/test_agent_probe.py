@@ -16,6 +16,7 @@ from agent_helpers import Disk
 
 from guardctl import layout, probe
 from guardctl.agent.writer import BufferedStore, LineWriter
+from guardctl.analyze.load import read_frame
 from guardctl.schema import read_path
 
 
@@ -34,8 +35,9 @@ def slurm_env(**extra: str) -> dict[str, str]:
 
 
 def test_identity_from_slurm_and_torchrun() -> None:
-    who = probe.identity_from_env({"SLURM_JOB_ID": "77", "SLURM_PROCID": "5",
-                                   "SLURMD_NODENAME": "node3", "RANK": "9"})
+    who = probe.identity_from_env(
+        {"SLURM_JOB_ID": "77", "SLURM_PROCID": "5", "SLURMD_NODENAME": "node3", "RANK": "9"}
+    )
     assert who == probe.Identity("77", 5, "node3")
     torchrun = probe.identity_from_env({"RANK": "9"})
     assert torchrun.rank == 9 and torchrun.job == "local" and torchrun.node
@@ -51,8 +53,11 @@ def test_steps_are_timed_and_written(tmp_path: Path) -> None:
     with probe.step(100):  # no collective: all compute
         time.sleep(0.005)
     assert probe.flush()
-    files = list((tmp_path / "steps" / "42").iterdir())
-    assert [f.name.split(".")[:2] for f in files] == [["node2", "r1"]]
+    files = sorted((tmp_path / "steps" / "42").iterdir())
+    # the rank's file and its column mirror (guardctl.colfile)
+    assert [f.name.split(".")[:2] for f in files] == [["node2", "r1"]] * 2
+    assert [f.suffix for f in files] == [".cols", ".jsonl"]
+    assert read_frame(tmp_path).count("step") == 4
     records = read_path(tmp_path).records
     assert [r["step"] for r in records] == [0, 1, 2, 100]
     for r in records[:3]:
@@ -74,8 +79,9 @@ def test_a_failed_step_is_not_recorded(tmp_path: Path) -> None:
 
 
 def test_full_queue_drops_and_counts_without_waiting(tmp_path: Path) -> None:
-    p = probe.configure(store=tmp_path, job="1", rank=0, node="n1", queue_size=5,
-                        flush_interval_s=3600)
+    p = probe.configure(
+        store=tmp_path, job="1", rank=0, node="n1", queue_size=5, flush_interval_s=3600
+    )
     for _ in range(12):
         with probe.step():
             pass
@@ -85,8 +91,9 @@ def test_full_queue_drops_and_counts_without_waiting(tmp_path: Path) -> None:
 
 
 def test_unwritable_store_never_raises_into_training(tmp_path: Path) -> None:
-    p = probe.configure(store=tmp_path, job="1", rank=0, node="n1", queue_size=4,
-                        flush_interval_s=3600)
+    p = probe.configure(
+        store=tmp_path, job="1", rank=0, node="n1", queue_size=4, flush_interval_s=3600
+    )
     disk = Disk()
     disk.error = errno.EROFS
     p._store = BufferedStore(4, probe.log, LineWriter(write=disk.write))
@@ -118,15 +125,17 @@ def test_written_at_exit_from_the_environment(tmp_path: Path) -> None:
             with probe.step():
                 probe.comm_begin()
     """)
-    env = slurm_env(GUARDCTL_STORE=str(tmp_path), SLURM_JOB_ID="5150", SLURM_PROCID="3",
-                    SLURMD_NODENAME="node4")
+    env = slurm_env(
+        GUARDCTL_STORE=str(tmp_path), SLURM_JOB_ID="5150", SLURM_PROCID="3", SLURMD_NODENAME="node4"
+    )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     path = layout.step_file(tmp_path, "5150", "node4", 3, time.time())
     if not path.exists():  # the hour turned meanwhile
         path = next((tmp_path / "steps" / "5150").iterdir())
     records = read_path(path).records
     assert len(records) == 5 and {(r["job"], r["rank"], r["node"]) for r in records} == {
-        ("5150", 3, "node4")}
+        ("5150", 3, "node4")
+    }
 
 
 def test_bad_identity_is_refused_at_configure(tmp_path: Path) -> None:
@@ -138,8 +147,14 @@ def test_cuda_events_need_torch() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    p = probe.configure(store="/nonexistent-not-written", job="1", rank=0, node="n1",
-                        cuda_events=True, flush_interval_s=3600)
+    p = probe.configure(
+        store="/nonexistent-not-written",
+        job="1",
+        rank=0,
+        node="n1",
+        cuda_events=True,
+        flush_interval_s=3600,
+    )
     a = torch.ones((2048, 2048), device="cuda")
     with probe.step():
         a @ a

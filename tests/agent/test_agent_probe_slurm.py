@@ -44,6 +44,6 @@ def test_probe_in_a_two_node_job(lab: Any, tmp_path: Path) -> None:
     assert all(r["job"] == job for r in result.records)
     assert sorted(r["node"] for r in by_rank.values()) == sorted(nodes)
     assert len(result.records) == 8
-    for path in (store / "steps" / job).iterdir():
+    for path in (store / "steps" / job).glob("*.jsonl"):  # (beside each, its .cols mirror)
         node, rank = path.name.split(".")[:2]
         assert {(r["node"], f"r{r['rank']}") for r in read_path(path).records} == {(node, rank)}

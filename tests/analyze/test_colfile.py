@@ -1,0 +1,255 @@
+"""Column mirrors: the same records as the JSON Lines they mirror, or none at all.
+
+Every case compares what the analyzer reads through the mirrors with what it
+reads parsing the JSON Lines alone (``column_files = false``), which is the
+truth: a mirror that is behind, torn, damaged, stale or foreign may make a
+pass slower, never different.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from guardctl import colfile, schema
+from guardctl.agent.writer import LineWriter
+from guardctl.analyze import analyze
+from guardctl.analyze.frame import Frame
+from guardctl.analyze.load import read_frame
+from guardctl.config import load_settings
+from guardctl.simulate import simulate
+
+T0 = 1_764_547_200.0
+
+
+def _canonical(frame: Frame) -> dict[str, list[tuple[object, ...]]]:
+    """Every record as a tuple of values (string indices resolved), sorted: order-free."""
+    tables = {"node": frame.nodes, "job": frame.jobs, "port": frame.ports, "state": frame.states}
+    out = {}
+    for kind, cols in frame.cols.items():
+        names = sorted(cols)
+        values = []
+        for name in names:
+            col = cols[name]
+            if name in tables:
+                values.append([tables[name][i] if i >= 0 else None for i in col.tolist()])
+            elif col.dtype == np.float64:
+                values.append(["nan" if np.isnan(v) else v for v in col.tolist()])
+            else:
+                values.append(col.tolist())
+        out[kind] = sorted(zip(*values, strict=True), key=repr)
+    return out
+
+
+def _read(root: Path, mirrors: bool) -> Frame:
+    return read_frame(root, column_files=mirrors)
+
+
+def _same_as_parsed(root: Path) -> Frame:
+    mirrored, parsed = _read(root, True), _read(root, False)
+    assert _canonical(mirrored) == _canonical(parsed)
+    assert (mirrored.lines, dict(mirrored.bad)) == (parsed.lines, dict(parsed.bad))
+    assert mirrored.files == parsed.files
+    return mirrored
+
+
+def _gpu_line(node: str, ts: float, gpu: int, clock: int = 1980) -> str:
+    rec = schema.make_record(
+        "gpu", node, ts, gpu=gpu, sm_clock_mhz=clock, power_w=600.5, power_limit_w=700.0,
+        temp_c=65.0, util_pct=99, clock_event_reasons=0, ecc_sbe_volatile=0,
+        ecc_dbe_volatile=0, pcie_replay=0, nvlink_crc_errors=0, xid=None,
+    )  # fmt: skip
+    return schema.dumps(rec)
+
+
+def _nic_line(node: str, ts: float, port: int) -> str:
+    rec = schema.make_record(
+        "nic", node, ts, device="mlx5_0", port=port, state="ACTIVE", rate_gbps=400.0,
+        symbol_errors=0, link_error_recovery=0, link_downed=0, rcv_errors=0,
+        xmit_wait=10 * port, xmit_bytes=2**40 + port,
+    )  # fmt: skip
+    return schema.dumps(rec)
+
+
+def _step_line(node: str, ts: float, step: int, job: str = "4242") -> str:
+    rec = schema.make_record(
+        "step", node, ts, job=job, rank=3, step=step, step_s=1.5, compute_s=1.2, comm_s=0.3
+    )
+    return schema.dumps(rec)
+
+
+def _sample(node: str, ts: float) -> bytes:
+    lines = [_gpu_line(node, ts, g) for g in range(8)] + [_nic_line(node, ts, p) for p in (1, 2)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _agent_file(root: Path, node: str = "gn01") -> Path:
+    return root / "telemetry" / node / "20251201T00.jsonl"
+
+
+def _write_samples(writer: LineWriter, path: Path, node: str, count: int, t0: float = T0) -> None:
+    for i in range(count):
+        writer.append(path, _sample(node, t0 + 10 * i))
+
+
+def test_simulated_fleet_analyses_the_same_with_and_without_mirrors(tmp_path: Path) -> None:
+    root = tmp_path / "sim"
+    simulate(root, nodes=48, duration=900.0, seed=5, faults="all:1")
+    assert list(root.rglob("*.cols"))
+    _same_as_parsed(root)
+    plain = load_settings(assignments=["analyze.column_files=false"], environ={})
+    assert analyze(root, load_settings(environ={})).to_dict() == analyze(root, plain).to_dict()
+
+
+def test_writer_keeps_the_mirror_in_step_batch_by_batch(tmp_path: Path) -> None:
+    path = _agent_file(tmp_path)
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, "gn01", 5)
+    writer.close()
+    st = path.stat()
+    found = colfile.read_many([str(path)], [st.st_size], [st.st_ino])
+    assert found.usable == [True] and found.covered == [st.st_size]
+    assert found.frame.count("gpu") == 40 and found.frame.count("nic") == 10
+    frame = _same_as_parsed(tmp_path)
+    assert frame.nodes == ["gn01"] and frame.ports == ["mlx5_0:1", "mlx5_0:2"]
+
+
+def test_lines_written_without_the_mirror_are_parsed_then_caught_up(tmp_path: Path) -> None:
+    path = _agent_file(tmp_path)
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, "gn01", 3)
+    writer.close()
+    with path.open("ab") as fh:  # an agent killed between its two writes
+        fh.write(_sample("gn01", T0 + 30))
+    st = path.stat()
+    found = colfile.read_many([str(path)], [st.st_size], [st.st_ino])
+    assert found.usable == [True] and 0 < found.covered[0] < st.st_size
+    _same_as_parsed(tmp_path)
+    writer = LineWriter(mirror=colfile.Mirror())  # restarted: the gap is mirrored first
+    _write_samples(writer, path, "gn01", 1, T0 + 40)
+    writer.close()
+    st = path.stat()
+    assert colfile.read_many([str(path)], [st.st_size], [st.st_ino]).covered == [st.st_size]
+    assert _same_as_parsed(tmp_path).count("gpu") == 40
+
+
+def test_torn_mirror_is_cut_back_and_never_read(tmp_path: Path) -> None:
+    path = _agent_file(tmp_path)
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, "gn01", 2)
+    writer.close()
+    cols = Path(colfile.mirror_path(path))
+    whole = cols.read_bytes()
+    with cols.open("ab") as fh:  # a batch cut short: rows without their mark, half a row
+        fh.write(whole[colfile.PREAMBLE_SIZE : colfile.PREAMBLE_SIZE + 250])
+    _same_as_parsed(tmp_path)
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, "gn01", 1, T0 + 20)
+    writer.close()
+    assert cols.stat().st_size > len(whole)
+    assert (cols.stat().st_size - colfile.PREAMBLE_SIZE) % colfile.WIDTH == 0
+    assert _same_as_parsed(tmp_path).count("gpu") == 24
+
+
+@pytest.mark.parametrize("at", [0, 30, 200, 1000, -20])
+def test_damaged_byte_in_a_mirror_costs_speed_not_truth(tmp_path: Path, at: int) -> None:
+    path = _agent_file(tmp_path)
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, "gn01", 3)
+    writer.close()
+    cols = Path(colfile.mirror_path(path))
+    data = bytearray(cols.read_bytes())
+    data[at] ^= 0x24
+    cols.write_bytes(bytes(data))
+    _same_as_parsed(tmp_path)
+
+
+def test_mirror_of_a_replaced_or_shortened_file_is_ignored(tmp_path: Path) -> None:
+    path = _agent_file(tmp_path)
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, "gn01", 3)
+    writer.close()
+    cols = Path(colfile.mirror_path(path))
+    kept = cols.read_bytes()
+    lines = path.read_bytes().splitlines(keepends=True)
+    os.truncate(path, sum(map(len, lines[:15])))  # cut in place, same inode: mirror is ahead
+    st = path.stat()
+    assert colfile.read_many([str(path)], [st.st_size], [st.st_ino]).usable == [False]
+    _same_as_parsed(tmp_path)
+    replacement = path.with_suffix(".new")
+    replacement.write_bytes(b"".join(lines))  # an edited copy put in place: another inode
+    os.replace(replacement, path)
+    cols.write_bytes(kept)
+    st = path.stat()
+    assert colfile.read_many([str(path)], [st.st_size], [st.st_ino]).usable == [False]
+    assert _same_as_parsed(tmp_path).count("gpu") == 24
+
+
+def test_rejected_line_stops_the_mirror_and_the_rest_is_parsed(tmp_path: Path) -> None:
+    path = _agent_file(tmp_path)
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, "gn01", 2)
+    writer.append(path, b'{"v":1,"kind":"gpu","ts":-5,"node":"gn01"}\n' + _sample("gn01", T0 + 20))
+    _write_samples(writer, path, "gn01", 2, T0 + 30)
+    writer.close()
+    st = path.stat()
+    found = colfile.read_many([str(path)], [st.st_size], [st.st_ino])
+    assert found.usable == [True] and 0 < found.covered[0] < st.st_size
+    frame = _same_as_parsed(tmp_path)
+    assert sum(frame.bad.values()) == 1 and frame.count("gpu") == 40
+
+
+def test_long_names_span_several_rows(tmp_path: Path) -> None:
+    node = "n" * 64  # the longest node name
+    path = tmp_path / "steps" / "4242" / f"{node}.r3.20251201T00.jsonl"
+    writer = LineWriter(mirror=colfile.Mirror())
+    for i in range(4):
+        job = "4242_" + "7" * 250 if i == 2 else "4242"  # a string over several rows
+        writer.append(path, (_step_line(node, T0 + i, i, job) + "\n").encode())
+    writer.close()
+    st = path.stat()
+    found = colfile.read_many([str(path)], [st.st_size], [st.st_ino])
+    assert found.usable == [True] and found.covered == [st.st_size]
+    frame = _same_as_parsed(tmp_path)
+    assert frame.nodes == [node] and len(frame.jobs) == 2
+
+
+def test_foreign_files_and_missing_mirrors_mix(tmp_path: Path) -> None:
+    writer = LineWriter(mirror=colfile.Mirror())
+    for n in range(3):
+        _write_samples(writer, _agent_file(tmp_path, f"gn0{n}"), f"gn0{n}", 2)
+    writer.close()
+    Path(colfile.mirror_path(_agent_file(tmp_path, "gn01"))).unlink()
+    Path(colfile.mirror_path(_agent_file(tmp_path, "gn02"))).write_bytes(b"not a mirror")
+    assert _same_as_parsed(tmp_path).nodes.__len__() == 3
+
+
+def test_a_file_the_cache_parsed_is_not_read_twice(tmp_path: Path) -> None:
+    """A mirror that appears after the analyzer cached its file: the cache keeps that file."""
+    root = tmp_path / "store"
+    path = _agent_file(root)
+    plain = LineWriter()
+    _write_samples(plain, path, "gn01", 3)
+    plain.close()
+    settings = load_settings(environ={})
+    first = analyze(root, settings).to_dict()
+    mirror = colfile.Mirror()
+    mirror.sync(path)
+    mirror.close()
+    assert analyze(root, settings).to_dict() == first
+    assert analyze(root, settings).records == 3 * 10
+
+
+def test_failing_mirror_never_fails_the_write(tmp_path: Path) -> None:
+    path = _agent_file(tmp_path)
+    cols = Path(colfile.mirror_path(path))
+    cols.parent.mkdir(parents=True)
+    cols.mkdir()  # cannot be opened as a file
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, "gn01", 2)
+    writer.close()
+    assert len(path.read_bytes().splitlines()) == 20
+    assert _read(tmp_path, True).count("gpu") == 16
