@@ -613,7 +613,7 @@ def _columns(
         if _SLOTS[name] > room:  # a kind this width cannot hold: not written by a writer
             usable[np.unique(file_of[at])] = False
             continue
-        block = np.take(words, at, axis=0)
+        block = words[at]
         # Global string indices; one pointing outside its file's table: a damaged mirror.
         files = file_of[at]
         ids = {"node": _global(block[:, 0] >> 32, files, strings, "nodes", usable, absent=False)}
@@ -728,3 +728,41 @@ class _Reader:
 
     def rows(self) -> np.ndarray:
         return self.buf[: self.end]
+
+
+def verify(jsonl: str | os.PathLike[str]) -> str:
+    """How the mirror of one JSON Lines file stands, for ``guardctl store check``.
+
+    ``none`` (no mirror), ``ignored`` (not a mirror of this file), ``whole`` or
+    ``partial`` (covers all or part of the file, and holds exactly what parsing
+    that part gives), ``differs`` (it does not: a bug or an edited file).
+    """
+    path = os.fspath(jsonl)
+    st = os.stat(path)
+    if not os.path.exists(mirror_path(path)):
+        return "none"
+    found = read_many([path], [st.st_size], [st.st_ino])
+    if not found.usable[0]:
+        return "ignored"
+    covered = found.covered[0]
+    parsed = parse_lines(_read_range(path, 0, covered).splitlines())
+    if records(found.frame) != records(parsed):
+        return "differs"
+    return "whole" if covered == st.st_size else "partial"
+
+
+def records(frame: Frame) -> dict[str, list[tuple[object, ...]]]:
+    """Every record of *frame* as a tuple of values, string indices resolved, in order."""
+    tables = {"node": frame.nodes, "job": frame.jobs, "port": frame.ports, "state": frame.states}
+    out = {}
+    for kind, cols in frame.cols.items():
+        columns = []
+        for name in sorted(cols):
+            values = cols[name].tolist()
+            if name in tables:
+                values = [tables[name][i] if i >= 0 else None for i in values]
+            elif cols[name].dtype == np.float64:  # NaN (absent) equal to NaN
+                values = [None if v != v else v for v in values]
+            columns.append(values)
+        out[kind] = list(zip(*columns, strict=True))
+    return out

@@ -48,6 +48,9 @@ class CheckReport:
     good: Counter[str] = field(default_factory=Counter)  # kind -> records
     bad: Counter[str] = field(default_factory=Counter)  # reason -> lines
     bad_files: dict[str, dict[str, int]] = field(default_factory=dict)
+    # column mirrors (guardctl.colfile): files per state, and those whose mirror differs
+    mirrors: Counter[str] = field(default_factory=Counter)
+    mirror_differs: list[str] = field(default_factory=list)
 
     @property
     def bad_total(self) -> int:
@@ -63,11 +66,16 @@ class CheckReport:
             "bad": dict(sorted(self.bad.items())),
             "bad_total": self.bad_total,
             "bad_files": self.bad_files,
+            "mirrors": dict(sorted(self.mirrors.items())),
+            "mirror_differs": self.mirror_differs,
         }
 
 
 def check(path: Path) -> CheckReport:
-    """Read every line under *path*; InputError if *path* itself cannot be read."""
+    """Read every line under *path*, and check each file's column mirror against it.
+
+    InputError if *path* itself cannot be read.
+    """
     try:
         files = input_files(path)
     except OSError as exc:
@@ -87,8 +95,21 @@ def check(path: Path) -> CheckReport:
         report.bad.update(bad)
         if bad:
             report.bad_files[str(file)] = dict(bad)
+        _check_mirror(file, report)
     report.lines = sum(report.good.values()) + report.bad_total
     return report
+
+
+def _check_mirror(file: Path, report: CheckReport) -> None:
+    from guardctl import colfile  # numpy and the parser: only here
+
+    try:
+        state = colfile.verify(file)
+    except OSError:
+        return  # the file itself was unreadable: counted above
+    report.mirrors[state] += 1
+    if state == "differs":
+        report.mirror_differs.append(str(file))
 
 
 # -- prune --------------------------------------------------------------------

@@ -31,8 +31,9 @@ def store_group() -> None:
 def check_command(path: Path, as_json: bool) -> None:
     """Count good records per kind and bad lines per reason in PATH (file or directory).
 
-    Exit 0 when every line is a valid schema-v1 record, 1 when some are bad,
-    7 when PATH cannot be read.
+    Also checks each file's column mirror (<hour>.cols) against the file. Exit 0
+    when every line is a valid schema-v1 record and no mirror differs, 1 when
+    some lines are bad or a mirror differs, 7 when PATH cannot be read.
     """
     report = store.check(path)
     if as_json:
@@ -44,7 +45,11 @@ def check_command(path: Path, as_json: bool) -> None:
         rows += [["bad", reason, n] for reason, n in sorted(report.bad.items())]
         if rows:
             echo_table(rows, ["", "kind / reason", "lines"])
-    if report.bad_total:
+        mirrors = ", ".join(f"{n} {state}" for state, n in sorted(report.mirrors.items()))
+        click.echo(f"column mirrors: {mirrors or 'no files'}")
+        for name in report.mirror_differs:
+            click.echo(f"mirror differs from its file: {name}")
+    if report.bad_total or report.mirror_differs:
         sys.exit(int(ExitCode.FINDINGS))
 
 

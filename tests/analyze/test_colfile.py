@@ -9,12 +9,13 @@ pass slower, never different.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from guardctl import colfile, schema
+from guardctl import colfile, schema, store
 from guardctl.agent.writer import LineWriter
 from guardctl.analyze import analyze
 from guardctl.analyze.frame import Frame
@@ -26,22 +27,8 @@ T0 = 1_764_547_200.0
 
 
 def _canonical(frame: Frame) -> dict[str, list[tuple[object, ...]]]:
-    """Every record as a tuple of values (string indices resolved), sorted: order-free."""
-    tables = {"node": frame.nodes, "job": frame.jobs, "port": frame.ports, "state": frame.states}
-    out = {}
-    for kind, cols in frame.cols.items():
-        names = sorted(cols)
-        values = []
-        for name in names:
-            col = cols[name]
-            if name in tables:
-                values.append([tables[name][i] if i >= 0 else None for i in col.tolist()])
-            elif col.dtype == np.float64:
-                values.append(["nan" if np.isnan(v) else v for v in col.tolist()])
-            else:
-                values.append(col.tolist())
-        out[kind] = sorted(zip(*values, strict=True), key=repr)
-    return out
+    """Every record as a tuple of values, sorted: the same whatever the file order."""
+    return {kind: sorted(rows, key=repr) for kind, rows in colfile.records(frame).items()}
 
 
 def _read(root: Path, mirrors: bool) -> Frame:
@@ -253,3 +240,28 @@ def test_failing_mirror_never_fails_the_write(tmp_path: Path) -> None:
     writer.close()
     assert len(path.read_bytes().splitlines()) == 20
     assert _read(tmp_path, True).count("gpu") == 16
+
+
+def test_store_check_verifies_mirrors_against_their_files(tmp_path: Path) -> None:
+    path = _agent_file(tmp_path)
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, "gn01", 3)
+    writer.close()
+    with path.open("ab") as fh:  # lines no mirror holds yet
+        fh.write(_sample("gn01", T0 + 30))
+    other = _agent_file(tmp_path, "gn02")
+    _write_samples(LineWriter(), other, "gn02", 1)
+    report = store.check(tmp_path)
+    assert report.mirrors == {"partial": 1, "none": 1} and not report.mirror_differs
+    data = bytearray(path.read_bytes())  # edited in place: same size, same inode
+    at = data.index(b'"sm_clock_mhz":1980')
+    data[at + 15 : at + 19] = b"1410"
+    with path.open("r+b") as fh:
+        fh.write(data)
+    report = store.check(tmp_path)
+    assert report.mirror_differs == [str(path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "guardctl", "store", "check", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1 and f"mirror differs from its file: {path}" in proc.stdout
