@@ -9,20 +9,22 @@ and turns into columns with a handful of numpy operations for thousands of
 files at once.
 
 Layout: a 24-byte preamble (magic, row width, the inode of the JSON Lines file it
-mirrors), then rows of *width* bytes. Every row starts with a kind byte:
+mirrors), then rows of 112 bytes (:data:`WIDTH`). Every row starts with a kind byte:
 
 - data rows (gpu, host, nic, step): node (an index into the file's string table),
   timestamp, then one 8-byte slot per field, in the order of the analyzer's
   column lists (floats as their bit patterns, integers, string-table indices);
 - string rows: one entry of the file's string tables (nodes, jobs, ports,
-  states), numbered in order of first use, in chunks of ``width - 8`` bytes;
+  states), numbered in order of first use, in chunks of 104 bytes;
 - mark rows, one after each batch: the rows since the previous mark mirror
-  bytes [start, end) of the JSON Lines file, ``lines`` lines;
-- a stop row: nothing from ``start`` on is mirrored (a line the parser rejects,
-  a record the row width cannot hold); readers parse the rest themselves.
+  bytes [start, end) of the JSON Lines file, ``lines`` lines, and the sum of
+  their 8-byte words (a checksum);
+- a stop row: nothing from ``start`` on is mirrored (a line the parser
+  rejects); readers parse the rest themselves.
 
 A reader trusts the rows up to the last mark of an unbroken chain from byte 0
-that lies within the JSON Lines file, and parses the rest of that file itself.
+whose checksums hold and that lies within the JSON Lines file, and parses the
+rest of that file itself.
 A mirror whose inode or size does not fit its JSON Lines file is ignored. So a
 mirror is derived data: deleting one only makes analysis slower, and a writer
 that finds its mirror behind the JSON Lines file (killed between the two
@@ -97,9 +99,9 @@ class _FileTables:
     ids: dict[str, dict[str, int]] = field(default_factory=lambda: {t: {} for t in TABLES})
 
 
-def _string_rows(table: int, index: int, text: str, width: int) -> list[bytes]:
+def _string_rows(table: int, index: int, text: str) -> list[bytes]:
     data = text.encode("utf-8", "surrogatepass")
-    chunk = width - 8
+    chunk = WIDTH - 8
     out = []
     for lo in range(0, max(len(data), 1), chunk):
         part = data[lo : lo + chunk]
@@ -108,7 +110,7 @@ def _string_rows(table: int, index: int, text: str, width: int) -> list[bytes]:
     return out
 
 
-def encode(frame: Frame, tables: _FileTables, width: int, start: int, end: int) -> bytes | None:
+def encode(frame: Frame, tables: _FileTables, start: int, end: int) -> bytes | None:
     """One batch's rows and its mark, or None when the rows cannot mirror it.
 
     *tables* is the file's string tables, extended here (callers keep a copy
@@ -116,9 +118,6 @@ def encode(frame: Frame, tables: _FileTables, width: int, start: int, end: int) 
     """
     if frame.bad:
         return None  # rejected lines: only the JSON Lines file tells what they were
-    room = (width - 16) // 8
-    if any(frame.count(kind) and _SLOTS[kind] > room for kind in schema.KINDS):
-        return None
     out: list[bytes] = []
     maps: dict[str, np.ndarray] = {}
     for t, table in enumerate(TABLES):
@@ -128,10 +127,10 @@ def encode(frame: Frame, tables: _FileTables, width: int, start: int, end: int) 
             index = ids.get(text)
             if index is None:
                 index = ids[text] = len(ids)
-                out.extend(_string_rows(t, index, text, width))
+                out.extend(_string_rows(t, index, text))
             local.append(index)
         maps[table] = np.array([*local, -1], np.int64)  # index -1 (absent) stays -1
-    dtype = row_dtype(width)
+    dtype = row_dtype(WIDTH)
     for kind, code in KIND_CODE.items():
         cols = frame.cols[kind]
         n = frame.count(kind)
@@ -166,8 +165,8 @@ def checksum(rows: bytes | memoryview) -> int:
 _TABLE_OF = {"port": "ports", "state": "states", "job": "jobs"}
 
 
-def _stop_row(width: int, start: int) -> bytes:
-    row = np.zeros(1, row_dtype(width))
+def _stop_row(start: int) -> bytes:
+    row = np.zeros(1, row_dtype(WIDTH))
     row["kind"] = STOP
     row["slots"][0, 0] = start
     return row.tobytes()
@@ -179,7 +178,6 @@ class _Open:
 
     fd: int
     ino: int  # of the JSON Lines file, written in the preamble
-    width: int | None = None  # chosen by the first batch
     tables: _FileTables = field(default_factory=_FileTables)
     end: int = 0  # bytes of the JSON Lines file mirrored
     stopped: bool = False
@@ -245,15 +243,13 @@ class Mirror:
 
     def _write(self, state: _Open, data: bytes, start: int) -> None:
         frame = parse_lines(data.splitlines())
-        if state.width is None:
-            state.width = WIDTH
         saved = {t: dict(ids) for t, ids in state.tables.ids.items()}
-        rows = encode(frame, state.tables, state.width, start, start + len(data))
+        rows = encode(frame, state.tables, start, start + len(data))
         if rows is None:
-            rows, state.stopped = _stop_row(state.width, start), True
+            rows, state.stopped = _stop_row(start), True
         size = os.fstat(state.fd).st_size
         if size == 0:
-            rows = _PREAMBLE.pack(MAGIC, state.width, 0, state.ino) + rows
+            rows = _PREAMBLE.pack(MAGIC, WIDTH, 0, state.ino) + rows
         try:
             written = os.write(state.fd, rows)
             if written != len(rows):
@@ -300,9 +296,9 @@ def _open_mirror(path: str) -> _Open:
         if found is None:
             os.ftruncate(fd, 0)  # not a mirror of this file (or of nothing yet): start over
             return state
-        state.width, state.end, state.stopped = found.width, found.covered, found.stopped
+        state.end, state.stopped = found.covered, found.stopped
         state.tables.ids = {t: {s: i for i, s in enumerate(found.strings[t])} for t in TABLES}
-        os.ftruncate(fd, PREAMBLE_SIZE + found.rows_used * found.width)  # drop a torn batch
+        os.ftruncate(fd, PREAMBLE_SIZE + found.rows_used * WIDTH)  # drop a torn batch
         return state
     except BaseException:
         os.close(fd)
@@ -311,7 +307,7 @@ def _open_mirror(path: str) -> _Open:
 
 def _reset(state: _Open, path: str) -> None:
     os.ftruncate(state.fd, 0)
-    state.width, state.end, state.stopped = None, 0, False
+    state.end, state.stopped = 0, False
     state.tables = _FileTables()
     state.ino = os.stat(path).st_ino
 
@@ -323,7 +319,6 @@ def _reset(state: _Open, path: str) -> None:
 class Found:
     """What one column file mirrors (for a writer reopening it)."""
 
-    width: int
     covered: int
     stopped: bool
     rows_used: int
@@ -341,7 +336,6 @@ def read_one(data: bytes, jsonl_size: int, jsonl_ino: int) -> Found | None:
     if not result.usable[0]:
         return None
     return Found(
-        width,
         int(result.covered[0]),
         bool(result.stopped[0]),
         int(result.rows_used[0]),
