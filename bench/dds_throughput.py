@@ -38,6 +38,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +111,9 @@ class _Connection:
 
 async def _drive(
     host: str, port: int, secret: str, clients: int, seconds: float, mode: str,
-    paced_ops: float = 0.0,
+    paced_ops: float = 0.0, on_clock: Callable[[], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
+    """One point; *on_clock* is called right when the clock starts and again when it stops."""
     latencies: list[float] = []
     requests = [0]
     # Request ids: unique across the run (the service is shared by all points), and cheap.
@@ -167,12 +169,16 @@ async def _drive(
             conn.close()
 
     tasks = [asyncio.create_task(one(f"w{i}")) for i in range(clients)]
-    await asyncio.sleep(0.5 + clients / 500)
+    await asyncio.sleep(0.5 + clients / 500)  # every client connected (not timed)
+    if on_clock is not None:
+        on_clock()
     started = time.perf_counter()
     stop_at[0] = started + seconds
     go.set()
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - started
+    if on_clock is not None:
+        on_clock()
     latencies.sort()
     return {
         "ops": len(latencies),
@@ -195,20 +201,32 @@ def _machine_busy_s() -> float:
 
 def measure(server: psutil.Process, host: str, port: int, secret: str, clients: int,
             seconds: float, mode: str, paced_ops: float = 0.0) -> dict[str, Any]:  # fmt: skip
-    """One point; the service's CPU counts its commit process too (its own child)."""
+    """One point; the service's CPU counts its commit process too (its own child).
+
+    The CPU figures cover only the timed interval: the snapshots are taken when
+    the load generator starts and stops its clock, not around the connecting of
+    the clients and the pause before the start (at 1024 clients those took
+    longer than the timed interval and made the machine look idle).
+    """
     helpers = server.children(recursive=True)
-    s0, h0 = _cpu_s(server), sum(_cpu_s(p) for p in helpers)
-    c0 = resource.getrusage(resource.RUSAGE_SELF)
-    m0 = _machine_busy_s()
-    wall0 = time.perf_counter()
-    result = asyncio.run(_drive(host, port, secret, clients, seconds, mode, paced_ops))
-    wall = time.perf_counter() - wall0
-    s1, h1 = _cpu_s(server), sum(_cpu_s(p) for p in helpers)
-    c1 = resource.getrusage(resource.RUSAGE_SELF)
-    machine = (_machine_busy_s() - m0) / wall
+    marks: list[tuple[float, float, float, float, float]] = []
+
+    def snapshot() -> None:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        marks.append((
+            time.perf_counter(), _cpu_s(server), sum(_cpu_s(p) for p in helpers),
+            own.ru_utime + own.ru_stime, _machine_busy_s(),
+        ))  # fmt: skip
+
+    result = asyncio.run(
+        _drive(host, port, secret, clients, seconds, mode, paced_ops, on_clock=snapshot)
+    )
+    (wall0, s0, h0, c0, m0), (wall1, s1, h1, c1, m1) = marks
+    wall = wall1 - wall0
+    machine = (m1 - m0) / wall
     loop_cpu = (s1 - s0) / wall
     server_cpu = loop_cpu + (h1 - h0) / wall
-    client_cpu = (c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime) / wall
+    client_cpu = (c1 - c0) / wall
     result.update(
         ops_per_server_core_s=round(result["ops_per_s"] / max(server_cpu, 0.01)),
         clients=clients,

@@ -6,6 +6,12 @@ service answers a request only after the batch holding its change is
 committed, so whatever a client was told survives a SIGKILL.
 ``synchronous=NORMAL`` in WAL mode loses nothing when the process dies; only a
 power cut can lose the last few milliseconds of commits.
+
+A batch is a list of statements, each with the rows of parameters it runs
+for (``executemany``): the ordered statements (``write``) first, then the
+keyed rows (``write_latest``), of which only the last per key is written.
+Keyed rows are whole rows (an upsert or a delete of one row), so the last
+one per key is the outcome of all of them, whatever the order between keys.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ CREATE TABLE IF NOT EXISTS worker (
 """
 
 Params = tuple[Any, ...]
-Batch = list[tuple[str, Params]]
+Batch = list[tuple[str, list[Params]]]  # each statement with the rows it runs for, in order
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
@@ -60,15 +66,20 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 def _commit(conn: sqlite3.Connection, batch: Batch) -> int:
     """Write *batch* in one transaction, all or nothing; return how many statements."""
+    count = 0
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for sql, params in batch:
-            conn.execute(sql, params)
+        for sql, rows in batch:
+            if len(rows) == 1:
+                conn.execute(sql, rows[0])
+            else:
+                conn.executemany(sql, rows)
+            count += len(rows)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    return len(batch)
+    return count
 
 
 class StateDB:
@@ -86,7 +97,7 @@ class StateDB:
                 self.conn.executescript(SCHEMA)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the service state {path}: {exc}") from exc
-        self._writes: list[tuple[str, Params]] = []
+        self._writes: Batch = []  # in order; a run of the same statement shares one entry
         self._latest: dict[Hashable, tuple[str, Params]] = {}
         # Called before this connection writes: lets a commit process finish its batch first.
         self.before_flush: Callable[[], None] | None = None
@@ -96,17 +107,34 @@ class StateDB:
         return bool(self._writes or self._latest)
 
     def write(self, sql: str, params: Params = ()) -> None:
-        """Queue one statement for the next commit."""
-        self._writes.append((sql, params))
+        """Queue one statement for the next commit, after those queued before it."""
+        writes = self._writes
+        if writes and writes[-1][0] == sql:
+            writes[-1][1].append(params)
+        else:
+            writes.append((sql, [params]))
 
     def write_latest(self, key: Hashable, sql: str, params: Params) -> None:
-        """Queue a statement that only the last one per *key* in a batch matters (an upsert)."""
+        """Queue a whole-row upsert or delete of which only the last per *key* in a batch matters.
+
+        Written after the batch's ordered statements: a statement that must see
+        these rows (or that they must not undo) is queued after a ``flush``.
+        """
         self._latest[key] = (sql, params)
 
     def take(self) -> Batch:
         """Hand over every queued statement (for a :class:`CommitProcess`), in order."""
-        batch = self._writes + list(self._latest.values())
-        self._writes, self._latest = [], {}
+        batch, self._writes = self._writes, []
+        if self._latest:
+            groups: dict[str, list[Params]] = {}
+            for sql, params in self._latest.values():
+                rows = groups.get(sql)
+                if rows is None:
+                    groups[sql] = [params]
+                else:
+                    rows.append(params)
+            self._latest = {}
+            batch.extend(groups.items())
         return batch
 
     def flush(self) -> int:

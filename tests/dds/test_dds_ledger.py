@@ -137,3 +137,62 @@ def test_epochs_follow_each_other_and_each_is_complete(tmp_path: Path) -> None:
         done.setdefault(lease["epoch"], []).append(lease["shard"])
     assert {e: sorted(s) for e, s in done.items()} == {e: [0, 1, 2, 3] for e in range(3)}
     assert done[0] != done[1]  # shuffled differently per epoch
+
+
+def test_an_epoch_done_early_is_passed_when_the_one_before_it_ends(tmp_path: Path) -> None:
+    clock = Clock()
+    ledger = make(tmp_path, clock, records=20, shard=10, epochs=3)
+    slow = ledger.lease("slow", "s")
+    other = ledger.lease("w", "o")
+    assert ledger.ack(other["lease"])["counted"]
+    following = [ledger.lease("w", f"n{i}") for i in range(2)]  # epoch 0 is all handed out
+    assert [lease["epoch"] for lease in following] == [1, 1]
+    for lease in following:
+        assert ledger.ack(lease["lease"])["counted"]
+    assert ledger.current == 0
+    assert ledger.ack(slow["lease"])["counted"]
+    assert ledger.current == 2  # epoch 1 was already complete
+    ledger = reopen(ledger, tmp_path, clock)
+    assert ledger.current == 2
+
+
+def test_the_database_holds_what_the_ledger_holds(tmp_path: Path) -> None:
+    """Every kind of change (grant, renew, expiry, revival, ack, late ack) reaches the disk."""
+    clock = Clock()
+    ledger = make(tmp_path, clock, records=100, shard=10, epochs=2)
+    a, b, c = (ledger.lease(f"w{i}", f"r{i}") for i in range(3))
+    assert ledger.ack(a["lease"])["counted"]
+    clock.now += 3
+    assert ledger.renew(b["lease"])["status"] == "ok"
+    clock.now += 3
+    assert ledger.reap() == 1  # c, not the renewed b
+    assert ledger.renew(c["lease"])["status"] == "ok"  # revived: nobody took its shard
+    d = ledger.lease("w4", "r4")
+    assert ledger.ack(b["lease"])["counted"]
+    clock.now += 6
+    assert ledger.reap() == 2  # c and d
+    e = ledger.lease("w5", "r5")
+    assert e["shard"] in (c["shard"], d["shard"])  # an expired shard goes first
+    assert ledger.ack(e["lease"])["counted"]
+    late = c if e["shard"] == c["shard"] else d
+    assert ledger.ack(late["lease"]) == {"status": "already_done", "counted": False}
+    ledger.commit("ck")
+
+    def snapshot(ledger: Ledger) -> dict[str, object]:
+        epochs = {}
+        for number in range(2):
+            state = ledger.epoch(number)
+            free = {s for s in state.queue if s not in state.done and s not in state.leased}
+            epochs[number] = (dict(state.done), dict(state.leased), free)
+        return {
+            "leases": dict(ledger.leases),
+            "by_request": dict(ledger.by_request),
+            "epochs": epochs,
+            "seq": ledger.seq,
+            "current": ledger.current,
+            "workers": dict(ledger.workers),
+            "checkpoints": dict(ledger.checkpoints),
+        }
+
+    before = snapshot(ledger)
+    assert snapshot(reopen(ledger, tmp_path, clock)) == before
