@@ -39,6 +39,7 @@ import logging
 import os
 import struct
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -599,14 +600,14 @@ def _columns(
     # per column, or a transposed copy, costs several times more.
     words = rows.view(np.int64).reshape(rows.size, -1)
     room = words.shape[1] - 2
-    picked: dict[str, tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = {}
-    for name, code in KIND_CODE.items():
-        at = np.flatnonzero(used & (kind == code))
+
+    def pick(name: str) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]] | None:
+        at = np.flatnonzero(used & (kind == KIND_CODE[name]))
         if not at.size:
-            continue
+            return None
         if _SLOTS[name] > room:  # a kind this width cannot hold: not written by a writer
             usable[np.unique(file_of[at])] = False
-            continue
+            return None
         block = words[at]
         # Global string indices; one pointing outside its file's table: a damaged mirror.
         files = file_of[at]
@@ -614,7 +615,14 @@ def _columns(
         for field_name in STRINGS[name]:
             local = block[:, 2 + fields(name).index(field_name)]
             ids[field_name] = _global(local, files, strings, _TABLE_OF[field_name], usable)
-        picked[name] = (at, block, ids)
+        return at, block, ids
+
+    # Two kinds at a time: numpy lets go of the interpreter while it copies, and most of
+    # the time is the kernel handing out (zeroing) fresh memory, which both cores can do.
+    # (Marking a file unusable from either thread is the same write: no race to lose.)
+    with ThreadPoolExecutor(2) as pool:
+        found = dict(zip(KIND_CODE, pool.map(pick, KIND_CODE), strict=True))
+    picked = {name: got for name, got in found.items() if got is not None}
     cols: dict[str, dict[str, np.ndarray]] = {}
     for name, (at, block, ids) in picked.items():
         keep = usable[file_of[at]]
