@@ -5,9 +5,13 @@ Starts a real ``guardctl dds serve`` (its own process) on loopback and drives it
 from this process with 64, 256 and 1024 concurrent clients (aiohttp, one
 connection each), each looping lease -> ack as fast as it can (closed loop), then with the
 acknowledgement and the next lease in one request (what ``Client.shards()``
-does; one request, two operations), then again with
-pauses so that all of them together offer --paced-ops (open loop: what a job
-whose workers compute between leases looks like). The baseline, measured in the
+does; one request, two operations), then both again as an open loop: each
+client a Poisson stream of arrivals, together offering each rate of
+--paced-ops (2000 and 10000 operations/s: what a job whose workers compute
+between leases looks like, and the target rate), latency counted from each
+arrival. In a closed loop the mean latency is clients / throughput (Little's
+law), so its p99 says more about the client count than about the service;
+the open-loop points measure the latency at a given load. The baseline, measured in the
 same run against the same service, is the bare HTTP round trip (GET
 /v1/health: authentication, no ledger, no SQLite), so the ratio shows what the
 accounting and the group-committed database cost. Also measured: the CPU split
@@ -59,7 +63,7 @@ def start_service(store: Path, loop: str) -> tuple[subprocess.Popen[bytes], str,
     env = {**os.environ, "GUARDCTL_STORE": str(store)}
     argv = [sys.executable, "-m", "guardctl", "--set", f"dds.event_loop={loop}",
             "--set", "dds.lease_s=600", "--set",
-            "dds.bind=127.0.0.1", "dds", "serve", "--job", JOB, "--records", "3000000",
+            "dds.bind=127.0.0.1", "dds", "serve", "--job", JOB, "--records", "20000000",
             "--shard-size", "10"]  # fmt: skip
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
     address = store / "dds" / JOB / "address.json"
@@ -129,12 +133,19 @@ async def _drive(
         try:
             rng = random.Random(worker)
             held: int | None = None  # combined mode: the lease to acknowledge next
+            due = time.perf_counter()
             while time.perf_counter() < stop_at[0]:
-                if paced_ops:  # open loop: this client's share of the offered load
-                    pause = rng.expovariate(paced_ops / 2 / clients)
-                    if time.perf_counter() + pause >= stop_at[0]:
+                arrival: float | None = None
+                if paced_ops:
+                    # Open loop: this client's share of the offered load as a Poisson stream of
+                    # arrivals, scheduled whatever the replies; latency counts from the arrival,
+                    # so a client still busy with the last one shows the wait (no coordinated
+                    # omission). One arrival is a lease and its acknowledgement: two operations.
+                    due += rng.expovariate(paced_ops / 2 / clients)
+                    if due >= stop_at[0]:
                         break
-                    await asyncio.sleep(pause)
+                    await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                    arrival = due
                 if mode == "health":
                     t0 = time.perf_counter()
                     await conn.call("GET", "/v1/health")
@@ -142,7 +153,7 @@ async def _drive(
                     requests[0] += 1
                     continue
                 if mode == "ack+lease combined" and held is not None:
-                    t0 = time.perf_counter()
+                    t0 = arrival or time.perf_counter()
                     body = orjson.dumps({"lease": held, "next": {
                         "worker": worker, "request_id": next(ids)}})  # fmt: skip
                     reply = orjson.loads(await conn.call("POST", "/v1/ack", body))
@@ -152,7 +163,7 @@ async def _drive(
                     latencies.extend((latency, latency))  # two operations, one request
                     requests[0] += 1
                     continue
-                t0 = time.perf_counter()
+                t0 = arrival or time.perf_counter()
                 body = orjson.dumps({"worker": worker, "request_id": next(ids)})
                 lease = orjson.loads(await conn.call("POST", "/v1/lease", body))
                 t1 = time.perf_counter()
@@ -287,8 +298,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, help="seconds per point")
     parser.add_argument("--clients", default="64,256,1024")
     parser.add_argument(
-        "--paced-ops", type=float, default=2000.0,
-        help="offered load of the open-loop points (clients pause between operations)",
+        "--paced-ops", default="2000,10000",
+        help="offered loads of the open-loop points, operations/s (comma list)",
     )  # fmt: skip
     parser.add_argument(
         "--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto",
@@ -317,10 +328,13 @@ def main() -> int:
                 combined["ratio_to_bare_http"] = round(
                     combined["ops_per_s"] / max(base["ops_per_s"], 1), 2
                 )
-                paced = measure(server, host, port, secret, clients, seconds, "lease+ack",
-                                args.paced_ops)  # fmt: skip
-                results["points"] += [base, dds, combined, paced]
-                for point in (base, dds, combined, paced):
+                paced = [
+                    measure(server, host, port, secret, clients, seconds, mode, float(rate))
+                    for rate in args.paced_ops.split(",")
+                    for mode in ("lease+ack", "ack+lease combined")
+                ]
+                results["points"] += [base, dds, combined, *paced]
+                for point in (base, dds, combined, *paced):
                     print(json.dumps(point), file=sys.stderr)
             status = Client(JOB, settings=load_settings(
                 assignments=(f"store.root={tmp}",), environ={})).status()  # fmt: skip
