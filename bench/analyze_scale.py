@@ -155,14 +155,17 @@ def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, ob
     simulate(store, nodes=gpus // 8, duration=360.0, interval=10.0, seed=1, faults="none")
     sim_s = time.perf_counter() - t0
     held, mirrors = hold_back(store, 6)  # the store as it was a minute ago: 5 minutes
+    os.sync()  # the simulator's gigabytes written back first, not during the timed passes
     modes = ("read", "read_cols", "cold", "warm", "cold_json", "warm_json")
     steps: dict[str, list[dict[str, float]]] = {m: [] for m in (*modes, "inc_json", "inc")}
     for r in range(rounds):  # the machine may be shared: each round measures every step
         if r:
             _cut(held, mirrors)
+            os.sync()
         for mode in modes:
             steps[mode].append(run_step(mode, store))
         _append(held, mirrors)
+        os.sync()
         # A minute later: from the cache the JSON passes left (parsing only the new tails),
         # then from the mirrors (which never need the cache: read whole each pass).
         steps["inc_json"].append(run_step("inc_json", store))
