@@ -420,7 +420,11 @@ def _chain(
     slots = rows["slots"][marks]
     start, end, count = slots[:, 0], slots[:, 1].copy(), slots[:, 2]
     # Each batch's rows run from the row after the file's previous mark to its own mark.
-    words = rows.view(np.uint64).reshape(rows.size, -1).sum(axis=1, dtype=np.uint64)
+    words = (
+        rows.view(np.uint64)
+        .reshape(rows.size, rows.dtype.itemsize // 8)
+        .sum(axis=1, dtype=np.uint64)
+    )
     running = np.zeros(rows.size + 1, np.uint64)
     np.cumsum(words, dtype=np.uint64, out=running[1:])
     stop = kind[marks] == STOP
@@ -598,7 +602,7 @@ def _columns(
     # timestamp, 2... the slots. Each kind's rows are gathered whole, in one
     # pass, and its columns are strided views of that block: one strided gather
     # per column, or a transposed copy, costs several times more.
-    words = rows.view(np.int64).reshape(rows.size, -1)
+    words = rows.view(np.int64).reshape(rows.size, rows.dtype.itemsize // 8)
     room = words.shape[1] - 2
 
     def pick(name: str) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]] | None:
@@ -715,8 +719,8 @@ class _Reader:
             return
         finally:
             os.close(fd)
-        if _check_preamble(self.head, jsonl_ino) is None:
-            return
+        if n < PREAMBLE_SIZE or _check_preamble(self.head, jsonl_ino) is None:
+            return  # (a shorter file leaves part of the last file's preamble in the buffer)
         count = (n - PREAMBLE_SIZE) // WIDTH  # a torn last row is not read
         self.files.append(index)
         self.counts.append(count)

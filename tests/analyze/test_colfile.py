@@ -265,3 +265,21 @@ def test_store_check_verifies_mirrors_against_their_files(tmp_path: Path) -> Non
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 1 and f"mirror differs from its file: {path}" in proc.stdout
+
+
+def test_mirror_with_no_rows_yet(tmp_path: Path) -> None:
+    """A preamble alone (a torn first batch cut back): nothing mirrored, the file parsed."""
+    path = _agent_file(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(_sample("gn01", T0))
+    st = path.stat()
+    preamble = colfile._PREAMBLE.pack(colfile.MAGIC, colfile.WIDTH, 0, st.st_ino)
+    Path(colfile.mirror_path(path)).write_bytes(preamble + b"\x01" * 50)
+    found = colfile.read_many([str(path)], [st.st_size], [st.st_ino])
+    assert found.usable == [True] and found.covered == [0] and found.frame.records == 0
+    assert _same_as_parsed(tmp_path).count("gpu") == 8
+    assert colfile.verify(path) == "partial"
+    mirror = colfile.Mirror()
+    mirror.sync(path)
+    mirror.close()
+    assert colfile.verify(path) == "whole"
