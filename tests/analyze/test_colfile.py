@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from guardctl import colfile, schema, store
 from guardctl.agent.writer import LineWriter
@@ -283,3 +285,43 @@ def test_mirror_with_no_rows_yet(tmp_path: Path) -> None:
     mirror.sync(path)
     mirror.close()
     assert colfile.verify(path) == "whole"
+
+
+_EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(["flip", "cut", "repeat", "zero"]),
+        st.integers(0, 10_000),
+        st.integers(1, 255),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(edits=_EDITS)
+def test_any_damage_to_a_mirror_leaves_the_records_those_of_the_file(
+    tmp_path_factory: pytest.TempPathFactory, edits: list[tuple[str, int, int]]
+) -> None:
+    root = tmp_path_factory.mktemp("fuzz")
+    path = _agent_file(root)
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, "gn01", 4)
+    writer.close()
+    cols = Path(colfile.mirror_path(path))
+    data = bytearray(cols.read_bytes())
+    for edit, at, value in edits:
+        at %= max(len(data), 1)
+        if edit == "flip" and data:
+            data[at] ^= value
+        elif edit == "cut":
+            del data[at:]
+        elif edit == "repeat":  # a batch or part of one written twice
+            data[at:at] = data[at : at + value * 8]
+        elif edit == "zero":  # a crash of the machine: a zeroed tail
+            data[at : at + value * 8] = bytes(len(data[at : at + value * 8]))
+    cols.write_bytes(bytes(data))
+    _same_as_parsed(root)
+    assert colfile.verify(path) in ("whole", "partial", "ignored")
