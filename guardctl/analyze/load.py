@@ -346,9 +346,8 @@ class HourCache:
         """What is new in *files*; None when a file shrank or was rewritten (rebuild)."""
         known = self.manifest["files"]
         out = []
-        prefix = os.fspath(base) + os.sep
         for name in files:
-            key = name[len(prefix) :] if name.startswith(prefix) else name
+            key = _key(name, base)
             try:
                 st = os.stat(name)
             except OSError:
@@ -557,9 +556,7 @@ def _read_mirrored(files: Sequence[str], workers: int) -> tuple[list[Frame | Sto
     ]
     rest, _, pending = parse_tails(tails, workers)  # written since the mirror's last batch
     rest.files = 0  # counted with the mirror
-    if any(pending.values()):
-        rest.bad["truncated"] += sum(pending.values())
-        rest.lines += sum(pending.values())
+    _count_pending(rest, pending)
     unmirrored = [p for p, ok in zip(paths, found.usable, strict=True) if not ok]
     return [found.frame, rest], unmirrored
 
@@ -590,11 +587,17 @@ def _read_hour(
 def _parse_whole(files: Sequence[str], workers: int) -> Frame:
     tails = [_Tail(f, str(f), 0, _size(f), 0) for f in files]
     frame, _, pending = parse_tails(tails, workers)
-    if any(pending.values()):
-        frame.bad["truncated"] += sum(pending.values())
-        frame.lines += sum(pending.values())
+    _count_pending(frame, pending)
     frame.files = len(files)
     return frame
+
+
+def _count_pending(frame: Frame, pending: dict[str, bool]) -> None:
+    """A last line still being written counts as a truncated line (it is read next pass)."""
+    waiting = sum(pending.values())
+    if waiting:
+        frame.bad["truncated"] += waiting
+        frame.lines += waiting
 
 
 def _refresh(cache: HourCache, files: Sequence[str], base: Path, workers: int) -> None:

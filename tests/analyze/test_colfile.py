@@ -84,6 +84,19 @@ def _write_samples(writer: LineWriter, path: Path, node: str, count: int, t0: fl
         writer.append(path, _sample(node, t0 + 10 * i))
 
 
+def _agent_writes(path: Path, node: str, count: int, t0: float = T0) -> None:
+    """*count* samples written as the agent writes them: each batch mirrored."""
+    writer = LineWriter(mirror=colfile.Mirror())
+    _write_samples(writer, path, node, count, t0)
+    writer.close()
+
+
+def _found(path: Path) -> colfile.Mirrored:
+    """What the mirror of *path* holds, as the analyzer reads it."""
+    st = path.stat()
+    return colfile.read_many([str(path)], [st.st_size], [st.st_ino])
+
+
 def test_simulated_fleet_analyses_the_same_with_and_without_mirrors(tmp_path: Path) -> None:
     root = tmp_path / "sim"
     simulate(root, nodes=48, duration=900.0, seed=5, faults="all:1")
@@ -95,12 +108,9 @@ def test_simulated_fleet_analyses_the_same_with_and_without_mirrors(tmp_path: Pa
 
 def test_writer_keeps_the_mirror_in_step_batch_by_batch(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
-    writer = LineWriter(mirror=colfile.Mirror())
-    _write_samples(writer, path, "gn01", 5)
-    writer.close()
-    st = path.stat()
-    found = colfile.read_many([str(path)], [st.st_size], [st.st_ino])
-    assert found.usable == [True] and found.covered == [st.st_size]
+    _agent_writes(path, "gn01", 5)
+    found = _found(path)
+    assert found.usable == [True] and found.covered == [path.stat().st_size]
     assert found.frame.count("gpu") == 40 and found.frame.count("nic") == 10
     frame = _same_as_parsed(tmp_path)
     assert frame.nodes == ["gn01"] and frame.ports == ["mlx5_0:1", "mlx5_0:2"]
@@ -108,36 +118,26 @@ def test_writer_keeps_the_mirror_in_step_batch_by_batch(tmp_path: Path) -> None:
 
 def test_lines_written_without_the_mirror_are_parsed_then_caught_up(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
-    writer = LineWriter(mirror=colfile.Mirror())
-    _write_samples(writer, path, "gn01", 3)
-    writer.close()
+    _agent_writes(path, "gn01", 3)
     with path.open("ab") as fh:  # an agent killed between its two writes
         fh.write(_sample("gn01", T0 + 30))
-    st = path.stat()
-    found = colfile.read_many([str(path)], [st.st_size], [st.st_ino])
-    assert found.usable == [True] and 0 < found.covered[0] < st.st_size
+    found = _found(path)
+    assert found.usable == [True] and 0 < found.covered[0] < path.stat().st_size
     _same_as_parsed(tmp_path)
-    writer = LineWriter(mirror=colfile.Mirror())  # restarted: the gap is mirrored first
-    _write_samples(writer, path, "gn01", 1, T0 + 40)
-    writer.close()
-    st = path.stat()
-    assert colfile.read_many([str(path)], [st.st_size], [st.st_ino]).covered == [st.st_size]
+    _agent_writes(path, "gn01", 1, T0 + 40)  # restarted: the gap is mirrored first
+    assert _found(path).covered == [path.stat().st_size]
     assert _same_as_parsed(tmp_path).count("gpu") == 40
 
 
 def test_torn_mirror_is_cut_back_and_never_read(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
-    writer = LineWriter(mirror=colfile.Mirror())
-    _write_samples(writer, path, "gn01", 2)
-    writer.close()
+    _agent_writes(path, "gn01", 2)
     cols = Path(colfile.mirror_path(path))
     whole = cols.read_bytes()
     with cols.open("ab") as fh:  # a batch cut short: rows without their mark, half a row
         fh.write(whole[colfile.PREAMBLE_SIZE : colfile.PREAMBLE_SIZE + 250])
     _same_as_parsed(tmp_path)
-    writer = LineWriter(mirror=colfile.Mirror())
-    _write_samples(writer, path, "gn01", 1, T0 + 20)
-    writer.close()
+    _agent_writes(path, "gn01", 1, T0 + 20)
     assert cols.stat().st_size > len(whole)
     assert (cols.stat().st_size - colfile.PREAMBLE_SIZE) % colfile.WIDTH == 0
     assert _same_as_parsed(tmp_path).count("gpu") == 24
@@ -146,9 +146,7 @@ def test_torn_mirror_is_cut_back_and_never_read(tmp_path: Path) -> None:
 @pytest.mark.parametrize("at", [0, 30, 200, 1000, -20])
 def test_damaged_byte_in_a_mirror_costs_speed_not_truth(tmp_path: Path, at: int) -> None:
     path = _agent_file(tmp_path)
-    writer = LineWriter(mirror=colfile.Mirror())
-    _write_samples(writer, path, "gn01", 3)
-    writer.close()
+    _agent_writes(path, "gn01", 3)
     cols = Path(colfile.mirror_path(path))
     data = bytearray(cols.read_bytes())
     data[at] ^= 0x24
@@ -158,22 +156,18 @@ def test_damaged_byte_in_a_mirror_costs_speed_not_truth(tmp_path: Path, at: int)
 
 def test_mirror_of_a_replaced_or_shortened_file_is_ignored(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
-    writer = LineWriter(mirror=colfile.Mirror())
-    _write_samples(writer, path, "gn01", 3)
-    writer.close()
+    _agent_writes(path, "gn01", 3)
     cols = Path(colfile.mirror_path(path))
     kept = cols.read_bytes()
     lines = path.read_bytes().splitlines(keepends=True)
     os.truncate(path, sum(map(len, lines[:15])))  # cut in place, same inode: mirror is ahead
-    st = path.stat()
-    assert colfile.read_many([str(path)], [st.st_size], [st.st_ino]).usable == [False]
+    assert _found(path).usable == [False]
     _same_as_parsed(tmp_path)
     replacement = path.with_suffix(".new")
     replacement.write_bytes(b"".join(lines))  # an edited copy put in place: another inode
     os.replace(replacement, path)
     cols.write_bytes(kept)
-    st = path.stat()
-    assert colfile.read_many([str(path)], [st.st_size], [st.st_ino]).usable == [False]
+    assert _found(path).usable == [False]
     assert _same_as_parsed(tmp_path).count("gpu") == 24
 
 
@@ -184,9 +178,8 @@ def test_rejected_line_stops_the_mirror_and_the_rest_is_parsed(tmp_path: Path) -
     writer.append(path, b'{"v":1,"kind":"gpu","ts":-5,"node":"gn01"}\n' + _sample("gn01", T0 + 20))
     _write_samples(writer, path, "gn01", 2, T0 + 30)
     writer.close()
-    st = path.stat()
-    found = colfile.read_many([str(path)], [st.st_size], [st.st_ino])
-    assert found.usable == [True] and 0 < found.covered[0] < st.st_size
+    found = _found(path)
+    assert found.usable == [True] and 0 < found.covered[0] < path.stat().st_size
     frame = _same_as_parsed(tmp_path)
     assert sum(frame.bad.values()) == 1 and frame.count("gpu") == 40
 
@@ -199,9 +192,8 @@ def test_long_names_span_several_rows(tmp_path: Path) -> None:
         job = "4242_" + "7" * 250 if i == 2 else "4242"  # a string over several rows
         writer.append(path, (_step_line(node, T0 + i, i, job) + "\n").encode())
     writer.close()
-    st = path.stat()
-    found = colfile.read_many([str(path)], [st.st_size], [st.st_ino])
-    assert found.usable == [True] and found.covered == [st.st_size]
+    found = _found(path)
+    assert found.usable == [True] and found.covered == [path.stat().st_size]
     frame = _same_as_parsed(tmp_path)
     assert frame.nodes == [node] and len(frame.jobs) == 2
 
@@ -237,18 +229,14 @@ def test_failing_mirror_never_fails_the_write(tmp_path: Path) -> None:
     cols = Path(colfile.mirror_path(path))
     cols.parent.mkdir(parents=True)
     cols.mkdir()  # cannot be opened as a file
-    writer = LineWriter(mirror=colfile.Mirror())
-    _write_samples(writer, path, "gn01", 2)
-    writer.close()
+    _agent_writes(path, "gn01", 2)
     assert len(path.read_bytes().splitlines()) == 20
     assert _read(tmp_path, True).count("gpu") == 16
 
 
 def test_store_check_verifies_mirrors_against_their_files(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
-    writer = LineWriter(mirror=colfile.Mirror())
-    _write_samples(writer, path, "gn01", 3)
-    writer.close()
+    _agent_writes(path, "gn01", 3)
     with path.open("ab") as fh:  # lines no mirror holds yet
         fh.write(_sample("gn01", T0 + 30))
     other = _agent_file(tmp_path, "gn02")
@@ -307,9 +295,7 @@ def test_any_damage_to_a_mirror_leaves_the_records_those_of_the_file(
 ) -> None:
     root = tmp_path_factory.mktemp("fuzz")
     path = _agent_file(root)
-    writer = LineWriter(mirror=colfile.Mirror())
-    _write_samples(writer, path, "gn01", 4)
-    writer.close()
+    _agent_writes(path, "gn01", 4)
     cols = Path(colfile.mirror_path(path))
     data = bytearray(cols.read_bytes())
     for edit, at, value in edits:
