@@ -381,6 +381,9 @@ class Service:
     def _restore(self, body: dict[str, Any]) -> dict[str, Any]:
         checkpoint, request_id = _field(body, "checkpoint", str), _field(body, "request_id", str)
         reply = self.ledger.restore(checkpoint, request_id)
+        # The ledger reloaded itself from the database, like a service starting: keep what it
+        # loaded out of the collector's full collections, as at start (see run_service).
+        gc.freeze()
         self.notify()  # requeued shards: wake the held lease requests
         return reply
 

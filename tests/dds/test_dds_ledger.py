@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,36 @@ def test_the_database_holds_what_the_ledger_holds(tmp_path: Path) -> None:
 
     before = snapshot(ledger)
     assert snapshot(reopen(ledger, tmp_path, clock)) == before
+
+
+def test_an_epochs_shards_are_no_objects_for_the_collector(tmp_path: Path) -> None:
+    """A full garbage collection must not walk an epoch's shards (millions in a large job)."""
+    clock = Clock()
+    ledger = make(tmp_path, clock, records=200_000, shard=10)  # 20 000 shards
+    assert ledger.lease("w1", "a")["status"] == "leased"
+    state = ledger.epoch(0)
+    assert sorted(state.order) == list(range(20_000))
+    for part in (state.order, state.queue.pending, *ledger._order(0)):
+        # An array of machine integers: the collector visits its type, not a shard each.
+        assert len(gc.get_referents(part)) <= 1
+
+
+def test_the_queue_hands_out_requeued_shards_first_then_the_order(tmp_path: Path) -> None:
+    clock = Clock()
+    ledger = make(tmp_path, clock, records=50, shard=10)  # five shards
+    order = list(ledger.epoch(0).order)
+    a = ledger.lease("w1", "a")
+    b = ledger.lease("w2", "b")
+    assert [a["shard"], b["shard"]] == order[:2]
+    clock.now += 6  # both expire; they go back to the front, before the untouched shards
+    c = ledger.lease("w3", "c")
+    assert c["shard"] in order[:2]
+    assert ledger.ack(c["lease"])["counted"]
+    rest = [ledger.lease("w3", f"r{i}") for i in range(4)]
+    assert sorted(r["shard"] for r in rest) == sorted(set(order) - {c["shard"]})
+    assert ledger.lease("w3", "r5")["status"] == "wait"  # none free, four in flight
+    ledger = reopen(ledger, tmp_path, clock)  # resumed: the queue holds only what is left
+    assert list(ledger.epoch(0).queue) == []
+    clock.now += 6
+    assert ledger.reap() == 4
+    assert sorted(ledger.epoch(0).queue) == sorted(r["shard"] for r in rest)
