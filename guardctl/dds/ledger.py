@@ -20,13 +20,13 @@ import heapq
 import json
 import time
 from array import array
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, Final
 
 from guardctl.dds.dataset import JobSpec
+from guardctl.dds.memory import ShardQueue, SplitDict
 from guardctl.dds.split import ewma, rank_speeds, split_batch
 from guardctl.dds.store import StateDB
 from guardctl.errors import GuardctlError, UsageError
@@ -71,46 +71,12 @@ L_EXPIRES: Final = 7  # this and L_STATE are the only fields that change
 L_STATE: Final = 8  # active | done | expired | revoked
 
 
-class ShardQueue:
-    """An epoch's shards still to hand out: a cursor over an array, behind a few requeued ones.
-
-    An epoch can have millions of shards. As a list or deque of ints they are
-    millions of objects that every full garbage collection walks (about 0.1 s
-    for two million, on every one); an array of machine integers is one
-    object the collector does not track. Shards that come back (expired
-    leases) go to the front, in a deque of their own that stays small. An
-    entry may be stale (its shard done or leased since): the caller skips it.
-    """
-
-    def __init__(self, pending: array[int]) -> None:
-        self.pending = pending
-        self.next = 0
-        self.front: deque[int] = deque()
-
-    def __bool__(self) -> bool:
-        return bool(self.front) or self.next < len(self.pending)
-
-    def __iter__(self) -> Iterator[int]:
-        yield from self.front
-        yield from self.pending[self.next :]
-
-    def popleft(self) -> int:
-        if self.front:
-            return self.front.popleft()
-        shard = self.pending[self.next]
-        self.next += 1
-        return shard
-
-    def appendleft(self, shard: int) -> None:
-        self.front.appendleft(shard)
-
-
 @dataclass
 class EpochState:
     order: array[int]
     queue: ShardQueue
-    leased: dict[int, int] = field(default_factory=dict)  # shard -> lease id
-    done: dict[int, int] = field(default_factory=dict)  # shard -> lease id that counted
+    leased: SplitDict[int, int] = field(default_factory=SplitDict)  # shard -> lease id
+    done: SplitDict[int, int] = field(default_factory=SplitDict)  # shard -> lease id that counted
 
 
 @dataclass
@@ -161,8 +127,9 @@ class Ledger:
         meta = self.db.meta()
         self.gen = int(meta.get("gen", "0"))
         self.mode = meta.get("mode", "")
-        self.leases: dict[int, Lease] = {}
-        self.by_request: dict[str, int] = {}
+        # Every lease ever granted, and by its request id: millions, so split (see SplitDict).
+        self.leases: SplitDict[int, Lease] = SplitDict()
+        self.by_request: SplitDict[str, int] = SplitDict()
         self.heap: list[tuple[float, int]] = []
         for row in self.db.rows(
             "SELECT lease_id, request_id, worker, epoch, shard, gen, granted, expires, state "
@@ -213,8 +180,8 @@ class Ledger:
         state = self.epochs.get(epoch)
         if state is None:
             order = self._order(epoch)[0]
-            done: dict[int, int] = {}
-            leased: dict[int, int] = {}
+            done: SplitDict[int, int] = SplitDict()
+            leased: SplitDict[int, int] = SplitDict()
             for shard, kind, lease_id in self._rows.pop(epoch, []):
                 if kind == "done":
                     done[shard] = lease_id

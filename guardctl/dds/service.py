@@ -48,7 +48,7 @@ LONG_POLL_S = 1.0  # the longest a lease request is held while shards are in fli
 # every request in flight holds a few dozen objects until its batch is committed; at the
 # default they survive two collections, reach the oldest generation and set off full
 # collections. Collecting less often lets most of them die first (see docs/dds.md).
-GC_YOUNG = 10_000
+GC_YOUNG = 3_000
 
 
 class BadRequest(Exception):
