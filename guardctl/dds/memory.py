@@ -29,49 +29,65 @@ V = TypeVar("V")
 _MISSING = object()
 
 
+PARTS = 512  # how many dicts a SplitDict keeps; a power of two: the part is the hash's low bits
+_MASK = PARTS - 1
+
+
 class SplitDict(MutableMapping[K, V], Generic[K, V]):
     """A mapping kept in ``PARTS`` dicts chosen by the key's hash: no growth copies it whole.
 
     At 20 million entries a part holds about 40 000, and its growth takes
     about a millisecond. Lookups cost one more hash-and-index (the hash of a
-    str is cached on it; an int is its own). Iteration order is by part, not
-    by insertion.
+    str is cached on it; an int is its own). The size is counted as entries
+    come and go (the ledger asks for it on every acknowledgement). Iteration
+    order is by part, not by insertion.
     """
 
-    PARTS = 512  # a power of two: the part is the hash's low bits
-
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "size")
 
     def __init__(self) -> None:
-        self.parts: list[dict[K, V]] = [{} for _ in range(self.PARTS)]
+        self.parts: list[dict[K, V]] = [{} for _ in range(PARTS)]
+        self.size = 0
 
     def __getitem__(self, key: K) -> V:
-        return self.parts[hash(key) & (self.PARTS - 1)][key]
+        return self.parts[hash(key) & _MASK][key]
 
     def __setitem__(self, key: K, value: V) -> None:
-        self.parts[hash(key) & (self.PARTS - 1)][key] = value
+        part = self.parts[hash(key) & _MASK]
+        before = len(part)
+        part[key] = value
+        self.size += len(part) - before
 
     def __delitem__(self, key: K) -> None:
-        del self.parts[hash(key) & (self.PARTS - 1)][key]
+        del self.parts[hash(key) & _MASK][key]
+        self.size -= 1
 
     def __contains__(self, key: object) -> bool:
-        return key in self.parts[hash(key) & (self.PARTS - 1)]
+        return key in self.parts[hash(key) & _MASK]
 
     def get(self, key: K, default: Any = None) -> Any:
-        return self.parts[hash(key) & (self.PARTS - 1)].get(key, default)
+        return self.parts[hash(key) & _MASK].get(key, default)
 
     def pop(self, key: K, default: Any = _MISSING) -> Any:
-        part = self.parts[hash(key) & (self.PARTS - 1)]
+        part = self.parts[hash(key) & _MASK]
         if default is _MISSING:
-            return part.pop(key)
-        return part.pop(key, default)
+            value = part.pop(key)
+            self.size -= 1
+            return value
+        before = len(part)
+        value = part.pop(key, default)
+        self.size -= before - len(part)
+        return value
 
     def __iter__(self) -> Iterator[K]:
         for part in self.parts:
             yield from part
 
     def __len__(self) -> int:
-        return sum(len(part) for part in self.parts)
+        return self.size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
 
 
 class ShardQueue:

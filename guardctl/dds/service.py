@@ -47,7 +47,10 @@ LONG_POLL_S = 1.0  # the longest a lease request is held while shards are in fli
 # The garbage collector's first threshold (CPython's default: 700 new objects). Under load
 # every request in flight holds a few dozen objects until its batch is committed; at the
 # default they survive two collections, reach the oldest generation and set off full
-# collections. Collecting less often lets most of them die first (see docs/dds.md).
+# collections, so collect less often than that. But not much less: each collection stops
+# the loop for as long as it takes to walk the young objects, and CPython counts the frees
+# of older objects against the threshold, so the young generation grows to several times
+# it (at 10 000: about 40 000 objects, 15-25 ms pauses; at 3 000: 8-13 ms; docs/dds.md).
 GC_YOUNG = 3_000
 
 

@@ -8,7 +8,7 @@ from array import array
 from hypothesis import given
 from hypothesis import strategies as st
 
-from guardctl.dds.memory import ShardQueue, SplitDict
+from guardctl.dds.memory import PARTS, ShardQueue, SplitDict
 
 KEYS = st.one_of(st.integers(-(2**70), 2**70), st.text(max_size=12))
 OPS = st.lists(
@@ -43,7 +43,7 @@ def test_a_split_dict_answers_as_a_dict_does(ops: list[tuple[str, object, int]])
                 except KeyError:
                     continue
                 raise AssertionError(f"{op} of a missing key did not raise KeyError")
-        assert len(split) == len(plain)
+        assert len(split) == len(plain) and bool(split) == bool(plain)
     assert dict(split) == plain
     assert sorted(map(repr, split)) == sorted(map(repr, plain))
 
@@ -56,7 +56,7 @@ def test_a_split_dict_spreads_lease_ids_and_request_ids_evenly() -> None:
             split[key] = 1
         sizes = [len(part) for part in split.parts]
         assert sum(sizes) == 200_000
-        assert max(sizes) < 2 * 200_000 / SplitDict.PARTS
+        assert max(sizes) < 2 * 200_000 / PARTS
 
 
 def test_the_parts_of_int_maps_stay_out_of_the_collector() -> None:
