@@ -182,7 +182,7 @@ def _parse_tails(tails: Sequence[_Tail]) -> tuple[Frame, dict[str, int], dict[st
     offsets, pending = {}, {}
     for tail in tails:
         try:
-            data = _read_range(tail.path, tail.offset, tail.size)
+            data = colfile.read_range(tail.path, tail.offset, tail.size)
         except OSError:
             offsets[tail.key] = tail.offset  # vanished or unreadable: try again next pass
             pending[tail.key] = False
@@ -196,22 +196,6 @@ def _parse_tails(tails: Sequence[_Tail]) -> tuple[Frame, dict[str, int], dict[st
     frame = parser.frame()
     frame.files = len(tails)
     return frame, offsets, pending
-
-
-def _read_range(path: str, start: int, end: int) -> bytes:
-    """Bytes *start* to *end* of a file (a file object costs more than the read at 100k files)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        parts = []
-        while start < end:
-            chunk = os.pread(fd, end - start, start)
-            if not chunk:  # cut short since it was stat'ed
-                break
-            parts.append(chunk)
-            start += len(chunk)
-        return b"".join(parts)
-    finally:
-        os.close(fd)
 
 
 def parse_tails(
