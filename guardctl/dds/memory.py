@@ -19,6 +19,7 @@ integers, which the collector does not look into.
 
 from __future__ import annotations
 
+import ctypes
 from array import array
 from collections import deque
 from collections.abc import Iterator, MutableMapping
@@ -26,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
+R = TypeVar("R", bound=tuple[Any, ...])
 _MISSING = object()
 
 
@@ -88,6 +90,34 @@ class SplitDict(MutableMapping[K, V], Generic[K, V]):
 
     def __bool__(self) -> bool:
         return self.size > 0
+
+
+def _untracker() -> Any:
+    try:
+        untrack = ctypes.pythonapi.PyObject_GC_UnTrack  # CPython's C API
+    except AttributeError:  # another interpreter: leave records to its collector
+        return None
+    untrack.argtypes = [ctypes.py_object]
+    untrack.restype = None
+    return untrack
+
+
+_UNTRACK = _untracker()
+
+
+def plain_record(record: R) -> R:
+    """*record*, a tuple of plain values (ints, floats, strings, None), untracked by the collector.
+
+    A tuple of plain values cannot be part of a reference cycle, and CPython's
+    collector stops tracking one the first time a collection looks at it. But
+    the service collects only in sweeps (see :mod:`guardctl.dds.collector`),
+    so a lease record would stay tracked, and be walked, until the next
+    sweep: two records per lease, 0.5 s for a million leases. This does at
+    once what that first collection would do (about 0.2 us).
+    """
+    if _UNTRACK is not None:
+        _UNTRACK(record)
+    return record
 
 
 class ShardQueue:

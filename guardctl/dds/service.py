@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import hmac
 import json
 import logging
@@ -22,7 +21,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
@@ -30,6 +29,7 @@ from aiohttp import web
 
 from guardctl.config import Settings
 from guardctl.dds import paths as dds_paths
+from guardctl.dds.collector import Collector
 from guardctl.dds.dataset import JobSpec
 from guardctl.dds.ledger import ConflictError, Ledger
 from guardctl.dds.status import job_status
@@ -44,14 +44,6 @@ JSON = "application/json"
 MAX_BODY = 64 * 1024
 IN_FLIGHT = 2  # batches handed to the commit process at once
 LONG_POLL_S = 1.0  # the longest a lease request is held while shards are in flight
-# The garbage collector's first threshold (CPython's default: 700 new objects). Under load
-# every request in flight holds a few dozen objects until its batch is committed; at the
-# default they survive two collections, reach the oldest generation and set off full
-# collections, so collect less often than that. But not much less: each collection stops
-# the loop for as long as it takes to walk the young objects, and CPython counts the frees
-# of older objects against the threshold, so the young generation grows to several times
-# it (at 10 000: about 40 000 objects, 15-25 ms pauses; at 3 000: 8-13 ms; docs/dds.md).
-GC_YOUNG = 3_000
 
 
 class BadRequest(Exception):
@@ -243,6 +235,7 @@ class Service:
     job: str
     requests: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    collector: Collector = field(default_factory=Collector)
 
     def routes(self) -> dict[str, Route]:
         """Path -> route, every one behind the secret check."""
@@ -384,9 +377,9 @@ class Service:
     def _restore(self, body: dict[str, Any]) -> dict[str, Any]:
         checkpoint, request_id = _field(body, "checkpoint", str), _field(body, "request_id", str)
         reply = self.ledger.restore(checkpoint, request_id)
-        # The ledger reloaded itself from the database, like a service starting: keep what it
-        # loaded out of the collector's full collections, as at start (see run_service).
-        gc.freeze()
+        # The ledger reloaded itself from the database, like a service starting: what it
+        # dropped may hold cycles, and what it loaded lives on (see collector.py).
+        self.collector.sweep()
         self.notify()  # requeued shards: wake the held lease requests
         return reply
 
@@ -398,6 +391,7 @@ class Service:
             "requests": self.requests,
             "commits": self.committer.commits,
             "statements": self.committer.statements,
+            "collector": asdict(self.collector.stats),
         }
         return _reply(report)
 
@@ -461,15 +455,14 @@ async def run_service(
     service = Service(ledger, committer, secret.encode(), job)
     runner = web.ServerRunner(service.server(), handle_signals=False)
     await runner.setup()
-    # What is loaded by now (modules, a resumed ledger) lives as long as the service: keep it
-    # out of the collector's full collections.
-    gc.collect()
-    gc.freeze()
+    # What is loaded by now (modules, a resumed ledger) lives as long as the service.
+    service.collector.start()
     site = web.TCPSite(runner, settings.dds.bind, settings.dds.port, backlog=4096)
     try:
         await site.start()
     except OSError as exc:
         await runner.cleanup()
+        service.collector.stop()
         raise StoreError(
             f"cannot listen on {settings.dds.bind}:{settings.dds.port}: {exc}"
         ) from exc
@@ -479,6 +472,7 @@ async def run_service(
     if on_ready is not None:
         on_ready(host, port)
     reaper = asyncio.create_task(_reaper(service, min(settings.dds.lease_s / 4, 1.0)))
+    collecting = asyncio.create_task(service.collector.run())
     finished_at: float | None = None
     try:
         while not stop.is_set() and committer.failure is None:
@@ -490,7 +484,9 @@ async def run_service(
                     break
     finally:
         reaper.cancel()
+        collecting.cancel()
         await runner.cleanup()
+        service.collector.stop()
         try:
             if committer.failure is None:
                 ledger.db.flush()
@@ -545,7 +541,6 @@ def serve(
     """Run the service in this process until it is told to stop (or lingered after the end)."""
     started = time.monotonic()
     raise_open_files_limit()
-    gc.set_threshold(GC_YOUNG, *gc.get_threshold()[1:])
     paths = dds_paths.job_paths(settings, job)
     dds_paths.prepare(paths)
     lock = dds_paths.lock_service(paths)
