@@ -12,9 +12,10 @@ not help much: with a thousand connections open, the objects of each
 connection's next request are always young (about 12 000), so every young
 collection, however frequent, took at least 4 ms (docs/dds.md).
 
-The request path makes no reference cycles at all
-(``tests/dds/test_dds_collector.py``); the teardown of a connection does
-(about 7 objects each), and so may a restore of the ledger. So the service
+The request path makes no reference cycles at all, nor does a closed
+connection once the service's server breaks the one asyncio leaves before
+Python 3.12 (``tests/dds/test_dds_collector.py`` checks both); a restore of
+the ledger or an unusual error may. So the service
 
 * turns the automatic collector off;
 * freezes, every ``FREEZE_S``, whatever is alive (``gc.freeze``: it splices
@@ -23,7 +24,7 @@ The request path makes no reference cycles at all
   (the ledger's records are never tracked: ``memory.plain_record``). A sweep
   is logged and counted in the service's status.
 
-Garbage cycles therefore wait up to a minute to be freed.
+What cycles there are wait up to a minute to be freed.
 """
 
 from __future__ import annotations

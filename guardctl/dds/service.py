@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import orjson
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from guardctl.config import Settings
 from guardctl.dds import paths as dds_paths
@@ -305,7 +306,7 @@ class Service:
                 client_max_size=MAX_BODY,
             )  # fmt: skip
 
-        return web.Server(dispatch, request_factory=make_request, access_log=None)
+        return _Server(dispatch, request_factory=make_request, access_log=None)
 
     def _lease(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.ledger.lease(_field(body, "worker", str), _field(body, "request_id", str))
@@ -397,6 +398,25 @@ class Service:
 
     async def _health(self, _request: web.BaseRequest) -> web.StreamResponse:
         return _reply({"status": "ok", "job": self.job})
+
+
+class _Server(web.Server):
+    """aiohttp's low-level server, less a reference cycle per closed connection.
+
+    Before Python 3.12, asyncio's socket transport keeps a bound method of
+    itself (``_read_ready_cb``) for good: a closed connection's transport and
+    socket are then freed only by a cycle collection, which this service runs
+    once a minute (see :mod:`guardctl.dds.collector`). Python 3.12 drops it on
+    close (python/cpython#100348); this does the same for older ones, when
+    the connection is gone and nothing reads from it any more.
+    """
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        transport = handler.transport  # still set: the handler tells us before it forgets it
+        super().connection_lost(handler, exc)
+        callback = getattr(transport, "_read_ready_cb", None)
+        if getattr(callback, "__self__", None) is transport:
+            transport._read_ready_cb = None  # type: ignore[union-attr]
 
 
 def _reply(data: dict[str, Any], status: int = 200) -> web.Response:
