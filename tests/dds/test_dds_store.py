@@ -1,11 +1,18 @@
-"""The state database's batches: statements in order, and only the last whole row per key."""
+"""The state database's batches: statements in order, and only the last whole row per key;
+the commit process's WAL stays bounded."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
+import time
 from pathlib import Path
 
+import pytest
+
+from guardctl.dds import store
 from guardctl.dds.ledger import WORKER_ROW
-from guardctl.dds.store import StateDB
+from guardctl.dds.store import Checkpointer, CommitProcess, StateDB
 
 META = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)"
 UNMETA = "DELETE FROM meta WHERE key = ?"
@@ -45,4 +52,63 @@ def test_a_flush_writes_the_outcome_of_the_batch(tmp_path: Path) -> None:
     assert db.flush() == 4
     assert db.meta() == {"b": "2"}
     assert db.rows("SELECT worker, shards FROM worker") == [("w1", 2)]
+    db.close()
+
+
+def _wal_pages(path: Path) -> int:
+    wal = path.with_name(path.name + "-wal")
+    return wal.stat().st_size // 4096 if wal.exists() else 0
+
+
+def test_the_wal_starts_over_under_steady_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Commits never checkpoint and never stop: without the checkpointer's capped pass the
+    log would only grow (here to about 6 000 pages)."""
+    monkeypatch.setattr(store, "WAL_CAP_FRAMES", 300)  # the commit process is forked after
+    monkeypatch.setattr(store, "CHECKPOINT_S", 0.005)
+    path = tmp_path / "s.sqlite"
+    StateDB(path).close()  # the schema
+    writer = CommitProcess(path)
+    try:
+        largest, keys = 0, set()
+        for n in range(600):  # about 10 pages per batch: random keys, long values
+            rows = [(f"k{(n * 7919 + i) % 5000}", "v" * 300) for i in range(10)]
+            keys.update(key for key, _ in rows)
+            writer.send([("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", rows)])
+            assert writer.result() == 10
+            largest = max(largest, _wal_pages(path))
+    finally:
+        writer.close()
+    assert largest < 3 * 300  # the file's size: its high-water mark
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM meta").fetchone()[0] == len(keys)
+
+
+def test_the_checkpointer_copies_the_log_and_holds_the_writes_for_its_last_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "WAL_CAP_FRAMES", 1)
+    path = tmp_path / "s.sqlite"
+    db = StateDB(path)
+    db.conn.execute("PRAGMA wal_autocheckpoint=0")
+    for n in range(50):
+        db.set_meta(f"k{n}", "v")
+        db.flush()
+    writes = threading.Lock()
+    checkpointer = Checkpointer(path, writes)
+    conn = sqlite3.connect(path, check_same_thread=False)
+    writes.acquire()  # a commit in progress: the capped pass waits for it
+    capped = threading.Thread(target=checkpointer.checkpoint, args=(conn,))
+    capped.start()
+    time.sleep(0.2)
+    assert checkpointer.passes == 1 and checkpointer.restarts == 0 and capped.is_alive()
+    writes.release()
+    capped.join(timeout=5)
+    assert checkpointer.restarts == 1
+    db.set_meta("after", "v")
+    db.flush()  # this commit starts the log over: one transaction's pages in it
+    _busy, pages, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert 0 < pages < 10
+    conn.close()
     db.close()
