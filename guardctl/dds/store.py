@@ -171,8 +171,9 @@ class CommitProcess:
 
     The event loop hands over a batch and carries on parsing and answering
     other requests while SQLite writes it on the other core (and a thread of
-    the child, :class:`Checkpointer`, copies the WAL into the database); the answers that rest on a batch are
-    released only when the child reports it committed. The child is forked
+    the child, :class:`Checkpointer`, copies the WAL into the database); the
+    answers that rest on a batch are released only when the child reports it
+    committed. The child is forked
     before the service opens anything, holds no state of its own, and dies
     with the service (``PR_SET_PDEATHSIG``): it never commits for a service
     that is gone, and it keeps the inherited service lock until it is gone.

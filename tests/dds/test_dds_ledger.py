@@ -230,3 +230,24 @@ def test_the_queue_hands_out_requeued_shards_first_then_the_order(tmp_path: Path
     clock.now += 6
     assert ledger.reap() == 4
     assert sorted(ledger.epoch(0).queue) == sorted(r["shard"] for r in rest)
+
+
+def test_the_expiry_heap_drops_settled_leases_and_still_expires_the_rest(tmp_path: Path) -> None:
+    """Acknowledged leases leave expiry entries behind; the heap is rebuilt from the leases
+    in flight before they pile up (a sweep of the collector walks every entry)."""
+    clock = Clock()
+    ledger = make(tmp_path, clock, records=40_000, shard=10)
+    kept = []
+    for n in range(3000):
+        lease = ledger.lease(f"w{n % 8}", f"r{n}")["lease"]
+        if n % 600 == 0:
+            kept.append(lease)  # five stay in flight
+        else:
+            assert ledger.ack(lease)["counted"]
+        assert len(ledger.heap) <= 1024 + 2 * 5 + 1  # never more than five in flight
+    assert ledger.active == set(kept)
+    clock.now += 6
+    assert ledger.reap() == 5
+    assert not ledger.active
+    assert {ledger.renew(lease)["status"] for lease in kept} == {"ok"}  # untaken: revived
+    ledger.db.close()
