@@ -299,6 +299,11 @@ def _commit_loop(path: Path, conn: Connection, parent: int) -> None:
                 checkpointer.start()
             with writes:
                 count = _commit(db, batch)
+            if checkpointer is not None and not checkpointer.is_alive():
+                # It died (and said why on stderr): let SQLite checkpoint in the commits again
+                # rather than let the log grow.
+                db.execute("PRAGMA wal_autocheckpoint=1000")
+                checkpointer = None
         except Exception as exc:  # the service stops on it: say what failed
             conn.send(f"cannot write the service state {path}: {exc}")
             continue

@@ -71,7 +71,7 @@ def test_the_wal_starts_over_under_steady_commits(
     StateDB(path).close()  # the schema
     writer = CommitProcess(path)
     try:
-        largest, keys = 0, set()
+        largest, keys = 0, set[str]()
         for n in range(600):  # about 10 pages per batch: random keys, long values
             rows = [(f"k{(n * 7919 + i) % 5000}", "v" * 300) for i in range(10)]
             keys.update(key for key, _ in rows)
@@ -83,6 +83,25 @@ def test_the_wal_starts_over_under_steady_commits(
     assert largest < 3 * 300  # the file's size: its high-water mark
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM meta").fetchone()[0] == len(keys)
+
+
+def test_without_its_checkpointer_the_commit_process_checkpoints_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Checkpointer, "run", lambda self: None)  # it dies at once
+    path = tmp_path / "s.sqlite"
+    StateDB(path).close()
+    writer = CommitProcess(path)
+    try:
+        largest = 0
+        for n in range(600):
+            rows = [(f"k{(n * 7919 + i) % 5000}", "v" * 300) for i in range(10)]
+            writer.send([("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", rows)])
+            assert writer.result() == 10
+            largest = max(largest, _wal_pages(path))
+    finally:
+        writer.close()
+    assert largest < 1500  # SQLite's own 1000-page checkpoints, not 6 000 pages
 
 
 def test_the_checkpointer_copies_the_log_and_holds_the_writes_for_its_last_pass(
