@@ -1,4 +1,4 @@
-"""``guardctl dds serve``: the HTTP service that hands out one job's shards (aiohttp).
+"""``guardctl dds serve``: the HTTP service that hands out one job's shards.
 
 Every request carries the job's secret (``Authorization: Bearer ...``); a
 bad or missing one gets 401. Bodies are JSON; a malformed request gets 400
@@ -20,18 +20,17 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
-from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from guardctl.config import Settings
 from guardctl.dds import paths as dds_paths
 from guardctl.dds.collector import Collector
 from guardctl.dds.dataset import JobSpec
+from guardctl.dds.http_server import MAX_BODY, Request, Server
 from guardctl.dds.ledger import ConflictError, Ledger
 from guardctl.dds.status import job_status
 from guardctl.dds.store import CommitProcess, StateDB
@@ -39,16 +38,17 @@ from guardctl.errors import StoreError, UsageError
 
 log = logging.getLogger("guardctl.dds")
 
-Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+Handler = Callable[[Request], None]
 Op = Callable[[dict[str, Any]], dict[str, Any]]
-JSON = "application/json"
-MAX_BODY = 64 * 1024
 IN_FLIGHT = 2  # batches handed to the commit process at once
 LONG_POLL_S = 1.0  # the longest a lease request is held while shards are in flight
 
 
 class BadRequest(Exception):
     """The request body is not what the endpoint takes."""
+
+
+Waiter = Callable[["StoreError | None"], None]  # told when its batch is committed, or why not
 
 
 class GroupCommit:
@@ -60,20 +60,18 @@ class GroupCommit:
     waiting for this loop to hear about the last; meanwhile the next batch
     collects. Without a commit process, the batch is committed here, in the loop.
 
-    An answer waits on a future of its own, kept in the list of the batch its
-    change is in; when the commit process reports that batch, the whole list is
-    released at once. (One future per request, not one per batch: a request
-    whose task is cancelled cancels the future it waits on, and that must not
-    be the other answers'.)
+    What waits is a callback (the answer, ready to be written), kept in the
+    list of the batch its change is in; when the commit process reports that
+    batch, the whole list is called at once: no future or task per request.
     """
 
     def __init__(self, db: StateDB, interval_s: float, writer: CommitProcess | None = None) -> None:
         self.db = db
         self.interval_s = interval_s
         self.writer = writer
-        self.waiters: list[asyncio.Future[None]] = []  # for writes not handed over yet
+        self.waiters: list[Waiter] = []  # for writes not handed over yet
         # Per batch handed over, oldest first: the answers waiting for it.
-        self.in_flight: deque[list[asyncio.Future[None]]] = deque()
+        self.in_flight: deque[list[Waiter]] = deque()
         self.scheduled = False
         self.commits = 0
         self.statements = 0
@@ -83,25 +81,29 @@ class GroupCommit:
             self.loop.add_reader(writer.fileno(), self._committed)
             db.before_flush = self.drain
 
-    def waiter(self) -> asyncio.Future[None] | None:
-        """A future done once every change made so far is committed (None: they already are)."""
+    def after(self, waiter: Waiter) -> bool:
+        """Call *waiter* once every change made so far is committed; False if they already are
+        (and it is not called). StoreError if the database has failed."""
         if self.failure is not None:
             raise StoreError(f"the state database failed: {self.failure}")
         if self.db.dirty:
-            waiters = self.waiters
+            self.waiters.append(waiter)
             self._schedule()
         elif self.in_flight:
-            waiters = self.in_flight[-1]  # the answer may rest on a batch being committed
+            self.in_flight[-1].append(waiter)  # the answer may rest on a batch being committed
         else:
-            return None
-        fut = self.loop.create_future()
-        waiters.append(fut)
-        return fut
+            return False
+        return True
 
     async def durable(self) -> None:
         """Return once every change made so far is committed."""
-        fut = self.waiter()
-        if fut is not None:
+        fut: asyncio.Future[None] = self.loop.create_future()
+
+        def settle(error: StoreError | None) -> None:
+            if not fut.done():
+                fut.set_result(None) if error is None else fut.set_exception(error)
+
+        if self.after(settle):
             await fut
 
     def _schedule(self) -> None:
@@ -130,7 +132,7 @@ class GroupCommit:
         except Exception as exc:  # the memory state is now ahead of the disk: stop serving
             self._fail(exc, waiters)
             return
-        _release(waiters)
+        _release(waiters, None)
 
     def _committed(self) -> None:
         """The commit process reports the oldest batch in flight (readable pipe)."""
@@ -142,7 +144,7 @@ class GroupCommit:
         except StoreError as exc:
             self._fail(exc, waiters)
             return
-        _release(waiters)
+        _release(waiters, None)
         if self.waiters or self.db.dirty:
             self._schedule()
 
@@ -153,15 +155,26 @@ class GroupCommit:
         if self.failure is not None:
             raise StoreError(f"the state database failed: {self.failure}")
 
-    def _fail(self, exc: BaseException, waiters: list[asyncio.Future[None]]) -> None:
+    def finish(self) -> None:
+        """Commit everything here and now, and release every answer waiting (shutting down)."""
+        if self.failure is not None:
+            return
+        waiters, self.waiters = self.waiters, []
+        try:
+            self.statements += self.db.flush()  # waits for the batches in flight first
+        except Exception as exc:
+            self._fail(exc, waiters)
+            return
+        _release(waiters, None)
+
+    def _fail(self, exc: BaseException, waiters: list[Waiter]) -> None:
         log.error("state database commit failed: %s", exc)
         self.failure = exc
         if self.writer is not None:
             self.loop.remove_reader(self.writer.fileno())
         error = StoreError(f"the state database failed: {exc}")
-        for fut in waiters + self.waiters + [f for batch in self.in_flight for f in batch]:
-            if not fut.done():
-                fut.set_exception(error)
+        for batch in [waiters, self.waiters, *self.in_flight]:
+            _release(batch, error)
         self.waiters = []
         self.in_flight.clear()
 
@@ -173,25 +186,12 @@ class GroupCommit:
             self.writer.close()
 
 
-def _release(waiters: list[asyncio.Future[None]]) -> None:
-    for fut in waiters:
-        if not fut.done():
-            fut.set_result(None)
-
-
-class TooLarge(Exception):
-    """The request body is over MAX_BODY."""
-
-
-def _received_body(request: web.BaseRequest) -> bytes | None:
-    """The request's body if all of it is in already (the usual case), else None."""
-    content = request.content
-    if not content.is_eof():
-        return None
-    raw = content.read_nowait()
-    if len(raw) > MAX_BODY:
-        raise TooLarge
-    return raw
+def _release(waiters: list[Waiter], error: StoreError | None) -> None:
+    for waiter in waiters:
+        try:
+            waiter(error)
+        except Exception:  # one answer's failure is not the others'
+            log.exception("releasing an answer failed")
 
 
 def _parse(raw: bytes) -> dict[str, Any]:
@@ -220,9 +220,9 @@ def _field(body: dict[str, Any], name: str, kind: type, default: Any = ...) -> A
 
 
 class Route(NamedTuple):
-    method: str
+    method: bytes
     op: Op | None  # takes the JSON body, changes the ledger, returns the reply (then made durable)
-    handler: Handler | None  # or answers the request itself
+    handler: Handler | None  # or answers the request itself (and may take its time)
     polls: bool = False  # op's "wait" reply is held as a long poll (lease requests)
 
 
@@ -237,81 +237,86 @@ class Service:
     requests: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     collector: Collector = field(default_factory=Collector)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)  # long polls, status reports
 
-    def routes(self) -> dict[str, Route]:
+    def routes(self) -> dict[bytes, Route]:
         """Path -> route, every one behind the secret check."""
         return {
-            "/v1/lease": Route("POST", self._lease, None, polls=True),
-            "/v1/renew": Route("POST", self._renew, None),
-            "/v1/ack": Route("POST", self._ack, None),
-            "/v1/step": Route("POST", self._step, None),
-            "/v1/commit": Route("POST", self._commit, None),
-            "/v1/restore": Route("POST", self._restore, None),
-            "/v1/status": Route("GET", None, self._status),
-            "/v1/health": Route("GET", None, self._health),
+            b"/v1/lease": Route(b"POST", self._lease, None, polls=True),
+            b"/v1/renew": Route(b"POST", self._renew, None),
+            b"/v1/ack": Route(b"POST", self._ack, None),
+            b"/v1/step": Route(b"POST", self._step, None),
+            b"/v1/commit": Route(b"POST", self._commit, None),
+            b"/v1/restore": Route(b"POST", self._restore, None),
+            b"/v1/status": Route(b"GET", None, self._status),
+            b"/v1/health": Route(b"GET", None, self._health),
         }
 
-    def server(self) -> web.Server:
-        """aiohttp's low-level server with one dispatch table.
+    def handler(self) -> Callable[[Request], None]:
+        """What the HTTP server calls with each request: check, change the ledger, answer.
 
-        Every lease and acknowledgement goes through here, and aiohttp's
-        Application (router, middlewares, the full Request) costs a measurable
-        share of each; a fixed set of exact paths needs none of it. The secret
-        check, the errors and the wait for the commit are here too, in one
-        coroutine per request rather than a wrapper each.
+        The change is made at once, in the order requests arrive; the answer
+        is written when the group commit that holds the change is done.
         """
         routes = self.routes()
         expected = b"Bearer " + self.secret
-        committer = self.committer
 
-        async def dispatch(request: web.BaseRequest) -> web.StreamResponse:
+        def handle(request: Request) -> None:
             route = routes.get(request.path)
             if route is None:
-                return _reply({"error": f"no endpoint {request.path}"}, 404)
+                path = request.path.decode(errors="replace")
+                return _answer(request, {"error": f"no endpoint {path}"}, 404)
             if request.method != route.method:
-                return _reply({"error": f"{request.path} takes {route.method}"}, 405)
+                path = request.path.decode()
+                return _answer(request, {"error": f"{path} takes {route.method.decode()}"}, 405)
             self.requests += 1
-            given = request.headers.get("Authorization", "").encode("utf-8", "replace")
-            if not hmac.compare_digest(given, expected):
-                return _reply({"error": "not authorised for this job"}, 401)
+            if not hmac.compare_digest(request.authorization, expected):
+                return _answer(request, {"error": "not authorised for this job"}, 401)
+            if route.handler is not None:
+                return route.handler(request)
+            assert route.op is not None
             try:
-                if route.op is None:
-                    assert route.handler is not None
-                    return await route.handler(request)
-                raw = _received_body(request)
-                if raw is None:  # not all in yet: wait for the rest
-                    raw = await request.read()
-                body = _parse(raw)
+                if request.too_large:
+                    return _answer(request, {"error": f"the body is over {MAX_BODY // 1024} KiB"},
+                                   413)  # fmt: skip
+                body = _parse(request.body)
                 reply = route.op(body)
                 if route.polls and reply["status"] == "wait":
-                    reply = await self._long_poll(body, reply)
-                fut = committer.waiter()
-                if fut is not None:
-                    await fut
-                return _reply(reply)
-            except BadRequest as exc:
-                return _reply({"error": str(exc)}, 400)
-            except ConflictError as exc:
-                return _reply({"error": str(exc)}, 409)
-            except StoreError as exc:
-                return _reply({"error": str(exc)}, 503)
-            except (TooLarge, web.HTTPRequestEntityTooLarge):
-                return _reply({"error": f"the body is over {MAX_BODY // 1024} KiB"}, 413)
+                    return self._spawn(self._long_poll(request, body, reply))
+            except (BadRequest, ConflictError, StoreError) as exc:
+                return _refused(request, exc)
+            self._answer_durable(request, reply)
 
-        def make_request(
-            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
-        ) -> web.BaseRequest:
-            return web.BaseRequest(
-                message, payload, protocol, writer, task, asyncio.get_running_loop(),
-                client_max_size=MAX_BODY,
-            )  # fmt: skip
+        return handle
 
-        return _Server(dispatch, request_factory=make_request, access_log=None)
+    def _answer_durable(self, request: Request, reply: dict[str, Any]) -> None:
+        """Answer once the change behind *reply* is committed (at once if nothing changed)."""
+        body = _json(reply)
+
+        def committed(error: StoreError | None) -> None:
+            if error is None:
+                request.answer(200, body)
+            else:
+                _refused(request, error)
+
+        try:
+            if not self.committer.after(committed):
+                request.answer(200, body)
+        except StoreError as exc:
+            _refused(request, exc)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run a request that waits for something other than a commit (rare: not per shard)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def _lease(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.ledger.lease(_field(body, "worker", str), _field(body, "request_id", str))
 
-    async def _long_poll(self, body: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+    async def _long_poll(
+        self, request: Request, body: dict[str, Any], reply: dict[str, Any]
+    ) -> None:
         """No shard is free but some are in flight: hold the lease request until one is.
 
         Holding it until a lease expires or the job ends (at most about a
@@ -319,14 +324,17 @@ class Service:
         """
         worker, request_id = body["worker"], body["request_id"]
         deadline = time.monotonic() + LONG_POLL_S
-        while reply["status"] == "wait":
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), min(remaining, reply["retry_s"]))
-            reply = self.ledger.lease(worker, request_id)
-        return reply
+        try:
+            while reply["status"] == "wait":
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.changed.wait(), min(remaining, reply["retry_s"]))
+                reply = self.ledger.lease(worker, request_id)
+        except (ConflictError, StoreError) as exc:
+            return _refused(request, exc)
+        self._answer_durable(request, reply)
 
     def notify(self) -> None:
         """Wake the held lease requests: a shard came back or the job ended."""
@@ -384,44 +392,41 @@ class Service:
         self.notify()  # requeued shards: wake the held lease requests
         return reply
 
-    async def _status(self, _request: web.BaseRequest) -> web.StreamResponse:
-        self.ledger.reap()
-        await self.committer.durable()
-        report = job_status(self.ledger.db, self.job)
+    def _status(self, request: Request) -> None:
+        self._spawn(self._report(request))
+
+    async def _report(self, request: Request) -> None:
+        try:
+            self.ledger.reap()
+            await self.committer.durable()
+            report = job_status(self.ledger.db, self.job)
+        except StoreError as exc:
+            return _refused(request, exc)
         report["service"] = {
             "requests": self.requests,
             "commits": self.committer.commits,
             "statements": self.committer.statements,
             "collector": asdict(self.collector.stats),
         }
-        return _reply(report)
+        _answer(request, report)
 
-    async def _health(self, _request: web.BaseRequest) -> web.StreamResponse:
-        return _reply({"status": "ok", "job": self.job})
-
-
-class _Server(web.Server):
-    """aiohttp's low-level server, less a reference cycle per closed connection.
-
-    Before Python 3.12, asyncio's socket transport keeps a bound method of
-    itself (``_read_ready_cb``) for good: a closed connection's transport and
-    socket are then freed only by a cycle collection, which this service runs
-    once a minute (see :mod:`guardctl.dds.collector`). Python 3.12 drops it on
-    close (python/cpython#100348); this does the same for older ones, when
-    the connection is gone and nothing reads from it any more.
-    """
-
-    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
-        transport = handler.transport  # still set: the handler tells us before it forgets it
-        super().connection_lost(handler, exc)
-        callback = getattr(transport, "_read_ready_cb", None)
-        if getattr(callback, "__self__", None) is transport:
-            transport._read_ready_cb = None  # type: ignore[union-attr]
+    def _health(self, request: Request) -> None:
+        _answer(request, {"status": "ok", "job": self.job})
 
 
-def _reply(data: dict[str, Any], status: int = 200) -> web.Response:
-    body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
-    return web.Response(body=body, status=status, content_type=JSON)
+def _refused(request: Request, exc: Exception) -> None:
+    """Answer with what went wrong: the request (400), the job's state (409), the database (503)."""
+    status = (400 if isinstance(exc, BadRequest) else 409 if isinstance(exc, ConflictError)
+              else 503 if isinstance(exc, StoreError) else 500)  # fmt: skip
+    _answer(request, {"error": str(exc)}, status)
+
+
+def _json(data: dict[str, Any]) -> bytes:
+    return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+
+
+def _answer(request: Request, data: dict[str, Any], status: int = 200) -> None:
+    request.answer(status, _json(data))
 
 
 async def _reaper(service: Service, period: float) -> None:
@@ -473,55 +478,55 @@ async def run_service(
     ledger, secret = open_ledger(settings, job, spec)
     committer = GroupCommit(ledger.db, settings.dds.commit_interval_ms / 1000.0, writer)
     service = Service(ledger, committer, secret.encode(), job)
-    runner = web.ServerRunner(service.server(), handle_signals=False)
-    await runner.setup()
+    server = Server(service.handler())
     # What is loaded by now (modules, a resumed ledger) lives as long as the service.
     service.collector.start()
-    site = web.TCPSite(runner, settings.dds.bind, settings.dds.port, backlog=4096)
     try:
-        await site.start()
+        port = await server.start(settings.dds.bind, settings.dds.port)
     except OSError as exc:
-        await runner.cleanup()
         service.collector.stop()
+        committer.close()
+        ledger.db.close()
         raise StoreError(
             f"cannot listen on {settings.dds.bind}:{settings.dds.port}: {exc}"
         ) from exc
-    port = _bound_port(runner)
     host = socket.gethostname() if settings.dds.bind in ("0.0.0.0", "::", "") else settings.dds.bind
     dds_paths.publish_address(dds_paths.job_paths(settings, job), host, port)
     if on_ready is not None:
         on_ready(host, port)
     reaper = asyncio.create_task(_reaper(service, min(settings.dds.lease_s / 4, 1.0)))
     collecting = asyncio.create_task(service.collector.run())
-    finished_at: float | None = None
     try:
-        while not stop.is_set() and committer.failure is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=0.5)
-            if linger_s is not None and ledger.finished:
-                finished_at = finished_at or time.monotonic()
-                if time.monotonic() - finished_at >= linger_s:
-                    break
+        await _until_stopped(stop, committer, ledger, linger_s)
     finally:
         reaper.cancel()
         collecting.cancel()
-        await runner.cleanup()
-        service.collector.stop()
+        server.stop_listening()
+        for task in list(service.tasks):
+            task.cancel()  # held lease requests and reports: their clients retry elsewhere
         try:
-            if committer.failure is None:
-                ledger.db.flush()
+            committer.finish()  # what was changed is committed and answered before closing
         finally:
+            await server.close()
+            service.collector.stop()
             committer.close()
             ledger.db.close()
     if committer.failure is not None:
         raise StoreError(f"the state database failed: {committer.failure}")
 
 
-def _bound_port(runner: web.BaseRunner) -> int:
-    for address in runner.addresses:
-        if isinstance(address, tuple):
-            return int(address[1])
-    raise StoreError("the service is not listening on a TCP port")
+async def _until_stopped(
+    stop: asyncio.Event, committer: GroupCommit, ledger: Ledger, linger_s: float | None
+) -> None:
+    """Until SIGTERM, a failed database, or *linger_s* after the job's last shard or step."""
+    finished_at: float | None = None
+    while not stop.is_set() and committer.failure is None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=0.5)
+        if linger_s is not None and ledger.finished:
+            finished_at = finished_at or time.monotonic()
+            if time.monotonic() - finished_at >= linger_s:
+                break
 
 
 def raise_open_files_limit(want: int = 65536) -> int:

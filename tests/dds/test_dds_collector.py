@@ -19,11 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 from guardctl.config import load_settings
 from guardctl.dds.collector import Collector
 from guardctl.dds.dataset import JobSpec, index_range
+from guardctl.dds.http_server import Server
 from guardctl.dds.memory import plain_record
 from guardctl.dds.service import GroupCommit, Service, open_ledger
 
@@ -74,14 +74,11 @@ async def _serving(store: Path) -> AsyncIterator[int]:
     spec = JobSpec(index_range(100_000), 10, 2, 7, True, 0)
     ledger, _ = open_ledger(settings, "cycles", spec)
     service = Service(ledger, GroupCommit(ledger.db, 0.0), SECRET.encode(), "cycles")
-    runner = web.ServerRunner(service.server(), handle_signals=False)
-    await runner.setup()
+    server = Server(service.handler())
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        yield runner.addresses[0][1]
+        yield await server.start("127.0.0.1", 0)
     finally:
-        await runner.cleanup()
+        await server.close()
         ledger.db.flush()
         ledger.db.close()
 
