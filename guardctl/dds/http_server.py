@@ -68,7 +68,8 @@ class Request:
     def answer(self, status: int, body: bytes) -> None:
         """Answer with a JSON *body*; a second answer, or one to a closed connection, is dropped."""
         if self.response is None:
-            self.response = self.conn.head(status, len(body), self.keep_alive) + body
+            head = self.conn.head(status, len(body), self.keep_alive)
+            self.response = head if self.method == b"HEAD" else head + body
             self.conn.answered()
 
 
@@ -165,6 +166,8 @@ class Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         parser = self.parser
+        if parser.should_upgrade():
+            return  # not served: the parser stops here and the request is refused (400)
         path, _, _ = self.url.partition(b"?")
         too_large = self.body_size > MAX_BODY
         body = b"" if too_large else b"".join(self.body)

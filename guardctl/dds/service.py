@@ -282,7 +282,7 @@ class Service:
                 body = _parse(request.body)
                 reply = route.op(body)
                 if route.polls and reply["status"] == "wait":
-                    return self._spawn(self._long_poll(request, body, reply))
+                    return self._spawn(request, self._long_poll(request, body, reply))
             except (BadRequest, ConflictError, StoreError) as exc:
                 return _refused(request, exc)
             self._answer_durable(request, reply)
@@ -305,11 +305,18 @@ class Service:
         except StoreError as exc:
             _refused(request, exc)
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, request: Request, work: Coroutine[Any, Any, None]) -> None:
         """Run a request that waits for something other than a commit (rare: not per shard)."""
         task = asyncio.get_running_loop().create_task(work)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self.tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.error("request %s failed", request.path, exc_info=task.exception())
+                _answer(request, {"error": "internal error of the service"}, 500)
+
+        task.add_done_callback(done)
 
     def _lease(self, body: dict[str, Any]) -> dict[str, Any]:
         return self.ledger.lease(_field(body, "worker", str), _field(body, "request_id", str))
@@ -393,7 +400,7 @@ class Service:
         return reply
 
     def _status(self, request: Request) -> None:
-        self._spawn(self._report(request))
+        self._spawn(request, self._report(request))
 
     async def _report(self, request: Request) -> None:
         try:
