@@ -2,7 +2,7 @@
 """Benchmark: lease + acknowledge throughput and latency of the data-sharding service.
 
 Starts a real ``guardctl dds serve`` (its own process) on loopback and drives it
-from this process with 64, 256 and 1024 concurrent clients (aiohttp, one
+from this process with 64, 256 and 1024 concurrent clients (lean asyncio streams, one
 connection each), each looping lease -> ack as fast as it can (closed loop), then with the
 acknowledgement and the next lease in one request (what ``Client.shards()``
 does; one request, two operations), then both again as an open loop: each
