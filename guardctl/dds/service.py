@@ -78,7 +78,7 @@ class GroupCommit:
         self.failure: BaseException | None = None
         self.loop = asyncio.get_running_loop()
         if writer is not None:
-            self.loop.add_reader(writer.fileno(), self._committed)
+            self.loop.add_reader(writer.fileno(), self._readable)
             db.before_flush = self.drain
 
     def after(self, waiter: Waiter) -> bool:
@@ -134,8 +134,20 @@ class GroupCommit:
             return
         _release(waiters, None)
 
+    def _readable(self) -> None:
+        """The pipe from the commit process was readable: take every report there is now.
+
+        Readiness is as of the loop's last poll, and a handler run since (a
+        restore commits here, draining the batches in flight first) may have
+        taken the report already; a blocking read would then stop the loop
+        for good. So each report is read only once it is known to be there.
+        """
+        assert self.writer is not None
+        while self.failure is None and self.writer.ready():
+            self._committed()
+
     def _committed(self) -> None:
-        """The commit process reports the oldest batch in flight (readable pipe)."""
+        """The commit process reports the oldest batch in flight (blocks until it does)."""
         assert self.writer is not None
         waiters = self.in_flight.popleft() if self.in_flight else []
         try:

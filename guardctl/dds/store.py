@@ -203,6 +203,13 @@ class CommitProcess:
         except (OSError, ValueError) as exc:
             raise StoreError(f"the commit process is gone: {exc}") from exc
 
+    def ready(self) -> bool:
+        """Whether a report (or the end of the pipe) is there to read without waiting."""
+        try:
+            return self.conn.poll()
+        except (OSError, ValueError):
+            return True  # closed or broken: the next read says so
+
     def result(self) -> int:
         """Wait for the batch in flight: how many statements it committed (StoreError if none)."""
         try:

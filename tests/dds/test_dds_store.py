@@ -131,3 +131,58 @@ def test_the_checkpointer_copies_the_log_and_holds_the_writes_for_its_last_pass(
     assert 0 < pages < 10
     conn.close()
     db.close()
+
+
+def test_a_report_taken_by_a_drain_does_not_stop_the_loop(tmp_path: Path) -> None:
+    """The loop saw the commit process's pipe readable, and a handler that ran first in the
+    same turn (a restore: it commits here, draining the batch in flight) took the report.
+    The reader callback then runs anyway: it must not wait on the empty pipe."""
+    import asyncio
+
+    from guardctl.dds.service import GroupCommit
+
+    path = tmp_path / "s.sqlite"
+    db = StateDB(path)
+    writer = CommitProcess(path)
+    result = writer.result
+
+    would_block: list[bool] = []
+
+    def result_that_would_not_block() -> int:  # say so, where the loop would hang for good
+        if not writer.conn.poll(0.5):
+            would_block.append(True)
+            raise RuntimeError("read a report that is not there")
+        return result()
+
+    writer.result = result_that_would_not_block  # type: ignore[method-assign]
+    released: list[object] = []
+
+    async def turn() -> None:
+        loop = asyncio.get_running_loop()
+        committer = GroupCommit(db, 0.0, writer)
+        db.set_meta("a", "1")
+        assert committer.after(released.append)
+        await asyncio.sleep(0)  # the batch goes to the commit process
+        assert committer.in_flight
+
+        def block_until_reported() -> None:
+            assert writer.conn.poll(5)  # the report is there: the next poll sees the pipe
+            loop.call_soon(db.flush)  # ...and this runs before its reader in that turn
+
+        loop.call_soon(block_until_reported)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        db.set_meta("b", "2")  # the loop goes on: later batches are answered
+        assert committer.after(released.append)
+        for _ in range(200):
+            if len(released) == 2:
+                break
+            await asyncio.sleep(0.01)
+        committer.close()
+
+    try:
+        asyncio.run(turn())
+    finally:
+        db.close()
+    assert not would_block
+    assert released == [None, None]
