@@ -40,7 +40,6 @@ MAX_BODY = 64 * 1024
 MAX_HEAD = 16 * 1024  # request line and headers together
 MAX_PIPELINED = 32  # unanswered requests on one connection before it is read no further
 IDLE_S = 75.0  # a connection with nothing in progress is closed after this long
-JSON = b"application/json"
 
 Handler = Callable[["Request"], None]
 

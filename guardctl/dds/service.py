@@ -30,7 +30,7 @@ from guardctl.config import Settings
 from guardctl.dds import paths as dds_paths
 from guardctl.dds.collector import Collector
 from guardctl.dds.dataset import JobSpec
-from guardctl.dds.http_server import MAX_BODY, Request, Server
+from guardctl.dds.http_server import MAX_BODY, Handler, Request, Server
 from guardctl.dds.ledger import ConflictError, Ledger
 from guardctl.dds.status import job_status
 from guardctl.dds.store import CommitProcess, StateDB
@@ -38,7 +38,6 @@ from guardctl.errors import StoreError, UsageError
 
 log = logging.getLogger("guardctl.dds")
 
-Handler = Callable[[Request], None]
 Op = Callable[[dict[str, Any]], dict[str, Any]]
 IN_FLIGHT = 2  # batches handed to the commit process at once
 LONG_POLL_S = 1.0  # the longest a lease request is held while shards are in flight
@@ -264,7 +263,7 @@ class Service:
             b"/v1/health": Route(b"GET", None, self._health),
         }
 
-    def handler(self) -> Callable[[Request], None]:
+    def handler(self) -> Handler:
         """What the HTTP server calls with each request: check, change the ledger, answer.
 
         The change is made at once, in the order requests arrive; the answer

@@ -51,8 +51,22 @@ async def _serving(handler: Callable[[Request], None]) -> AsyncIterator[tuple[Se
         await server.close()
 
 
-def _run(test: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-    asyncio.run(test(*args))
+Body = Callable[[Server, int, _Recorder], Coroutine[Any, Any, None]]
+
+
+def _run(body: Body) -> None:
+    """Run *body* against a server answering with a fresh recorder."""
+
+    async def main() -> None:
+        recorder = _Recorder()
+        async with _serving(recorder) as (server, port):
+            await body(server, port, recorder)
+
+    asyncio.run(main())
+
+
+async def _open(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
 
 
 async def _read_answers(reader: asyncio.StreamReader, count: int) -> list[tuple[int, dict, bytes]]:
@@ -75,71 +89,66 @@ def test_pipelined_answers_go_out_in_request_order() -> None:
     """Answers given out of order (a later request answered first, as when one waits for a
     commit and the next does not) are written in the order the requests came."""
 
-    async def test() -> None:
-        recorder = _Recorder()
-        async with _serving(recorder) as (_, port):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_request("/later/200") + _request("/now", b"{}")
-                         + _request("/later/50") + _request("/now"))  # fmt: skip
-            answers = await _read_answers(reader, 4)
-            assert [a[1]["path"] for a in answers] == ["/later/200", "/now", "/later/50", "/now"]
-            assert [seen[2] for seen in recorder.seen] == [b"Bearer k"] * 4
-            writer.close()
+    async def test(_server: Server, port: int, recorder: _Recorder) -> None:
+        reader, writer = await _open(port)
+        writer.write(_request("/later/200") + _request("/now", b"{}")
+                     + _request("/later/50") + _request("/now"))  # fmt: skip
+        answers = await _read_answers(reader, 4)
+        assert [a[1]["path"] for a in answers] == ["/later/200", "/now", "/later/50", "/now"]
+        assert [seen[2] for seen in recorder.seen] == [b"Bearer k"] * 4
+        writer.close()
 
     _run(test)
 
 
 def test_keep_alive_and_connection_close_with_a_stock_client() -> None:
-    async def test() -> None:
-        async with _serving(_Recorder()) as (_, port):
+    async def test(_server: Server, port: int, _recorder: _Recorder) -> None:
 
-            def client() -> list[tuple[int, str | None]]:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                got = []
-                for path in ("/now", "/later/10", "/now?x=1"):
-                    conn.request("POST", path, body=b'{"a": 1}')
-                    response = conn.getresponse()
-                    assert json.loads(response.read())["path"] == path.split("?")[0]
-                    got.append((response.status, response.getheader("Connection")))
-                conn.request("GET", "/now", headers={"Connection": "close"})
+        def client() -> list[tuple[int, str | None]]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            got = []
+            for path in ("/now", "/later/10", "/now?x=1"):
+                conn.request("POST", path, body=b'{"a": 1}')
                 response = conn.getresponse()
-                response.read()
+                assert json.loads(response.read())["path"] == path.split("?")[0]
                 got.append((response.status, response.getheader("Connection")))
-                conn.close()
-                return got
+            conn.request("GET", "/now", headers={"Connection": "close"})
+            response = conn.getresponse()
+            response.read()
+            got.append((response.status, response.getheader("Connection")))
+            conn.close()
+            return got
 
-            got = await asyncio.get_running_loop().run_in_executor(None, client)
-            assert got == [(200, None), (200, None), (200, None), (200, "close")]
+        got = await asyncio.get_running_loop().run_in_executor(None, client)
+        assert got == [(200, None), (200, None), (200, None), (200, "close")]
 
     _run(test)
 
 
 def test_a_body_over_the_limit_is_read_through_and_flagged() -> None:
-    async def test() -> None:
-        async with _serving(_Recorder()) as (_, port):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_request("/now", b"x" * (http_server.MAX_BODY + 1)) + _request("/now"))
-            (_, big, _), (_, after, _) = await _read_answers(reader, 2)
-            assert big == {"path": "/now", "body": 0, "too_large": True}
-            assert after["too_large"] is False  # the connection goes on
-            writer.close()
+    async def test(_server: Server, port: int, _recorder: _Recorder) -> None:
+        reader, writer = await _open(port)
+        writer.write(_request("/now", b"x" * (http_server.MAX_BODY + 1)) + _request("/now"))
+        (_, big, _), (_, after, _) = await _read_answers(reader, 2)
+        assert big == {"path": "/now", "body": 0, "too_large": True}
+        assert after["too_large"] is False  # the connection goes on
+        writer.close()
 
     _run(test)
 
 
 def test_chunked_bodies_and_expect_continue() -> None:
-    async def test() -> None:
-        async with _serving(_Recorder()) as (_, port):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"POST /now HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                         b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
-            assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == (
-                b"HTTP/1.1 100 Continue\r\n\r\n"
-            )
-            writer.write(b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n")
-            [(status, answer, _)] = await _read_answers(reader, 1)
-            assert status == 200 and answer["body"] == 7
-            writer.close()
+    async def test(_server: Server, port: int, _recorder: _Recorder) -> None:
+        reader, writer = await _open(port)
+        writer.write(b"POST /now HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+        assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == (
+            b"HTTP/1.1 100 Continue\r\n\r\n"
+        )
+        writer.write(b"3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n")
+        [(status, answer, _)] = await _read_answers(reader, 1)
+        assert status == 200 and answer["body"] == 7
+        writer.close()
 
     _run(test)
 
@@ -158,46 +167,43 @@ def test_chunked_bodies_and_expect_continue() -> None:
 def test_malformed_input_is_answered_and_closed_and_the_server_carries_on(
     sent: bytes, status: int
 ) -> None:
-    async def test() -> None:
-        async with _serving(_Recorder()) as (_, port):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_request("/later/50") + sent)  # a request before it is answered first
-            answers = await _read_answers(reader, 2)
-            assert answers[0][0] == 200 and answers[1][0] == status
-            assert b"Connection: close" in answers[1][2] and answers[1][1]["error"]
-            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_request("/now"))
-            assert (await _read_answers(reader, 1))[0][0] == 200
-            writer.close()
+    async def test(_server: Server, port: int, _recorder: _Recorder) -> None:
+        reader, writer = await _open(port)
+        writer.write(_request("/later/50") + sent)  # a request before it is answered first
+        answers = await _read_answers(reader, 2)
+        assert answers[0][0] == 200 and answers[1][0] == status
+        assert b"Connection: close" in answers[1][2] and answers[1][1]["error"]
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # closed
+        reader, writer = await _open(port)
+        writer.write(_request("/now"))
+        assert (await _read_answers(reader, 1))[0][0] == 200
+        writer.close()
 
     _run(test)
 
 
 def test_a_failing_handler_gets_500_and_the_connection_goes_on() -> None:
-    async def test() -> None:
-        async with _serving(_Recorder()) as (_, port):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_request("/boom") + _request("/now"))
-            answers = await _read_answers(reader, 2)
-            assert [a[0] for a in answers] == [500, 200]
-            writer.close()
+    async def test(_server: Server, port: int, _recorder: _Recorder) -> None:
+        reader, writer = await _open(port)
+        writer.write(_request("/boom") + _request("/now"))
+        answers = await _read_answers(reader, 2)
+        assert [a[0] for a in answers] == [500, 200]
+        writer.close()
 
     _run(test)
 
 
 def test_an_answer_after_the_client_left_is_dropped() -> None:
-    async def test() -> None:
-        async with _serving(_Recorder()) as (server, port):
-            with socket.create_connection(("127.0.0.1", port)) as sock:
-                sock.sendall(_request("/later/100"))
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(0.2)  # the answer comes after connection_lost: nothing breaks
-            assert not server.connections
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(_request("/now"))
-            assert (await _read_answers(reader, 1))[0][0] == 200
-            writer.close()
+    async def test(server: Server, port: int, _recorder: _Recorder) -> None:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(_request("/later/100"))
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # the answer comes after connection_lost: nothing breaks
+        assert not server.connections
+        reader, writer = await _open(port)
+        writer.write(_request("/now"))
+        assert (await _read_answers(reader, 1))[0][0] == 200
+        writer.close()
 
     _run(test)
 
@@ -205,15 +211,14 @@ def test_an_answer_after_the_client_left_is_dropped() -> None:
 def test_idle_connections_are_closed_busy_ones_are_not(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(http_server, "IDLE_S", 0.5)
 
-    async def test() -> None:
-        async with _serving(_Recorder()) as (_, port):
-            idle_reader, _ = await asyncio.open_connection("127.0.0.1", port)
-            busy_reader, busy = await asyncio.open_connection("127.0.0.1", port)
-            busy.write(_request("/later/900"))  # in progress longer than IDLE_S
-            assert await asyncio.wait_for(idle_reader.read(), 3) == b""
-            [(status, _, _)] = await _read_answers(busy_reader, 1)
-            assert status == 200
-            busy.close()
+    async def test(_server: Server, port: int, _recorder: _Recorder) -> None:
+        idle_reader, _ = await _open(port)
+        busy_reader, busy = await _open(port)
+        busy.write(_request("/later/900"))  # in progress longer than IDLE_S
+        assert await asyncio.wait_for(idle_reader.read(), 3) == b""
+        [(status, _, _)] = await _read_answers(busy_reader, 1)
+        assert status == 200
+        busy.close()
 
     _run(test)
 
@@ -223,40 +228,35 @@ def test_a_client_that_does_not_read_stops_being_read(monkeypatch: pytest.Monkey
     (not the server); it resumes as answers go out."""
     monkeypatch.setattr(http_server, "MAX_PIPELINED", 4)
 
-    async def test() -> None:
-        recorder = _Recorder()
-        async with _serving(recorder) as (_, port):
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write(b"".join(_request("/later/300") for _ in range(4)))
-            await asyncio.sleep(0.1)
-            writer.write(b"".join(_request("/later/10") for _ in range(8)))
-            await asyncio.sleep(0.1)
-            assert len(recorder.seen) == 4  # reading paused with four answers outstanding
-            answers = await _read_answers(reader, 12)
-            assert len(recorder.seen) == 12 and all(a[0] == 200 for a in answers)
-            writer.close()
+    async def test(_server: Server, port: int, recorder: _Recorder) -> None:
+        reader, writer = await _open(port)
+        writer.write(b"".join(_request("/later/300") for _ in range(4)))
+        await asyncio.sleep(0.1)
+        writer.write(b"".join(_request("/later/10") for _ in range(8)))
+        await asyncio.sleep(0.1)
+        assert len(recorder.seen) == 4  # reading paused with four answers outstanding
+        answers = await _read_answers(reader, 12)
+        assert len(recorder.seen) == 12 and all(a[0] == 200 for a in answers)
+        writer.close()
 
     _run(test)
 
 
 def test_a_head_request_gets_the_head_only() -> None:
-    async def test() -> None:
-        async with _serving(_Recorder()) as (_, port):
+    async def test(_server: Server, port: int, _recorder: _Recorder) -> None:
 
-            def client() -> tuple[int, bytes, str | None, int]:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("HEAD", "/now")
-                head = conn.getresponse()
-                body = head.read()
-                conn.request("GET", "/now")  # the same connection: nothing left over to misread
-                after = conn.getresponse()
-                after.read()
-                conn.close()
-                return head.status, body, head.getheader("Content-Length"), after.status
+        def client() -> tuple[int, bytes, str | None, int]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("HEAD", "/now")
+            head = conn.getresponse()
+            body = head.read()
+            conn.request("GET", "/now")  # the same connection: nothing left over to misread
+            after = conn.getresponse()
+            after.read()
+            conn.close()
+            return head.status, body, head.getheader("Content-Length"), after.status
 
-            status, body, length, after = await asyncio.get_running_loop().run_in_executor(
-                None, client
-            )
-            assert (status, body, after) == (200, b"", 200) and int(length or 0) > 0
+        status, body, length, after = await asyncio.get_running_loop().run_in_executor(None, client)
+        assert (status, body, after) == (200, b"", 200) and int(length or 0) > 0
 
     _run(test)
