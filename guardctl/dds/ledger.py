@@ -39,16 +39,12 @@ class ConflictError(GuardctlError):
 
 
 # Whole-row writes (see StateDB.write_latest): the last one per row in a batch is its outcome.
+LEASE_COLUMNS = "lease_id, request_id, worker, epoch, shard, gen, granted, expires, state, done_seq"
 LEASE_ROW = (
-    "INSERT INTO lease (lease_id, request_id, worker, epoch, shard, gen, granted, expires, state) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-    "ON CONFLICT (lease_id) DO UPDATE SET expires = excluded.expires, state = excluded.state"
+    f"INSERT INTO lease ({LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (lease_id) DO UPDATE SET expires = excluded.expires, state = excluded.state, "
+    "done_seq = excluded.done_seq"
 )
-SHARD_ROW = (
-    "INSERT OR REPLACE INTO shard (epoch, shard, state, lease_id, done_seq, worker) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
-)
-SHARD_QUEUED = "DELETE FROM shard WHERE epoch = ? AND shard = ?"
 WORKER_ROW = (
     "INSERT OR REPLACE INTO worker (worker, rank, speed, samples, seconds, shards, last_step, "
     "last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -59,7 +55,7 @@ WORKER_ROW = (
 # whole when it changes. A job holds millions of leases; a tuple of plain values is kept out
 # of the cycle collector's reach (plain_record), so they add nothing to its collections (as
 # tracked objects they added about 0.2 s per million leases to every one).
-Lease = tuple[int, str, str, int, int, int, float, float, str]
+Lease = tuple[int, str, str, int, int, int, float, float, str, int | None]
 L_ID: Final = 0
 L_REQUEST: Final = 1
 L_WORKER: Final = 2
@@ -67,8 +63,9 @@ L_EPOCH: Final = 3
 L_SHARD: Final = 4
 L_GEN: Final = 5
 L_GRANTED: Final = 6
-L_EXPIRES: Final = 7  # this and L_STATE are the only fields that change
+L_EXPIRES: Final = 7  # this, L_STATE and L_DONE_SEQ are the only fields that change
 L_STATE: Final = 8  # active | done | expired | revoked
+L_DONE_SEQ: Final = 9  # the completion's number (see commit), once done
 
 
 @dataclass
@@ -134,23 +131,23 @@ class Ledger:
         # or renewed since stays until it comes up or the heap is compacted (_push).
         self.heap: list[tuple[float, int]] = []
         self.active: set[int] = set()  # the leases in flight
-        for row in self.db.rows(
-            "SELECT lease_id, request_id, worker, epoch, shard, gen, granted, expires, state "
-            "FROM lease"
-        ):
-            lease: Lease = plain_record(tuple(row))
-            self.leases[lease[L_ID]] = lease
-            self.by_request[lease[L_REQUEST]] = lease[L_ID]
-            if lease[L_STATE] == "active":
-                self.active.add(lease[L_ID])
-                heapq.heappush(self.heap, plain_record((lease[L_EXPIRES], lease[L_ID])))
-        self.next_lease = max(self.leases, default=0) + 1
-        self.seq = int(self.db.rows("SELECT COALESCE(MAX(done_seq), 0) FROM shard")[0][0])
+        # Each epoch's shards held or done, from the leases (an epoch's state is built from
+        # them on first use): an active lease holds its shard, a done one completed it.
         self._rows: dict[int, list[tuple[int, str, int]]] = {}
-        for epoch, shard, state, lease_id in self.db.rows(
-            "SELECT epoch, shard, state, lease_id FROM shard"
-        ):
-            self._rows.setdefault(epoch, []).append((shard, state, lease_id))
+        self.seq = 0
+        for row in self.db.rows(f"SELECT {LEASE_COLUMNS} FROM lease"):
+            lease: Lease = plain_record(tuple(row))
+            lease_id, state = lease[L_ID], lease[L_STATE]
+            self.leases[lease_id] = lease
+            self.by_request[lease[L_REQUEST]] = lease_id
+            if state == "active":
+                self.active.add(lease_id)
+                heapq.heappush(self.heap, plain_record((lease[L_EXPIRES], lease_id)))
+                self._held(lease, "leased")
+            elif state == "done":
+                self.seq = max(self.seq, lease[L_DONE_SEQ] or 0)
+                self._held(lease, "done")
+        self.next_lease = max(self.leases, default=0) + 1
         self.epochs: dict[int, EpochState] = {}
         self.current = 0
         while self.current < self.spec.epochs and self._complete(self.current):
@@ -167,6 +164,9 @@ class Ledger:
         }
         self.restores: dict[str, dict[str, Any]] = {}
         self.steps_ended = False
+
+    def _held(self, lease: Lease, kind: str) -> None:
+        self._rows.setdefault(lease[L_EPOCH], []).append((lease[L_SHARD], kind, lease[L_ID]))
 
     def _order(self, epoch: int) -> tuple[array[int], array[int]]:
         """The epoch's shard order and the stream end of each shard in it (cached).
@@ -249,7 +249,7 @@ class Ledger:
         self.next_lease += 1
         expires = now + self.lease_s
         lease = plain_record(
-            (lease_id, request_id, worker, epoch, shard, self.gen, now, expires, "active")
+            (lease_id, request_id, worker, epoch, shard, self.gen, now, expires, "active", None)
         )
         self.leases[lease_id] = lease
         self.by_request[request_id] = lease_id
@@ -257,14 +257,13 @@ class Ledger:
         self.active.add(lease_id)
         self._push(expires, lease_id)
         self.db.write_latest(("lease", lease_id), LEASE_ROW, lease)
-        self.db.write_latest(
-            ("shard", epoch, shard), SHARD_ROW, (epoch, shard, "leased", lease_id, None, worker)
-        )
         return lease
 
-    def _update(self, lease: Lease, expires: float, state: str) -> Lease:
+    def _update(
+        self, lease: Lease, expires: float, state: str, done_seq: int | None = None
+    ) -> Lease:
         """Replace a lease's changing fields, in memory and (at the next commit) on disk."""
-        lease = plain_record((*lease[:L_EXPIRES], expires, state))
+        lease = plain_record((*lease[:L_EXPIRES], expires, state, done_seq))
         self.leases[lease[L_ID]] = lease
         if state == "active":
             self.active.add(lease[L_ID])
@@ -326,9 +325,6 @@ class Ledger:
             if shard in state.leased:
                 return {"status": "expired"}
             state.leased[shard] = lease_id  # its stale queue entry is skipped
-            self.db.write_latest(
-                ("shard", epoch, shard), SHARD_ROW, (epoch, shard, "leased", lease_id, None, worker)
-            )
         expires = now + self.lease_s
         self._update(lease, expires, "active")
         self._push(expires, lease_id)
@@ -360,14 +356,10 @@ class Ledger:
     def _complete_shard(self, lease: Lease, state: EpochState) -> None:
         now = self.clock()
         self.seq += 1
-        lease_id, epoch, shard = lease[L_ID], lease[L_EPOCH], lease[L_SHARD]
-        worker = lease[L_WORKER]
+        epoch, shard, worker = lease[L_EPOCH], lease[L_SHARD], lease[L_WORKER]
         state.leased.pop(shard, None)
-        state.done[shard] = lease_id
-        self._update(lease, lease[L_EXPIRES], "done")
-        self.db.write_latest(
-            ("shard", epoch, shard), SHARD_ROW, (epoch, shard, "done", lease_id, self.seq, worker)
-        )
+        state.done[shard] = lease[L_ID]
+        self._update(lease, lease[L_EXPIRES], "done", self.seq)
         samples = self.spec.shard_len(shard)
         # The service's own view of speed: from grant to acknowledgement, on its clock.
         self._measure(worker, samples, max(now - lease[L_GRANTED], 1e-6), now, shards=1)
@@ -390,7 +382,6 @@ class Ledger:
             if state.leased.get(shard) == lease_id:
                 del state.leased[shard]
                 state.queue.appendleft(shard)
-                self.db.write_latest(("shard", epoch, shard), SHARD_QUEUED, (epoch, shard))
             count += 1
         return count
 
@@ -533,16 +524,12 @@ class Ledger:
             raise ConflictError(f"unknown checkpoint {name!r}")
         ord_, seq, step = known
         self.db.flush()
-        requeued = self.db.rows(
-            "SELECT COUNT(*) FROM shard WHERE state = 'done' AND done_seq > ?", (seq,)
-        )[0][0]
-        in_flight = self.db.rows("SELECT COUNT(*) FROM shard WHERE state = 'leased'")[0][0]
-        self.db.write(
-            "UPDATE lease SET state = 'revoked' WHERE state = 'active' OR lease_id IN "
-            "(SELECT lease_id FROM shard WHERE state = 'done' AND done_seq > ?)",
-            (seq,),
-        )
-        self.db.write("DELETE FROM shard WHERE state = 'leased' OR done_seq > ?", (seq,))
+        # The revoked keep their done_seq: the record of what the abandoned timeline did.
+        later = "done_seq > ? AND state = 'done'"  # done_seq first: the lease_done index
+        requeued = self.db.rows(f"SELECT COUNT(*) FROM lease WHERE {later}", (seq,))[0][0]
+        in_flight = self.db.rows("SELECT COUNT(*) FROM lease WHERE state = 'active'")[0][0]
+        self.db.write("UPDATE lease SET state = 'revoked' WHERE state = 'active'")
+        self.db.write(f"UPDATE lease SET state = 'revoked' WHERE {later}", (seq,))
         if step is not None:
             self.db.write("DELETE FROM step WHERE step >= ?", (step,))
         self.db.write("DELETE FROM checkpoint WHERE ord > ?", (ord_,))

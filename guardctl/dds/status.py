@@ -23,7 +23,7 @@ def job_status(db: StateDB, job: str, now: float | None = None) -> dict[str, Any
     if "spec" not in meta:
         raise StoreError(f"{db.path} holds no data-sharding state")
     spec = JobSpec.from_json(json.loads(meta["spec"]))
-    done = dict(db.rows("SELECT epoch, COUNT(*) FROM shard WHERE state = 'done' GROUP BY epoch"))
+    done = dict(db.rows("SELECT epoch, COUNT(*) FROM lease WHERE state = 'done' GROUP BY epoch"))
     current = next((e for e in range(spec.epochs) if done.get(e, 0) < spec.shards), spec.epochs)
     steps = _steps(db, spec)
     if steps is not None:  # per-step mode: progress is the furthest step handed out
@@ -103,10 +103,10 @@ def _steps(db: StateDB, spec: JobSpec) -> dict[str, Any] | None:
 
 def _workers(db: StateDB, now: float) -> list[dict[str, Any]]:
     counted = dict(
-        db.rows("SELECT worker, COUNT(*) FROM shard WHERE state = 'done' GROUP BY worker")
+        db.rows("SELECT worker, COUNT(*) FROM lease WHERE state = 'done' GROUP BY worker")
     )
     in_flight = dict(
-        db.rows("SELECT worker, COUNT(*) FROM shard WHERE state = 'leased' GROUP BY worker")
+        db.rows("SELECT worker, COUNT(*) FROM lease WHERE state = 'active' GROUP BY worker")
     )
     total = sum(counted.values()) or 1
     last = db.rows("SELECT shares FROM step ORDER BY step DESC LIMIT 1")

@@ -33,19 +33,19 @@ from guardctl.errors import StoreError
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS shard (
-    epoch INTEGER NOT NULL, shard INTEGER NOT NULL,
-    state TEXT NOT NULL,              -- leased | done (absent: queued)
-    lease_id INTEGER NOT NULL, done_seq INTEGER, worker TEXT NOT NULL,
-    PRIMARY KEY (epoch, shard)) WITHOUT ROWID;
+-- A shard's state is its leases': leased while one is active, done once one is (done_seq
+-- orders the completions, for checkpoints). Writing only lease rows, which are appended in
+-- grant order, keeps an operation's writes on the table's last few pages; a table of shard
+-- states took a random page per operation (shards go out in shuffled order), which made
+-- the commits and the WAL about three times larger (docs/dds.md).
 CREATE TABLE IF NOT EXISTS lease (
     lease_id INTEGER PRIMARY KEY, request_id TEXT NOT NULL, worker TEXT NOT NULL,
     epoch INTEGER NOT NULL, shard INTEGER NOT NULL, gen INTEGER NOT NULL,
     granted REAL NOT NULL, expires REAL NOT NULL,
-    state TEXT NOT NULL);             -- active | done | expired | revoked
+    state TEXT NOT NULL,              -- active | done | expired | revoked
+    done_seq INTEGER);                -- the completion's number, once done
 -- request_id is not indexed: the ledger loads every lease and looks request ids up in
 -- memory, and an index of random ids cost a page write per lease (about 40 % of a commit).
-CREATE INDEX IF NOT EXISTS lease_state ON lease (state);
 CREATE TABLE IF NOT EXISTS checkpoint (
     name TEXT PRIMARY KEY, ord INTEGER NOT NULL, seq INTEGER NOT NULL,
     step INTEGER, gen INTEGER NOT NULL, created REAL NOT NULL);
@@ -53,6 +53,11 @@ CREATE TABLE IF NOT EXISTS step (step INTEGER PRIMARY KEY, shares TEXT NOT NULL)
 CREATE TABLE IF NOT EXISTS worker (
     worker TEXT PRIMARY KEY, rank INTEGER, speed REAL, samples INTEGER NOT NULL,
     seconds REAL NOT NULL, shards INTEGER NOT NULL, last_step INTEGER, last_seen REAL NOT NULL);
+"""
+# After any migration (they name columns an older database gains there).
+INDEXES = """
+CREATE INDEX IF NOT EXISTS lease_state ON lease (state);
+CREATE INDEX IF NOT EXISTS lease_done ON lease (done_seq) WHERE done_seq IS NOT NULL;
 """
 
 Params = tuple[Any, ...]
@@ -91,6 +96,33 @@ def _commit(conn: sqlite3.Connection, batch: Batch) -> int:
     return count
 
 
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring a database written by an earlier version to this schema, in one transaction.
+
+    Before, a ``shard`` table held each leased or done shard, with the
+    completion's number; the number moves into the lease that completed it
+    (the leases' states already said the rest) and the table goes.
+    """
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(lease)")}
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "done_seq" in columns and "shard" not in tables:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if "done_seq" not in columns:
+            conn.execute("ALTER TABLE lease ADD COLUMN done_seq INTEGER")
+        if "shard" in tables:
+            conn.execute(
+                "UPDATE lease SET done_seq = (SELECT s.done_seq FROM shard s "
+                "WHERE s.lease_id = lease.lease_id AND s.state = 'done') WHERE state = 'done'"
+            )
+            conn.execute("DROP TABLE shard")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
 class StateDB:
     """One SQLite connection plus the queue of writes waiting for the next group commit."""
 
@@ -104,6 +136,8 @@ class StateDB:
             else:
                 self.conn = _connect(path)
                 self.conn.executescript(SCHEMA)
+                _migrate(self.conn)
+                self.conn.executescript(INDEXES)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the service state {path}: {exc}") from exc
         self._writes: Batch = []  # in order; a run of the same statement shares one entry
