@@ -17,17 +17,26 @@ connection once the service's server breaks the one asyncio leaves before
 Python 3.12 (``tests/dds/test_dds_collector.py`` checks both); a restore of
 the ledger or an unusual error may. So the service
 
+* at start, collects once and freezes whatever is alive (``gc.freeze``): its
+  code, its settings and the ledger as loaded, about 40 000 objects that live
+  as long as it does and that no sweep walks again;
 * turns the automatic collector off;
-* freezes, every ``FREEZE_S``, whatever is alive (``gc.freeze``: it splices
-  the generations' lists, in constant time), so no collection walks it;
-* sweeps every ``SWEEP_S``: unfreezes and collects everything. The ledger's
-  records are never tracked (``memory.plain_record``), so a sweep walks the
-  service's code and its connections, not its leases: 10 ms for a ledger of
-  1.5 million leases alone, 21-40 ms in the throughput benchmark (1024
-  connections open, about 60 000 objects, nearly every visit a cache miss in
-  a large heap). A sweep is logged and counted in the service's status.
+* sweeps every ``SWEEP_S``: collects what was made since (the connections,
+  mostly). The ledger's records are never tracked (``memory.plain_record``),
+  so a sweep walks neither the leases nor the start-up state: its pause is set
+  by the connections open. A sweep is logged and counted in the service's
+  status.
+* after a restore, which replaces the ledger, sweeps everything (frozen or
+  not) and freezes again, as a start does.
 
-What cycles there are wait up to a minute to be freed.
+Sweeps used to unfreeze and walk everything, with what was alive frozen again
+every second in between: 16-24 ms per sweep at 1024 connections (about 60 000
+objects, nearly every visit a cache miss in a large heap), and a sweep that
+fell into a benchmark point at 10 000 operations/s moved its 99th percentile
+past 20 ms (docs/dds.md).
+
+What cycles there are wait up to a minute to be freed; one through an object
+frozen at start waits for the next restore.
 """
 
 from __future__ import annotations
@@ -40,7 +49,6 @@ from dataclasses import dataclass
 
 log = logging.getLogger("guardctl.dds")
 
-FREEZE_S = 1.0
 SWEEP_S = 60.0
 
 
@@ -55,12 +63,10 @@ class Sweeps:
 class Collector:
     """Owns the process's collector while a service runs (see the module's note)."""
 
-    def __init__(self, freeze_s: float = FREEZE_S, sweep_s: float = SWEEP_S) -> None:
-        self.freeze_s = freeze_s
+    def __init__(self, sweep_s: float = SWEEP_S) -> None:
         self.sweep_s = sweep_s
         self.stats = Sweeps()
         self._was_enabled = gc.isenabled()
-        self._last_sweep = time.monotonic()
 
     def start(self) -> None:
         """Collect what start-up left and freeze the rest (it lives as long as the service);
@@ -68,7 +74,6 @@ class Collector:
         gc.collect()
         gc.freeze()
         gc.disable()
-        self._last_sweep = time.monotonic()
 
     def stop(self) -> None:
         """Leave the process's collector as it was found, with nothing frozen."""
@@ -76,30 +81,25 @@ class Collector:
         if self._was_enabled:
             gc.enable()
 
-    def sweep(self) -> int:
-        """Collect every garbage cycle, frozen or not; return how many objects were in them."""
+    def sweep(self, *, everything: bool = False) -> int:
+        """Collect the garbage cycles made since start (*everything*: frozen ones too, and
+        freeze what survives); return how many objects were in them."""
         began = time.perf_counter()
-        gc.unfreeze()
+        if everything:
+            gc.unfreeze()
         collected = gc.collect()
-        gc.freeze()
+        if everything:
+            gc.freeze()
         paused_ms = (time.perf_counter() - began) * 1000
         stats = self.stats
         stats.sweeps += 1
         stats.collected += collected
         stats.last_ms = paused_ms
         stats.longest_ms = max(stats.longest_ms, paused_ms)
-        self._last_sweep = time.monotonic()
         log.info("collector sweep: %d objects in cycles, %.0f ms", collected, paused_ms)
         return collected
 
-    def tick(self) -> None:
-        """Freeze what is alive now, or sweep when one is due."""
-        if time.monotonic() - self._last_sweep >= self.sweep_s:
-            self.sweep()
-        else:
-            gc.freeze()
-
     async def run(self) -> None:
         while True:
-            await asyncio.sleep(self.freeze_s)
-            self.tick()
+            await asyncio.sleep(self.sweep_s)
+            self.sweep()

@@ -405,8 +405,8 @@ class Service:
         checkpoint, request_id = _field(body, "checkpoint", str), _field(body, "request_id", str)
         reply = self.ledger.restore(checkpoint, request_id)
         # The ledger reloaded itself from the database, like a service starting: what it
-        # dropped may hold cycles, and what it loaded lives on (see collector.py).
-        self.collector.sweep()
+        # dropped was frozen and may hold cycles, and what it loaded lives on (collector.py).
+        self.collector.sweep(everything=True)
         self.notify()  # requeued shards: wake the held lease requests
         return reply
 
