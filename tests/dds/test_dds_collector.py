@@ -195,7 +195,8 @@ def test_a_sweep_finds_new_cycles_and_leaves_the_start_up_state_frozen(
     assert collector.sweep() >= 1 and cycle() is None
     assert collector.stats.sweeps == 1 and collector.stats.collected >= 1
     assert collector.stats.longest_ms >= collector.stats.last_ms > 0
-    assert gc.get_freeze_count() == frozen and not gc.isenabled()
+    # Nothing new frozen (frozen objects still leave when freed, so it may be fewer).
+    assert gc.get_freeze_count() <= frozen and not gc.isenabled()
 
 
 def test_a_cycle_frozen_at_start_waits_for_a_sweep_of_everything(
