@@ -21,8 +21,7 @@ from guardctl.cli.base import (
 from guardctl.dds import service as dds_service
 from guardctl.dds.dataset import JobSpec, index_range, read_files_list
 from guardctl.dds.paths import job_paths, read_address
-from guardctl.dds.status import job_status
-from guardctl.dds.store import StateDB
+from guardctl.dds.status import read_status
 from guardctl.errors import StoreError, UsageError
 
 
@@ -118,11 +117,7 @@ def status(app: AppContext, job: str, as_json: bool) -> None:
     paths = job_paths(app.settings, job)
     if not paths.state.exists():
         raise StoreError(f"job {job} has no data-sharding state in {paths.state_dir}")
-    db = StateDB(paths.state, readonly=True)
-    try:
-        report = job_status(db, job)
-    finally:
-        db.close()
+    report = read_status(paths.state, job)
     address = read_address(paths.address)
     report["address"] = None if address is None else f"{address[0]}:{address[1]}"
     if as_json:

@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from guardctl.dds.dataset import JobSpec
 from guardctl.dds.store import StateDB
 from guardctl.errors import StoreError
+
+
+def read_status(path: Path, job: str) -> dict[str, Any]:
+    """:func:`job_status` from a connection of its own, read-only (any thread may call it)."""
+    db = StateDB(path, readonly=True)
+    try:
+        return job_status(db, job)
+    finally:
+        db.close()
 
 
 def job_status(db: StateDB, job: str, now: float | None = None) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -9,11 +11,17 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+
+from guardctl.config import load_settings
+from guardctl.dds.dataset import JobSpec, index_range
+from guardctl.dds.http_server import Server
+from guardctl.dds.service import GroupCommit, Service, open_ledger
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "dds_train.py"
+SECRET = "s3cret"  # of the services run in the test's own process
 
 
 class ServiceProcess:
@@ -103,3 +111,45 @@ def done_counts(service: ServiceProcess) -> dict[tuple[int, int], int]:
     # Each completion has its own number: what checkpoints and restores order them by.
     assert None not in seqs and len(set(seqs)) == len(seqs), "completions share a number"
     return {(e, s): n for e, s, n in rows}
+
+
+class RawConn:
+    """A raw keep-alive HTTP/1.1 connection: no client library to make cycles of its own."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def post(self, path: str, body: dict[str, object], secret: str = SECRET) -> dict:
+        return await self.request("POST", path, json.dumps(body).encode(), secret)
+
+    async def request(self, method: str, path: str, raw: bytes = b"", secret: str = SECRET) -> dict:
+        self.writer.write(
+            f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(raw)}\r\n"
+            f"Authorization: Bearer {secret}\r\n\r\n".encode()
+            + raw
+        )
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        reply: dict = json.loads(await self.reader.readexactly(length))
+        reply["http_status"] = int(head[9:12])
+        return reply
+
+
+@contextlib.asynccontextmanager
+async def serving(store: Path) -> AsyncIterator[int]:
+    """Serve one job in this process (commits in the loop); yield its port."""
+    settings = load_settings(assignments=(f"store.root={store}",), environ={})
+    spec = JobSpec(index_range(100_000), 10, 2, 7, True, 0)
+    ledger, _ = open_ledger(settings, "cycles", spec)
+    service = Service(ledger, GroupCommit(ledger.db, 0.0), SECRET.encode(), "cycles")
+    server = Server(service.handler())
+    try:
+        yield await server.start("127.0.0.1", 0)
+    finally:
+        await server.close()
+        ledger.db.flush()
+        ledger.db.close()

@@ -9,26 +9,22 @@ the cycles that something else made, frozen or not.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import json
 import os
 import socket
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from dds_helpers import SECRET, RawConn, serving
 
 from guardctl.config import load_settings
 from guardctl.dds.collector import Collector
 from guardctl.dds.dataset import JobSpec, index_range
-from guardctl.dds.http_server import Server
 from guardctl.dds.memory import plain_record
-from guardctl.dds.service import GroupCommit, Service, open_ledger
-
-SECRET = "s3cret"
+from guardctl.dds.service import open_ledger
 
 
 class _Cycle:
@@ -44,71 +40,31 @@ def collector_restored() -> Iterator[None]:
     gc.enable()
 
 
-class _Conn:
-    """A raw keep-alive HTTP/1.1 connection: no client library to make cycles of its own."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
-
-    async def post(self, path: str, body: dict[str, object], secret: str = SECRET) -> dict:
-        raw = json.dumps(body).encode()
-        self.writer.write(
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(raw)}\r\n"
-            f"Authorization: Bearer {secret}\r\n\r\n".encode()
-            + raw
-        )
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        reply: dict = json.loads(await self.reader.readexactly(length))
-        reply["http_status"] = int(head[9:12])
-        return reply
-
-
-@contextlib.asynccontextmanager
-async def _serving(store: Path) -> AsyncIterator[int]:
-    """Serve one job in this process (commits in the loop); yield its port."""
-    settings = load_settings(assignments=(f"store.root={store}",), environ={})
-    spec = JobSpec(index_range(100_000), 10, 2, 7, True, 0)
-    ledger, _ = open_ledger(settings, "cycles", spec)
-    service = Service(ledger, GroupCommit(ledger.db, 0.0), SECRET.encode(), "cycles")
-    server = Server(service.handler())
-    try:
-        yield await server.start("127.0.0.1", 0)
-    finally:
-        await server.close()
-        ledger.db.flush()
-        ledger.db.close()
-
-
 async def _cycles_left_by_requests(store: Path) -> dict[str, int]:
     """Count the objects in cycles each kind of request left, over kept-alive connections."""
-    async with _serving(store) as port:
+    async with serving(store) as port:
         return await _requests_against(port)
 
 
 async def _requests_against(port: int) -> dict[str, int]:
-    conns = [_Conn(*await asyncio.open_connection("127.0.0.1", port)) for _ in range(4)]
+    conns = [RawConn(*await asyncio.open_connection("127.0.0.1", port)) for _ in range(4)]
     counter = iter(range(10**6))
 
-    async def lease_ack(conn: _Conn) -> None:
+    async def lease_ack(conn: RawConn) -> None:
         lease = await conn.post("/v1/lease", {"worker": "w", "request_id": f"r{next(counter)}"})
         await conn.post("/v1/renew", {"lease": lease["lease"]})
         await conn.post("/v1/ack", {"lease": lease["lease"], "samples": 10, "seconds": 0.1})
 
-    async def combined(conn: _Conn) -> None:
+    async def combined(conn: RawConn) -> None:
         lease = await conn.post("/v1/lease", {"worker": "w", "request_id": f"r{next(counter)}"})
         nxt = {"worker": "w", "request_id": f"r{next(counter)}"}
         reply = await conn.post("/v1/ack", {"lease": lease["lease"], "next": nxt})
         await conn.post("/v1/ack", {"lease": reply["next"]["lease"]})
 
-    async def step(conn: _Conn) -> None:
+    async def step(conn: RawConn) -> None:
         await conn.post("/v1/step", {"worker": "w", "rank": 0, "world": 1, "step": next(counter)})
 
-    async def refused(conn: _Conn) -> None:
+    async def refused(conn: RawConn) -> None:
         assert (await conn.post("/v1/ack", {"lease": "x"}))["http_status"] == 400
         assert (await conn.post("/v1/lease", {}, secret="wrong"))["http_status"] == 401
 
@@ -143,7 +99,7 @@ def _one_connection(port: int) -> None:
 
 
 async def _cycles_left_by_connections(store: Path, count: int) -> int:
-    async with _serving(store) as port:
+    async with serving(store) as port:
         loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(1) as pool:
             await loop.run_in_executor(pool, _one_connection, port)  # warm
