@@ -525,7 +525,7 @@ class Ledger:
         ord_, seq, step = known
         self.db.flush()
         # The revoked keep their done_seq: the record of what the abandoned timeline did.
-        later = "done_seq > ? AND state = 'done'"  # done_seq first: the lease_done index
+        later = "done_seq > ? AND state = 'done'"
         requeued = self.db.rows(f"SELECT COUNT(*) FROM lease WHERE {later}", (seq,))[0][0]
         in_flight = self.db.rows("SELECT COUNT(*) FROM lease WHERE state = 'active'")[0][0]
         self.db.write("UPDATE lease SET state = 'revoked' WHERE state = 'active'")

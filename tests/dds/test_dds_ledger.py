@@ -267,7 +267,6 @@ def _old_schema(path: Path) -> None:
                 FROM lease WHERE state = 'done';
             INSERT INTO shard SELECT epoch, shard, 'leased', lease_id, NULL, worker
                 FROM lease WHERE state = 'active';
-            DROP INDEX lease_done;
             ALTER TABLE lease DROP COLUMN done_seq;
             """
         )
@@ -307,7 +306,7 @@ def test_a_database_of_the_earlier_schema_is_taken_over(tmp_path: Path) -> None:
     }
     assert after == before
     tables = {name for (name,) in ledger.db.rows("SELECT name FROM sqlite_master")}
-    assert "shard" not in tables and "lease_done" in tables
+    assert "shard" not in tables and "lease_state" in tables
     reply = ledger.restore("ck", "r")
     assert (reply["requeued"], reply["revoked_in_flight"]) == (2, 1)
     assert len(ledger.epoch(0).done) == 3
