@@ -316,7 +316,7 @@ def test_an_operation_writes_on_the_last_pages_only(tmp_path: Path) -> None:
     """Leases and acknowledgements in batches of 20 write well under a WAL page each.
 
     Shards go out in shuffled order; a row per shard state took a random page
-    per operation: 1.45 WAL pages per lease + ack here (0.48 without it), 2.3 in
+    per operation: 1.45 WAL pages per lease + ack here (0.38 without it), 2.3 in
     a larger job, which made the commits and the WAL's restarts that much larger.
     """
     clock = Clock()
