@@ -22,7 +22,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import accumulate
+from itertools import accumulate, filterfalse
 from typing import Any, Final
 
 from guardctl.dds.dataset import JobSpec
@@ -133,16 +133,18 @@ class Ledger:
         self.active: set[int] = set()  # the leases in flight
         # Each epoch's shards held or done, from the leases (an epoch's state is built from
         # them on first use): an active lease holds its shard, a done one completed it.
-        self._rows: dict[int, list[tuple[int, str, int]]] = {}
+        self._rows: dict[tuple[int, str], list[tuple[int, int]]] = {}
         self.seq = 0
-        for row in self.db.rows(f"SELECT {LEASE_COLUMNS} FROM lease"):
-            lease: Lease = plain_record(tuple(row))
-            lease_id, state = lease[L_ID], lease[L_STATE]
-            self.leases[lease_id] = lease
-            self.by_request[lease[L_REQUEST]] = lease_id
+        stored: list[Lease] = [
+            plain_record(row) for row in self.db.rows(f"SELECT {LEASE_COLUMNS} FROM lease")
+        ]
+        self.leases.fill((lease[L_ID], lease) for lease in stored)
+        self.by_request.fill((lease[L_REQUEST], lease[L_ID]) for lease in stored)
+        for lease in stored:
+            state = lease[L_STATE]
             if state == "active":
-                self.active.add(lease_id)
-                heapq.heappush(self.heap, plain_record((lease[L_EXPIRES], lease_id)))
+                self.active.add(lease[L_ID])
+                heapq.heappush(self.heap, plain_record((lease[L_EXPIRES], lease[L_ID])))
                 self._held(lease, "leased")
             elif state == "done":
                 self.seq = max(self.seq, lease[L_DONE_SEQ] or 0)
@@ -166,7 +168,7 @@ class Ledger:
         self.steps_ended = False
 
     def _held(self, lease: Lease, kind: str) -> None:
-        self._rows.setdefault(lease[L_EPOCH], []).append((lease[L_SHARD], kind, lease[L_ID]))
+        self._rows.setdefault((lease[L_EPOCH], kind), []).append((lease[L_SHARD], lease[L_ID]))
 
     def _order(self, epoch: int) -> tuple[array[int], array[int]]:
         """The epoch's shard order and the stream end of each shard in it (cached).
@@ -186,14 +188,12 @@ class Ledger:
             order = self._order(epoch)[0]
             done: SplitDict[int, int] = SplitDict()
             leased: SplitDict[int, int] = SplitDict()
-            for shard, kind, lease_id in self._rows.pop(epoch, []):
-                if kind == "done":
-                    done[shard] = lease_id
-                else:
-                    leased[shard] = lease_id
+            done.fill(self._rows.pop((epoch, "done"), ()))
+            leased.fill(self._rows.pop((epoch, "leased"), ()))
             pending = order
             if done or leased:  # resumed: only what is left (a fresh epoch shares the order)
-                pending = array("q", (s for s in order if s not in done and s not in leased))
+                taken = done.key_set() | leased.key_set()
+                pending = array("q", filterfalse(taken.__contains__, order))
             state = EpochState(order, ShardQueue(pending), leased, done)
             self.epochs[epoch] = state
         return state

@@ -46,6 +46,22 @@ def test_a_split_dict_answers_as_a_dict_does(ops: list[tuple[str, object, int]])
         assert len(split) == len(plain) and bool(split) == bool(plain)
     assert dict(split) == plain
     assert sorted(map(repr, split)) == sorted(map(repr, plain))
+    assert split.key_set() == set(plain)
+
+
+@given(st.lists(st.tuples(KEYS, st.integers()), max_size=300), OPS)
+def test_a_filled_split_dict_is_the_dict_of_its_pairs(
+    pairs: list[tuple[object, int]], ops: list[tuple[str, object, int]]
+) -> None:
+    """A load (fill) keeps the last value per key and counts each key once, whatever came
+    before it, as ``dict.update`` does."""
+    plain: dict[object, int] = {}
+    split: SplitDict[object, int] = SplitDict()
+    for _op, key, value in ops:
+        plain[key] = split[key] = value
+    plain.update(pairs)
+    split.fill(pairs)
+    assert dict(split) == plain and len(split) == len(plain)
 
 
 def test_a_split_dict_spreads_lease_ids_and_request_ids_evenly() -> None:
