@@ -180,24 +180,26 @@ def test_the_database_holds_what_the_ledger_holds(tmp_path: Path) -> None:
     assert ledger.ack(late["lease"]) == {"status": "already_done", "counted": False}
     ledger.commit("ck")
 
-    def snapshot(ledger: Ledger) -> dict[str, object]:
-        epochs = {}
-        for number in range(2):
-            state = ledger.epoch(number)
-            free = {s for s in state.queue if s not in state.done and s not in state.leased}
-            epochs[number] = (dict(state.done), dict(state.leased), free)
-        return {
-            "leases": dict(ledger.leases),
-            "by_request": dict(ledger.by_request),
-            "epochs": epochs,
-            "seq": ledger.seq,
-            "current": ledger.current,
-            "workers": dict(ledger.workers),
-            "checkpoints": dict(ledger.checkpoints),
-        }
+    before = _snapshot(ledger)
+    assert _snapshot(reopen(ledger, tmp_path, clock)) == before
 
-    before = snapshot(ledger)
-    assert snapshot(reopen(ledger, tmp_path, clock)) == before
+
+def _snapshot(ledger: Ledger) -> dict[str, object]:
+    """What a ledger holds, every epoch's shards included, to compare across a reload."""
+    epochs = {}
+    for number in range(ledger.spec.epochs):
+        state = ledger.epoch(number)
+        free = {s for s in state.queue if s not in state.done and s not in state.leased}
+        epochs[number] = (dict(state.done), dict(state.leased), free)
+    return {
+        "leases": dict(ledger.leases),
+        "by_request": dict(ledger.by_request),
+        "epochs": epochs,
+        "seq": ledger.seq,
+        "current": ledger.current,
+        "workers": dict(ledger.workers),
+        "checkpoints": dict(ledger.checkpoints),
+    }
 
 
 def test_an_epochs_shards_are_no_objects_for_the_collector(tmp_path: Path) -> None:
@@ -287,24 +289,13 @@ def test_a_database_of_the_earlier_schema_is_taken_over(tmp_path: Path) -> None:
     ledger.renew(ledger.by_request["held"])
     clock.now += 2
     assert ledger.reap() == 1  # "lost" expired, its shard queued again
-    before = {
-        "leases": dict(ledger.leases),
-        "done": dict(ledger.epoch(0).done),
-        "leased": dict(ledger.epoch(0).leased),
-        "seq": ledger.seq,
-    }
+    before = _snapshot(ledger)
     ledger.db.flush()
     ledger.db.close()
     _old_schema(tmp_path)
 
-    ledger = reopen(make(tmp_path, clock, records=100, shard=10), tmp_path, clock)
-    after = {
-        "leases": dict(ledger.leases),
-        "done": dict(ledger.epoch(0).done),
-        "leased": dict(ledger.epoch(0).leased),
-        "seq": ledger.seq,
-    }
-    assert after == before
+    ledger = make(tmp_path, clock, records=100, shard=10)
+    assert _snapshot(ledger) == before
     tables = {name for (name,) in ledger.db.rows("SELECT name FROM sqlite_master")}
     assert "shard" not in tables and "lease_state" in tables
     reply = ledger.restore("ck", "r")
