@@ -15,7 +15,7 @@ from guardctl.cli.base import (
     main,
     pass_app,
 )
-from guardctl.control import Action, Controller
+from guardctl.nodeops import Action, NodeOps
 from guardctl.nodes import expand_all
 
 
@@ -34,12 +34,12 @@ def _act(
     nodes: tuple[str, ...],
     as_json: bool,
     dry_run: bool,
-    call: Callable[[Controller, list[str], bool], list[Action]],
+    call: Callable[[NodeOps, list[str], bool], list[Action]],
 ) -> None:
     names = expand_all(nodes)
-    controller = Controller(app.settings)
+    ops = NodeOps(app.settings)
     dry = dry_run or app.settings.safety.observe_only
-    _show(call(controller, names, dry), as_json, dry)
+    _show(call(ops, names, dry), as_json, dry)
 
 
 @main.command("drain")

@@ -124,7 +124,7 @@ def main(
     """Find, prove and handle grey (slow) GPU nodes in a Slurm cluster.
 
     Exit codes: 0 ok, 1 findings (a suspect or unhealthy node), 2 usage,
-    3 config, 4 Slurm command failed, 5 Slurm timeout or controller down,
+    3 config, 4 Slurm command failed, 5 Slurm timeout or the Slurm controller down,
     6 refused by a safety rule, 7 bad input data, 8 store or file not writable,
     70 internal error.
     """

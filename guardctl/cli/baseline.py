@@ -6,7 +6,6 @@ import time
 
 import click
 
-from guardctl import baseline
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -16,6 +15,7 @@ from guardctl.cli.base import (
     main,
     pass_app,
 )
+from guardctl.sweep import baseline
 
 
 def _when(ts: float) -> str:

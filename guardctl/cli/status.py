@@ -7,7 +7,7 @@ import time
 import click
 
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
-from guardctl.control import Controller
+from guardctl.nodeops import NodeOps
 from guardctl.nodes import expand_all
 
 
@@ -26,7 +26,7 @@ def status(app: AppContext, nodes: tuple[str, ...], as_json: bool) -> None:
     NODES are hostlist expressions (node[1-4,7]); default: every node.
     """
     names = expand_all(nodes) if nodes else None
-    rows = Controller(app.settings).status(names)
+    rows = NodeOps(app.settings).status(names)
     if as_json:
         echo_json({"nodes": [r.as_dict() for r in rows]})
         return

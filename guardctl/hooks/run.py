@@ -1,4 +1,4 @@
-"""Running a hook: the checks, a drain through the controller on failure, the epilog's summary.
+"""Running a hook: the checks, a drain through the node-action door, the epilog's summary.
 
 Slurm runs hooks as root with no PATH and few variables: the node is
 ``SLURMD_NODENAME``, the job ``SLURM_JOB_ID``, its nodes ``SLURM_NODELIST``
@@ -21,9 +21,9 @@ from typing import Any
 
 from guardctl import layout, schema
 from guardctl.config import Settings
-from guardctl.control import Controller
 from guardctl.errors import GuardctlError
 from guardctl.hooks.registry import CheckResult, Hook, HookContext, checks, guarded
+from guardctl.nodeops import NodeOps
 
 STRAGGLER_RATIO = 1.10  # a node's median compute time this far above the job's median
 
@@ -58,7 +58,7 @@ def node_name(environ: Mapping[str, str]) -> str:
 
 def run_hook(settings: Settings, hook: Hook, *, environ: Mapping[str, str] | None = None,
              node: str = "", nvml: Any = None, dry_run: bool = False,
-             controller: Controller | None = None) -> HookReport:
+             ops: NodeOps | None = None) -> HookReport:
     """Run *hook*'s checks on this node; drain it through guardctl when one fails."""
     env = os.environ if environ is None else environ
     ctx = HookContext(settings, node or node_name(env), nvml=nvml)
@@ -67,19 +67,19 @@ def run_hook(settings: Settings, hook: Hook, *, environ: Mapping[str, str] | Non
     if hook == "epilog" and report.job:
         report.stragglers = straggler_summary(settings.store.root, report.job)
     if report.failed:
-        report.drained = _drain(settings, report, dry_run, controller)
+        report.drained = _drain(settings, report, dry_run, ops)
         if hook == "prolog":
             tell_user(env, report)
     return report
 
 
 def _drain(settings: Settings, report: HookReport, dry_run: bool,
-           controller: Controller | None) -> str:
+           ops: NodeOps | None) -> str:
     evidence = {"hook": report.hook, "job": report.job,
                 "checks": [r.as_dict() for r in report.failed]}
     try:
-        ctl = controller or Controller(settings)
-        actions = ctl.drain([report.node], report.reason(), dry_run=dry_run, evidence=evidence)
+        ops = ops or NodeOps(settings)
+        actions = ops.drain([report.node], report.reason(), dry_run=dry_run, evidence=evidence)
     except GuardctlError as exc:
         # Someone else holds the node, or the cap is reached: the prolog still fails the job.
         return f"not drained by guardctl: {exc}"

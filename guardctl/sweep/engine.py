@@ -1,6 +1,6 @@
 """Running a sweep: quarantine the suspects, run the sweep jobs, judge, then drain or release.
 
-Steps, all through :class:`guardctl.control.Controller` so that ownership, caps
+Steps, all through :class:`guardctl.nodeops.NodeOps` so that ownership, caps
 and the action log hold:
 
 1. quarantine every node (its own MAINT,IGNORE_JOBS reservation): running jobs
@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import guardctl
-from guardctl import baseline, layout
+from guardctl import layout
 from guardctl.config import Settings
-from guardctl.control import Controller
 from guardctl.errors import StoreError, UsageError
+from guardctl.nodeops import NodeOps
 from guardctl.slurm.types import JobInfo
-from guardctl.sweep import pairing
+from guardctl.sweep import baseline, pairing
 from guardctl.sweep.judge import Judgement, Reference, judge_all, references
 from guardctl.sweep.registry import JobSpec, Measurement, SweepPlugin, get, names
 
@@ -136,9 +136,9 @@ class _Job:
 class SweepRun:
     """One sweep in progress: submits batches of jobs, waits, parses and judges."""
 
-    def __init__(self, settings: Settings, ctl: Controller, report: SweepReport,
+    def __init__(self, settings: Settings, ops: NodeOps, report: SweepReport,
                  duration_s: float, progress: Progress) -> None:
-        self.settings, self.ctl, self.report = settings, ctl, report
+        self.settings, self.ops, self.report = settings, ops, report
         self.cfg = settings.sweep
         self.duration_s = duration_s
         self.progress = progress
@@ -175,8 +175,8 @@ class SweepRun:
         jobs = [_Job(p, self.spec(p, nodes, resv, attempt)) for p, nodes, resv in batch]
         try:
             for job in jobs:
-                job.job_id = self.ctl.slurm.submit(job.plugin.build(job.spec))
-            self.ctl.record("sweep jobs", sorted({n for j in jobs for n in j.spec.nodes}),
+                job.job_id = self.ops.slurm.submit(job.plugin.build(job.spec))
+            self.ops.record("sweep jobs", sorted({n for j in jobs for n in j.spec.nodes}),
                             evidence={"sweep": self.report.sweep_id, "attempt": attempt,
                                       "jobs": {str(j.job_id): j.spec.tag for j in jobs}})
             self._wait(jobs)
@@ -189,7 +189,7 @@ class SweepRun:
         deadline = time.monotonic() + self.cfg.job_timeout_s
         last_note, last_done = 0.0, -1
         while True:
-            seen = {j.job_id: j for j in self.ctl.slurm.jobs()}
+            seen = {j.job_id: j for j in self.ops.slurm.jobs()}
             for job in jobs:
                 info: JobInfo | None = seen.get(job.job_id)
                 if job.state:
@@ -220,7 +220,7 @@ class SweepRun:
     def _cancel(self, jobs: Sequence[_Job]) -> None:
         for job in jobs:
             try:
-                self.ctl.slurm.cancel(job.job_id)
+                self.ops.slurm.cancel(job.job_id)
             except Exception as exc:  # keep cancelling the others, say which one stayed
                 self.progress(f"could not cancel job {job.job_id}: {exc}")
 
@@ -243,7 +243,7 @@ class SweepRun:
     def single(self, nodes: Sequence[str]) -> list[Judgement]:
         plugins = [get(n) for n in names("single")]
         batch: list[tuple[SweepPlugin, Sequence[str], str]] = [
-            (p, (n,), self.ctl.reservation_name(n)) for n in nodes for p in plugins]
+            (p, (n,), self.ops.reservation_name(n)) for n in nodes for p in plugins]
         found = self.run_batch(batch, attempt=1)
         flat = [m for ms in found for m in ms]
         refs = references(flat, self.baselines)
@@ -254,7 +254,7 @@ class SweepRun:
                 break
             self.progress(f"repeating {len(failing)} failed sweep(s) before they count: "
                           + ", ".join(f"{s} {'+'.join(n)}" for s, n in sorted(failing)))
-            again = self.run_batch([(get(s), n, self.ctl.reservation_name(n[0]))
+            again = self.run_batch([(get(s), n, self.ops.reservation_name(n[0]))
                                     for s, n in sorted(failing)], attempt)
             retried = [m for ms in again for m in ms]
             # The same reference as the first attempt: a rerun alone has no fleet to compare to.
@@ -307,32 +307,32 @@ class SweepRun:
             batch: list[tuple[SweepPlugin, Sequence[str], str]] = []
             for group in groups:
                 resv = f"{base}_{self.counter + len(made) + 1}"
-                self.ctl.slurm.create_reservation(resv, group, self.settings.quarantine.users,
+                self.ops.slurm.create_reservation(resv, group, self.settings.quarantine.users,
                                                   ("MAINT", "IGNORE_JOBS"))
                 made.append(resv)
-                self.ctl.record("sweep reservation", list(group), evidence={
+                self.ops.record("sweep reservation", list(group), evidence={
                     "sweep": self.report.sweep_id, "reservation": resv, "created": True})
                 batch.append((plugin, group, resv))
             return self.run_batch(batch, attempt)
         finally:
             for resv, group in zip(made, groups, strict=False):
                 try:
-                    self.ctl.slurm.delete_reservation(resv)
-                    self.ctl.record("sweep reservation", list(group), evidence={
+                    self.ops.slurm.delete_reservation(resv)
+                    self.ops.record("sweep reservation", list(group), evidence={
                         "sweep": self.report.sweep_id, "reservation": resv, "deleted": True})
                 except Exception as exc:  # keep deleting the others; the operator must know
                     self.progress(f"could not delete sweep reservation {resv}: {exc}")
 
 
-def _good_partners(ctl: Controller, settings: Settings, suspects: Sequence[str]) -> list[str]:
+def _good_partners(ops: NodeOps, settings: Settings, suspects: Sequence[str]) -> list[str]:
     if settings.sweep.good_nodes:
         goods = list(settings.sweep.good_nodes)
         overlap = set(goods) & set(suspects)
         if overlap:
             raise UsageError(f"sweep.good_nodes includes swept node(s): {', '.join(overlap)}")
-        ctl.status(goods)  # unknown names are a usage error
+        ops.status(goods)  # unknown names are a usage error
         return goods
-    idle = [s.name for s in ctl.status() if s.owner == "in service" and s.slurm_state == "idle"
+    idle = [s.name for s in ops.status() if s.owner == "in service" and s.slurm_state == "idle"
             and s.name not in suspects]
     return idle[:MAX_GOOD_PARTNERS]
 
@@ -359,31 +359,31 @@ def _verdicts(nodes: Sequence[str], judged: Sequence[Judgement],
 
 
 def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *,
-              controller: Controller | None = None,
+              ops: NodeOps | None = None,
               progress: Progress = lambda _msg: None) -> SweepReport:
     """Qualify *nodes*: quarantine, sweep, judge, then drain failures and release passes."""
     if not nodes:
         raise UsageError("no nodes to sweep")
-    ctl = controller or Controller(settings)
+    ops = ops or NodeOps(settings)
     duration = options.duration_s or settings.sweep.gemm_duration_s
     if duration <= 0:
         raise UsageError("--duration must be positive")
     now = time.time()
     report = SweepReport(new_sweep_id(now), options.kind, list(nodes),
                          options.dry_run or settings.safety.observe_only, now)
-    drained = [s.name for s in ctl.status(list(nodes)) if s.owner == "drained by guardctl"]
+    drained = [s.name for s in ops.status(list(nodes)) if s.owner == "drained by guardctl"]
     if drained:
         raise UsageError(f"{', '.join(drained)}: drained by guardctl, a DRAIN blocks sweep jobs; "
                          "resume it first (guardctl resume) to sweep it again")
     goods: list[str] = []
     if options.kind in ("multi", "all"):
-        goods = _good_partners(ctl, settings, nodes)
+        goods = _good_partners(ops, settings, nodes)
         if not goods and len(nodes) < 2:
             raise UsageError("multi-node sweep: no idle in-service node to pair with; "
                              "set sweep.good_nodes or use --kind single")
     reason = f"sweep {report.sweep_id}"
     # Refusals (ownership, cap) come from a dry run first: nothing, not even the store, changes.
-    planned_actions = ctl.quarantine(list(nodes), reason, dry_run=True)
+    planned_actions = ops.quarantine(list(nodes), reason, dry_run=True)
     if report.dry_run:
         report.actions = [a.as_dict() for a in planned_actions]
         report.planned = _plan(settings, nodes, options.kind, goods, duration)
@@ -396,15 +396,15 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
     except OSError as exc:
         raise StoreError(f"cannot create {directory}: {exc.strerror}") from None
     report.directory = str(directory)
-    report.actions = [a.as_dict() for a in ctl.quarantine(
+    report.actions = [a.as_dict() for a in ops.quarantine(
         list(nodes), reason, evidence={"sweep": report.sweep_id})]
-    ctl.record("sweep started", list(nodes), reason=reason, evidence={
+    ops.record("sweep started", list(nodes), reason=reason, evidence={
         "sweep": report.sweep_id, "kind": options.kind, "duration_s": duration,
         "good_partners": goods})
     try:
-        _execute(settings, ctl, report, options.kind, goods, duration, progress)
+        _execute(settings, ops, report, options.kind, goods, duration, progress)
     except BaseException as exc:
-        ctl.record("sweep aborted", list(nodes), reason=f"{type(exc).__name__}: {exc}",
+        ops.record("sweep aborted", list(nodes), reason=f"{type(exc).__name__}: {exc}",
                    evidence={"sweep": report.sweep_id, "left": "quarantined"})
         report.finished = time.time()
         _write_results(report)
@@ -412,9 +412,9 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
     return report
 
 
-def _execute(settings: Settings, ctl: Controller, report: SweepReport, kind: Kind,
+def _execute(settings: Settings, ops: NodeOps, report: SweepReport, kind: Kind,
              goods: list[str], duration: float, progress: Progress) -> None:
-    run = SweepRun(settings, ctl, report, duration, progress)
+    run = SweepRun(settings, ops, report, duration, progress)
     nodes = report.nodes
     judged: list[Judgement] = []
     outcome: pairing.Outcome | None = None
@@ -432,7 +432,7 @@ def _execute(settings: Settings, ctl: Controller, report: SweepReport, kind: Kin
                                           for r in outcome.history]}
     report.judgements = judged
     report.verdicts = _verdicts(nodes, judged, outcome)
-    _act(ctl, report)
+    _act(ops, report)
     if settings.sweep.learn_baselines:
         passed = {v.node for v in report.verdicts if v.verdict == "pass"}
         good = [j.measurement for j in judged if j.passed and set(j.measurement.nodes) <= (
@@ -442,18 +442,18 @@ def _execute(settings: Settings, ctl: Controller, report: SweepReport, kind: Kin
         report.baselines_learnt = [b.key for b in learnt]
     report.finished = time.time()
     _write_results(report)
-    ctl.record("sweep judged", nodes, reason=f"sweep {report.sweep_id}", evidence={
+    ops.record("sweep judged", nodes, reason=f"sweep {report.sweep_id}", evidence={
         "sweep": report.sweep_id, "verdicts": {v.node: v.verdict for v in report.verdicts}})
 
 
-def _act(ctl: Controller, report: SweepReport) -> None:
+def _act(ops: NodeOps, report: SweepReport) -> None:
     for v in report.verdicts:
         evidence = {"sweep": report.sweep_id}
         if v.verdict == "pass":
-            actions = ctl.release([v.node], evidence=evidence)
+            actions = ops.release([v.node], evidence=evidence)
             v.action = "released"
         elif v.verdict == "fail":
-            actions = ctl.drain([v.node], v.evidence, evidence=evidence)
+            actions = ops.drain([v.node], v.evidence, evidence=evidence)
             v.action = "drained"
         else:
             actions = []

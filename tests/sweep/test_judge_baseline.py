@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guardctl import baseline
+from guardctl.sweep import baseline
 from guardctl.sweep.judge import judge, judge_all, references
 from guardctl.sweep.registry import Measurement
 

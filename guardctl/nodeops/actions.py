@@ -1,0 +1,299 @@
+"""Drain, resume, quarantine and release nodes, under guardctl's safety rules.
+
+Rules enforced here, before anything reaches Slurm:
+
+* **Ownership** (:mod:`~guardctl.nodeops.ownership`): guardctl resumes, releases or rewrites
+  only what it took out itself. A node someone else drained, downed or reserved is left exactly
+  as it is.
+* **Caps and rate** (:mod:`~guardctl.nodeops.rules`): the nodes guardctl holds out at once stay
+  under an absolute number and a fraction of the cluster, and at most
+  ``safety.max_actions_per_hour`` node actions happen an hour; an action that would cross a limit
+  is refused whole, so nothing partial happens.
+* **Crash safety** (:mod:`~guardctl.nodeops.reconcile`): each action is logged as an intent
+  before and an outcome after; intents left by a crash are reconciled from Slurm's state first.
+
+Quarantine is a per-node maintenance reservation (Flags=MAINT,IGNORE_JOBS,
+Users=<operators>): running jobs finish, production jobs cannot start, sweep
+jobs run inside it with ``--reservation``. A DRAIN would block sweeps too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from guardctl.actionlog import ActionLog, Entry
+from guardctl.config import Settings
+from guardctl.errors import SlurmError, UsageError
+from guardctl.nodeops import reconcile as recovery
+from guardctl.nodeops import rules
+from guardctl.nodeops.ownership import NodeStatus, Owner, Snapshot, natural
+from guardctl.slurm import make_client
+from guardctl.slurm.types import SlurmClient
+
+CRASH_ENV = "GUARDCTL_TEST_CRASH"  # fault injection for the crash-reconciliation tests
+
+
+@dataclass(frozen=True)
+class Action:
+    """What happened (or, in a dry run, would happen) to one node."""
+
+    node: str
+    action: str
+    outcome: Literal["done", "would do", "no change"]
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"node": self.node, "action": self.action, "outcome": self.outcome,
+                "message": self.message}
+
+
+def _crash_point(name: str) -> None:
+    # Lets the tests kill guardctl between two steps of an action, as a crash would.
+    if os.environ.get(CRASH_ENV) == name:
+        os._exit(99)
+
+
+class NodeOps:
+    """The one door for node actions: ownership, caps, rate limit and an action log."""
+
+    def __init__(self, settings: Settings, slurm: SlurmClient | None = None) -> None:
+        self.settings = settings
+        self.slurm = slurm if slurm is not None else make_client(settings)
+        self.log = ActionLog(settings.store.root)
+        self.prefix = settings.safety.reason_prefix
+
+    # -- names ---------------------------------------------------------------------------
+    def reservation_name(self, node: str) -> str:
+        return f"{self.settings.quarantine.reservation_prefix}{node}"
+
+    def full_reason(self, reason: str) -> str:
+        text = " ".join(reason.split())
+        if not text:
+            raise UsageError("a reason is required")
+        return text if text.startswith(self.prefix) else f"{self.prefix} {text}"
+
+    # -- reading -------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        snap = Snapshot(
+            nodes={n.name: n for n in self.slurm.nodes()},
+            reservations=self.slurm.reservations(),
+        )
+        snap.apply_log(self.log.entries())
+        return snap
+
+    def owner(self, snap: Snapshot, name: str) -> tuple[Owner, str]:
+        """Who holds *name*, and why (the reason an operator should read)."""
+        return snap.owner(name, self.prefix)
+
+    def status(self, names: Sequence[str] | None = None) -> list[NodeStatus]:
+        self.reconcile()
+        snap = self.snapshot()
+        chosen = snap.known(names) if names else sorted(snap.nodes, key=natural)
+        return [snap.status(name, self.prefix) for name in chosen]
+
+    # -- acting --------------------------------------------------------------------------
+    def _do(
+        self,
+        action: str,
+        node: str,
+        step: Callable[[], Any],
+        *,
+        reason: str = "",
+        evidence: dict[str, Any] | None = None,
+    ) -> None:
+        intent = self.log.record(action, "intent", [node], reason=reason, evidence=evidence)
+        _crash_point(f"{action}:before-slurm")
+        try:
+            step()
+        except SlurmError as exc:
+            self.log.record(action, "failed", [node], reason=reason,
+                            evidence={**(evidence or {}), "error": str(exc)}, entry_id=intent.id)
+            raise
+        _crash_point(f"{action}:after-slurm")
+        self.log.record(action, "done", [node], reason=reason, evidence=evidence,
+                        entry_id=intent.id)
+
+    def _apply(
+        self,
+        action: str,
+        names: Sequence[str],
+        dry_run: bool,
+        plan: Mapping[Owner, str | None],
+        describe: Callable[[Snapshot, str], str],
+        perform: Callable[[Snapshot, str], str],
+        *,
+        adds_to_cap: bool,
+    ) -> list[Action]:
+        """Decide for every node, check every rule, then act on each node in turn.
+
+        *plan* maps who holds a node to None (act on it) or the message of a no-op; a node
+        held by someone else is always refused. Every check runs before the first change,
+        so a refusal leaves Slurm exactly as it was.
+        """
+        with self.log.locked():
+            self.reconcile()
+            snap = self.snapshot()
+            todo, results, foreign = [], [], {}
+            for name in snap.known(names):
+                owner, why = self.owner(snap, name)
+                if owner == "held by someone else":
+                    foreign[name] = why
+                elif plan[owner] is None:
+                    todo.append(name)
+                else:
+                    results.append(Action(name, action, "no change", str(plan[owner])))
+            rules.refuse_foreign(action, foreign)
+            if adds_to_cap:
+                rules.check_cap(self.settings.safety, snap, self.prefix, todo)
+            if dry_run or self.settings.safety.observe_only:
+                return results + [Action(n, action, "would do", describe(snap, n)) for n in todo]
+            rules.check_rate(self.settings.safety, self.log.entries(), len(todo))
+            return results + [Action(n, action, "done", perform(snap, n)) for n in todo]
+
+    def quarantine(
+        self,
+        names: Sequence[str],
+        reason: str = "suspect",
+        *,
+        dry_run: bool = False,
+        evidence: dict[str, Any] | None = None,
+    ) -> list[Action]:
+        """Hold nodes in guardctl's maintenance reservations (out of production, open to sweeps)."""
+        full = self.full_reason(reason)
+
+        def perform(snap: Snapshot, name: str) -> str:
+            resv = self.reservation_name(name)
+            self._do(
+                "quarantine",
+                name,
+                lambda: self.slurm.create_reservation(resv, [name], self.settings.quarantine.users),
+                reason=full,
+                evidence={**(evidence or {}), "reservation": resv},
+            )
+            return f"reservation {resv}"
+
+        plan: dict[Owner, str | None] = {
+            "in service": None,
+            "quarantined": "already quarantined",
+            "drained by guardctl": "already drained by guardctl",
+        }
+        return self._apply(
+            "quarantine", names, dry_run, plan,
+            lambda _, n: f"create reservation {self.reservation_name(n)}", perform,
+            adds_to_cap=True,
+        )  # fmt: skip
+
+    def release(
+        self,
+        names: Sequence[str],
+        *,
+        dry_run: bool = False,
+        evidence: dict[str, Any] | None = None,
+    ) -> list[Action]:
+        """Delete guardctl's quarantine reservations: the nodes go back to production."""
+
+        def perform(snap: Snapshot, name: str) -> str:
+            resv = snap.quarantined_by_us[name][0]
+            self._do(
+                "release",
+                name,
+                lambda: self.slurm.delete_reservation(resv),
+                evidence={**(evidence or {}), "reservation": resv},
+            )
+            return f"deleted reservation {resv}"
+
+        plan: dict[Owner, str | None] = {
+            "quarantined": None,
+            "in service": "not quarantined",
+            "drained by guardctl": "drained by guardctl: use resume",
+        }
+        return self._apply(
+            "release", names, dry_run, plan,
+            lambda snap, n: f"delete reservation {snap.quarantined_by_us[n][0]}", perform,
+            adds_to_cap=False,
+        )  # fmt: skip
+
+    def drain(
+        self,
+        names: Sequence[str],
+        reason: str,
+        *,
+        dry_run: bool = False,
+        evidence: dict[str, Any] | None = None,
+    ) -> list[Action]:
+        """Drain nodes with a ``guardctl:`` reason (a quarantined node loses its reservation)."""
+        full = self.full_reason(reason)
+
+        def perform(snap: Snapshot, name: str) -> str:
+            self._do("drain", name, lambda: self.slurm.drain([name], full), reason=full,
+                     evidence=evidence)
+            if name not in snap.quarantined_by_us:
+                return full
+            resv = snap.quarantined_by_us[name][0]
+            self._do("release", name, lambda: self.slurm.delete_reservation(resv),
+                     evidence={"reservation": resv, "because": "drained"})
+            return f"{full} (reservation {resv} deleted)"
+
+        plan: dict[Owner, str | None] = {
+            "in service": None,
+            "quarantined": None,
+            "drained by guardctl": "already drained by guardctl",
+        }
+        return self._apply(
+            "drain", names, dry_run, plan, lambda _, n: full, perform, adds_to_cap=True
+        )
+
+    def resume(
+        self,
+        names: Sequence[str],
+        *,
+        dry_run: bool = False,
+        evidence: dict[str, Any] | None = None,
+    ) -> list[Action]:
+        """Resume nodes that guardctl drained; anything else is left alone."""
+
+        def perform(snap: Snapshot, name: str) -> str:
+            self._do("resume", name, lambda: self._resume_and_wait(name),
+                     reason=snap.nodes[name].reason, evidence=evidence)
+            return "back in service"
+
+        plan: dict[Owner, str | None] = {
+            "drained by guardctl": None,
+            "in service": "in service: nothing to resume",
+            "quarantined": "quarantined: nothing to resume (use release)",
+        }
+        return self._apply(
+            "resume", names, dry_run, plan, lambda _, n: "resume", perform, adds_to_cap=False
+        )
+
+    def _resume_and_wait(self, node: str) -> None:
+        self.slurm.resume([node])
+        # A resumed node shows idle* for a moment: poll rather than assume.
+        deadline = time.monotonic() + self.settings.slurm.settle_timeout_s
+        while time.monotonic() < deadline:
+            current = {n.name: n for n in self.slurm.nodes()}.get(node)
+            if current is not None and not current.drained:
+                return
+            time.sleep(self.settings.slurm.poll_interval_s)
+        raise SlurmError(
+            f"{node} still shows as drained {self.settings.slurm.settle_timeout_s:g} s after RESUME"
+        )
+
+    def record(
+        self,
+        action: str,
+        nodes: Sequence[str],
+        *,
+        reason: str = "",
+        evidence: dict[str, Any] | None = None,
+    ) -> Entry:
+        """Log an action that is not a node state change (a sweep submitted, a verdict)."""
+        return self.log.record(action, "note", nodes, reason=reason, evidence=evidence)
+
+    def reconcile(self) -> list[Entry]:
+        """Close intents left by a crash, from what Slurm shows now; returns what was closed."""
+        return recovery.reconcile(self.log, self.slurm)

@@ -1,0 +1,114 @@
+"""Who holds a node: Slurm's state read beside guardctl's own action log.
+
+guardctl holds a node only when both agree: a drain whose reason carries guardctl's prefix
+*and* matches a drain guardctl logged, or a quarantine reservation it created and logged. Anything
+else that keeps a node out (another reason, a DOWN state, another reservation) is someone
+else's, and guardctl leaves it exactly as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from guardctl.actionlog import Entry
+from guardctl.errors import UsageError
+from guardctl.slurm.types import NodeInfo, ReservationInfo
+
+Owner = Literal["in service", "quarantined", "drained by guardctl", "held by someone else"]
+NODE_ACTIONS = ("drain", "resume", "quarantine", "release")
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One node as an operator wants to see it."""
+
+    name: str
+    slurm_state: str
+    owner: Owner
+    reason: str
+    since: float | None
+    reservation: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.name, "slurm_state": self.slurm_state, "guardctl": self.owner,
+            "reason": self.reason, "since": self.since, "reservation": self.reservation,
+        }  # fmt: skip
+
+
+@dataclass
+class Snapshot:
+    """Slurm's view and guardctl's own record, read once per command."""
+
+    nodes: dict[str, NodeInfo]
+    reservations: list[ReservationInfo]
+    drained_by_us: dict[str, str] = field(default_factory=dict)  # node -> full reason we set
+    quarantined_by_us: dict[str, tuple[str, float]] = field(default_factory=dict)  # -> (resv, ts)
+
+    def reservations_of(self, node: str) -> list[ReservationInfo]:
+        # An inactive (future) reservation does not hold the node yet.
+        return [r for r in self.reservations if node in r.nodes and r.state != "INACTIVE"]
+
+    def apply_log(self, entries: Iterable[Entry]) -> None:
+        """Fold guardctl's completed node actions into what it holds."""
+        for entry in entries:
+            if entry.phase not in ("done", "reconciled") or entry.action not in NODE_ACTIONS:
+                continue
+            for node in entry.nodes:
+                if entry.action == "drain":
+                    self.drained_by_us[node] = entry.reason
+                elif entry.action == "resume":
+                    self.drained_by_us.pop(node, None)
+                elif entry.action == "quarantine":
+                    resv = str(entry.evidence.get("reservation", ""))
+                    self.quarantined_by_us[node] = (resv, entry.ts)
+                elif entry.action == "release":
+                    self.quarantined_by_us.pop(node, None)
+
+    def known(self, names: Sequence[str]) -> list[str]:
+        """*names* as a list; an unknown node is a usage error."""
+        unknown = [n for n in names if n not in self.nodes]
+        if unknown:
+            raise UsageError(f"unknown node(s): {', '.join(unknown)}")
+        return list(names)
+
+    def owner(self, name: str, prefix: str) -> tuple[Owner, str]:
+        """Who holds *name*, and why (the reason an operator should read)."""
+        node = self.nodes[name]
+        ours_q = self.quarantined_by_us.get(name)
+        foreign = [r for r in self.reservations_of(name) if not ours_q or r.name != ours_q[0]]
+        if node.drained:
+            mine = self.drained_by_us.get(name)
+            if mine is not None and node.reason == mine and node.reason.startswith(prefix):
+                return "drained by guardctl", node.reason
+            return "held by someone else", node.reason or "drained"
+        if node.down:
+            return "held by someone else", node.reason or f"node is {node.state}"
+        if foreign:
+            names = ", ".join(r.name for r in foreign)
+            return "held by someone else", f"reservation {names}"
+        if ours_q and any(r.name == ours_q[0] for r in self.reservations_of(name)):
+            return "quarantined", f"reservation {ours_q[0]}"
+        return "in service", ""
+
+    def held_out(self, prefix: str) -> set[str]:
+        """The nodes guardctl holds out of production now (quarantined or drained)."""
+        return {n for n in self.nodes
+                if self.owner(n, prefix)[0] in ("quarantined", "drained by guardctl")}
+
+    def status(self, name: str, prefix: str) -> NodeStatus:
+        node = self.nodes[name]
+        owner, reason = self.owner(name, prefix)
+        since = node.reason_time if node.drained else None
+        resv = ""
+        if owner == "quarantined":
+            resv, since = self.quarantined_by_us[name]
+        return NodeStatus(name, node.slurm_state, owner, reason, since, resv)
+
+
+def natural(name: str) -> tuple[Any, ...]:
+    """Sort key: node2 before node10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))

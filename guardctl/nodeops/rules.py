@@ -1,0 +1,66 @@
+"""The safety rules every node action is checked against before anything reaches Slurm.
+
+A refusal raises :class:`~guardctl.errors.RefusedError` before the first change, so a refused
+command leaves Slurm exactly as it was.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+
+from guardctl.actionlog import Entry
+from guardctl.errors import RefusedError
+from guardctl.nodeops.ownership import NODE_ACTIONS, Snapshot
+from guardctl.sections.safety import SafetySettings
+
+
+def refuse_foreign(action: str, foreign: dict[str, str]) -> None:
+    """Refuse the whole action when any node is held by someone else."""
+    if foreign:
+        detail = "; ".join(f"{n}: {why}" for n, why in foreign.items())
+        raise RefusedError(
+            f"{action}: not touching node(s) held by someone else ({detail}); "
+            "nothing was changed"
+        )
+
+
+def out_limit(safety: SafetySettings, cluster_size: int) -> int:
+    """How many nodes guardctl may hold out at once in a cluster of *cluster_size*."""
+    # The fraction rounds down, but never below one node: a small cluster must still be
+    # able to take one bad node out; max_out_nodes=0 forbids holding any.
+    by_fraction = max(1, math.floor(safety.max_out_fraction * cluster_size))
+    return min(safety.max_out_nodes, by_fraction)
+
+
+def check_cap(safety: SafetySettings, snap: Snapshot, prefix: str, adding: Iterable[str]) -> None:
+    """Refuse when holding *adding* out as well would pass the cap."""
+    held = snap.held_out(prefix)
+    after = held | set(adding)
+    if len(after) == len(held):
+        return
+    limit = out_limit(safety, len(snap.nodes))
+    if len(after) > limit:
+        raise RefusedError(
+            f"cap: guardctl would hold {len(after)} node(s) out of {len(snap.nodes)} "
+            f"(now {len(held)}); the limit is {limit} (safety.max_out_nodes="
+            f"{safety.max_out_nodes}, safety.max_out_fraction={safety.max_out_fraction:g}); "
+            "nothing was changed"
+        )
+
+
+def check_rate(safety: SafetySettings, entries: Iterable[Entry], count: int,
+               now: float | None = None) -> None:
+    """Refuse when *count* more node actions would pass the hourly limit."""
+    if count == 0:
+        return
+    hour_ago = (time.time() if now is None else now) - 3600
+    recent = sum(len(e.nodes) for e in entries
+                 if e.phase == "done" and e.action in NODE_ACTIONS and e.ts >= hour_ago)
+    limit = safety.max_actions_per_hour
+    if recent + count > limit:
+        raise RefusedError(
+            f"rate limit: {recent} node action(s) in the last hour, {count} more would pass "
+            f"safety.max_actions_per_hour={limit}; nothing was changed"
+        )
