@@ -42,12 +42,12 @@ from guardctl.simulate.faults import CONFOUNDERS, FAULTS
     default="all",
     show_default=True,
     help="Faults to inject: NAME[:COUNT] or NAME@NODE,... or all[:COUNT] or none. "
-    f"Known: {', '.join(FAULTS)}.",
+    f"Known: {', '.join(FAULTS.names())}.",
 )
 @click.option(
     "--no-confounders",
     is_flag=True,
-    help=f"Leave out the benign confounders ({', '.join(CONFOUNDERS)}).",
+    help=f"Leave out the benign confounders ({', '.join(CONFOUNDERS.names())}).",
 )
 @click.option(
     "--no-column-files",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from guardctl.config import Settings
+from guardctl.plugins import Registry
 
 Hook = Literal["prolog", "epilog", "healthcheck"]
 HOOKS: tuple[Hook, ...] = ("prolog", "epilog", "healthcheck")
@@ -69,7 +70,7 @@ class Check(Protocol):
     def run(self, ctx: HookContext) -> CheckResult: ...
 
 
-_CHECKS: dict[str, Check] = {}
+CHECKS: Registry[Check] = Registry("check", "guardctl.hooks.checks")
 
 
 def per_gpu(
@@ -97,14 +98,12 @@ def per_gpu(
 
 
 def register(check: Check) -> Check:
-    _CHECKS[check.name] = check
-    return check
+    """Add *check* (called at the bottom of its module)."""
+    return CHECKS.add(check.name, check)
 
 
 def checks(hook: Hook) -> list[Check]:
-    import guardctl.hooks.checks  # noqa: F401 - registers every check
-
-    return [c for _, c in sorted(_CHECKS.items()) if hook in c.hooks]
+    return [c for _, c in sorted(CHECKS.items()) if hook in c.hooks]
 
 
 def guarded(check: Check, ctx: HookContext) -> CheckResult:

@@ -10,7 +10,6 @@ Seeded: the same arguments give the same trace.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from guardctl.errors import StoreError, UsageError
+from guardctl.fileio import atomic_write
 from guardctl.simulate import faults as F
 from guardctl.simulate.fleet import build
 from guardctl.simulate.writer import write_fleet
@@ -69,10 +69,9 @@ def parse_faults(spec: str) -> dict[str, int]:
             raise UsageError(f"--faults: negative count in {part!r}")
         if name == "none":
             continue
-        names = list(F.FAULTS) if name == "all" else [name]
-        for one in names:
-            if one not in F.FAULTS:
-                raise UsageError(f"--faults: unknown fault {one!r} (known: {', '.join(F.FAULTS)})")
+        if name != "all":
+            F.FAULTS.get(name, "--faults")  # an unknown name is a usage error
+        for one in F.FAULTS.names() if name == "all" else [name]:
             out[one] = out.get(one, 0) + n
     return out
 
@@ -84,9 +83,8 @@ def split_pinned(spec: str) -> tuple[str, list[tuple[str, str]]]:
         name, at, node = part.partition("@")
         if not at:
             rest.append(part)
-        elif name not in F.FAULTS:
-            raise UsageError(f"--faults: unknown fault {name!r} (known: {', '.join(F.FAULTS)})")
         else:
+            F.FAULTS.get(name, "--faults")  # an unknown name is a usage error
             pinned.append((name, node))
     return ",".join(rest) or "none", pinned
 
@@ -122,7 +120,7 @@ def _place_faults(
     lo, hi = onset_range
     for name, node in placed:
         onset = fleet.t[0] + rng.uniform(lo, hi) * (fleet.t[-1] - fleet.t[0])
-        out.append(F.FAULTS[name](fleet, node, fleet.index_at(onset), rng))
+        out.append(F.FAULTS.get(name)(fleet, node, fleet.index_at(onset), rng))
     return out
 
 
@@ -159,16 +157,14 @@ def simulate(
     counted, pinned = split_pinned(faults)
     truth.faults = _place_faults(fleet, parse_faults(counted), rng, onset_range, pinned)
     if confounders:
-        for fn in F.CONFOUNDERS.values():
+        for _, fn in F.CONFOUNDERS.items():
             truth.confounders.extend(fn(fleet, rng))
     if dry_run:
         return truth
     try:
         out.mkdir(parents=True, exist_ok=True)
         truth.records = write_fleet(fleet, out, rng, start + duration, column_files)
-        tmp = out / ".truth.json.tmp"
-        tmp.write_text(json.dumps(truth.to_dict(), indent=1) + "\n")
-        os.replace(tmp, out / "truth.json")
+        atomic_write(out / "truth.json", json.dumps(truth.to_dict(), indent=1) + "\n")
     except OSError as exc:
         raise StoreError(f"{out}: cannot write the trace: {exc.strerror or exc}") from None
     return truth

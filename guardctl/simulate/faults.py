@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from guardctl.plugins import Registry
 from guardctl.simulate.fleet import GPUS, PORTS, RACK, Fleet
 
 
@@ -32,24 +33,11 @@ class Injection:
 
 
 FaultFn = Callable[[Fleet, int, int, np.random.Generator], Injection]
-FAULTS: dict[str, FaultFn] = {}
-CONFOUNDERS: dict[str, Callable[[Fleet, np.random.Generator], list[Injection]]] = {}
-
-
-def fault(name: str) -> Callable[[FaultFn], FaultFn]:
-    def deco(fn: FaultFn) -> FaultFn:
-        FAULTS[name] = fn
-        return fn
-
-    return deco
-
-
-def confounder(name: str) -> Callable[[Any], Any]:
-    def deco(fn: Any) -> Any:
-        CONFOUNDERS[name] = fn
-        return fn
-
-    return deco
+ConfounderFn = Callable[[Fleet, np.random.Generator], list[Injection]]
+FAULTS: Registry[FaultFn] = Registry("fault")
+CONFOUNDERS: Registry[ConfounderFn] = Registry("confounder")
+fault = FAULTS.decorator
+confounder = CONFOUNDERS.decorator
 
 
 def _interval(f: Fleet) -> float:

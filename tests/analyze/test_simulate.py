@@ -40,8 +40,8 @@ def test_store_layout_truth_and_seeding(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "telemetry" / "node0001").is_dir()
     assert any((tmp_path / "a" / "steps").iterdir())
     doc = json.loads((tmp_path / "a" / "truth.json").read_text())
-    assert {f["kind"] for f in doc["faults"]} == set(FAULTS)
-    assert len({f["node"] for f in doc["faults"]}) == len(FAULTS)  # one fault per node
+    assert {f["kind"] for f in doc["faults"]} == set(FAULTS.names())
+    assert len({f["node"] for f in doc["faults"]}) == len(FAULTS.names())  # one fault per node
     assert all(truth.start <= f["onset"] <= truth.end for f in doc["faults"])
     kinds = {c["kind"] for c in doc["confounders"]}
     assert {
@@ -67,7 +67,7 @@ def test_store_layout_truth_and_seeding(tmp_path: Path) -> None:
 def test_fault_spec_parsing() -> None:
     assert parse_faults("thermal:2,link_flaps") == {"thermal": 2, "link_flaps": 1}
     assert parse_faults("none") == {}
-    assert parse_faults("all:2") == {name: 2 for name in FAULTS}
+    assert parse_faults("all:2") == {name: 2 for name in FAULTS.names()}
     for bad in ("thermal:x", "gremlins", "thermal:-1"):
         with pytest.raises(UsageError):
             parse_faults(bad)
