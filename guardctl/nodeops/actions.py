@@ -333,9 +333,9 @@ class NodeOps:
         """Hold *nodes* (suspects and partners) in one sweep reservation for a multi-node job.
 
         Every node must be quarantined by guardctl (a suspect) or in service and held by no one
-        (a partner); the partners count against the cap and the rate limit like any node
-        taken out. The intent records this process (host and pid) so that, if the sweep dies,
-        the next command finds the reservation leaked and deletes it.
+        (a partner); the partners count against their own cap (safety.max_sweep_partners)
+        and the rate limit. The intent records this process (host and pid) so that, if the
+        sweep dies, the next command finds the reservation leaked and deletes it.
         """
         group = list(dict.fromkeys(nodes))
         if self.settings.safety.observe_only:
@@ -352,7 +352,7 @@ class NodeOps:
                 raise RefusedError(f"sweep reservation {reservation}: node(s) not free for a "
                                    f"sweep ({detail}); nothing was changed")
             partners = [n for n, (owner, _) in owners.items() if owner == "in service"]
-            rules.check_cap(self.settings.safety, snap, self.prefix, partners)
+            rules.check_partners(self.settings.safety, snap, self.prefix, partners)
             rules.check_rate(self.settings.safety, self.log.entries(), len(partners))
             evidence = {"sweep": sweep_id, "reservation": reservation, "partners": partners,
                         "host": socket.gethostname(), "pid": os.getpid()}

@@ -23,7 +23,7 @@ Owner = Literal["in service", "quarantined", "drained by guardctl", "held for a 
 # their known-good partners) for one multi-node sweep job.
 SWEEP_RESERVE, SWEEP_UNRESERVE = "sweep reserve", "sweep unreserve"
 NODE_ACTIONS = ("drain", "resume", "quarantine", "release", SWEEP_RESERVE, SWEEP_UNRESERVE)
-HELD_BY_US = ("quarantined", "drained by guardctl", "held for a sweep")
+HELD_OUT = ("quarantined", "drained by guardctl")  # what the cap counts
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,15 @@ class Snapshot:
 
     def held_out(self, prefix: str) -> set[str]:
         """The nodes guardctl holds out of production now (quarantined or drained)."""
-        return {n for n in self.nodes if self.owner(n, prefix)[0] in HELD_BY_US}
+        return {n for n in self.nodes if self.owner(n, prefix)[0] in HELD_OUT}
+
+    def sweep_partners(self, prefix: str) -> set[str]:
+        """The in-service nodes guardctl holds now as partners in its sweep reservations."""
+        return {n for r in self.swept_by_us for n in self._resv_nodes(r)
+                if n in self.nodes and self.owner(n, prefix)[0] == "held for a sweep"}
+
+    def _resv_nodes(self, name: str) -> tuple[str, ...]:
+        return next((r.nodes for r in self.reservations if r.name == name), ())
 
     def status(self, name: str, prefix: str) -> NodeStatus:
         node = self.nodes[name]

@@ -50,6 +50,19 @@ def check_cap(safety: SafetySettings, snap: Snapshot, prefix: str, adding: Itera
         )
 
 
+def check_partners(safety: SafetySettings, snap: Snapshot, prefix: str,
+                   adding: Iterable[str]) -> None:
+    """Refuse when borrowing *adding* as sweep partners would pass safety.max_sweep_partners."""
+    held = snap.sweep_partners(prefix)
+    after = held | set(adding)
+    if len(after) > len(held) and len(after) > safety.max_sweep_partners:
+        raise RefusedError(
+            f"cap: guardctl would hold {len(after)} in-service node(s) as sweep partners "
+            f"(now {len(held)}); the limit is safety.max_sweep_partners="
+            f"{safety.max_sweep_partners}; nothing was changed"
+        )
+
+
 def check_rate(safety: SafetySettings, entries: Iterable[Entry], count: int,
                now: float | None = None) -> None:
     """Refuse when *count* more node actions would pass the hourly limit."""

@@ -144,20 +144,23 @@ def test_crash_after_slurm_is_reconciled_from_slurms_state(tmp_path: Path) -> No
 
 
 def test_sweep_reservation_goes_through_the_door(tmp_path: Path) -> None:
-    ops, slurm = make(tmp_path)  # cap 3
+    ops, slurm = make(tmp_path)  # at most 4 sweep partners at once
     ops.quarantine(["node1"])
     slurm.drain(["node8"], "admin: repair")
     with pytest.raises(RefusedError, match="node8: admin: repair"):
         ops.reserve_for_sweep(["node1", "node8"], "s1", "guardctl_s_s1_1")
-    with pytest.raises(RefusedError, match="cap: guardctl would hold 4"):
-        ops.reserve_for_sweep(["node1", "node2", "node3", "node4"], "s1", "guardctl_s_s1_1")
+    ops.reserve_for_sweep(["node2", "node3", "node4"], "s1", "guardctl_s_s1_1")
+    with pytest.raises(RefusedError, match="cap: guardctl would hold 5 in-service node"):
+        ops.reserve_for_sweep(["node1", "node5", "node6"], "s1", "guardctl_s_s1_3")
+    ops.unreserve("guardctl_s_s1_1")
     assert [r.name for r in slurm.reservations()] == ["guardctl_q_node1"]
     ops.reserve_for_sweep(["node1", "node2"], "s1", "guardctl_s_s1_2")
     status = {s.name: s for s in ops.status()}
     assert status["node1"].owner == "quarantined"
     assert status["node2"].owner == "held for a sweep"
     assert status["node2"].reservation == "guardctl_s_s1_2"
-    intent = next(e for e in ops.log.entries() if e.action == "sweep reserve")
+    intent = next(e for e in ops.log.entries() if e.action == "sweep reserve"
+                  and e.evidence["reservation"] == "guardctl_s_s1_2")
     assert intent.phase == "intent" and intent.evidence["pid"] == os.getpid()
     assert intent.evidence["partners"] == ["node2"]
     ops.unreserve("guardctl_s_s1_2")
