@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import guardctl
-from guardctl import layout
+from guardctl import layout, testhooks
 from guardctl.config import Settings
 from guardctl.errors import RefusedError, StoreError, UsageError
 from guardctl.nodeops import NodeOps
@@ -156,7 +156,7 @@ class SweepRun:
         env = {"GUARDCTL_PYTHON": self.cfg.python or sys.executable,
                "GUARDCTL_SWEEPS_DIR": str(self.scripts)}
         if self.cfg.inject:
-            env["GUARDCTL_SWEEP_INJECT"] = ",".join(f"{n}={f:g}" for n, f in
+            env[testhooks.INJECT_ENV] = ",".join(f"{n}={f:g}" for n, f in
                                                     sorted(self.cfg.inject.items()))
         self.env = env
 
@@ -359,6 +359,11 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
     """Qualify *nodes*: quarantine, sweep, judge, then drain failures and release passes."""
     if not nodes:
         raise UsageError("no nodes to sweep")
+    # Fault injection makes a healthy node fail its sweep and be drained: only on the lab.
+    if settings.sweep.inject:
+        testhooks.require_lab("sweep.inject", settings.slurm.conf)
+    if os.environ.get(testhooks.INJECT_ENV):  # sbatch --export=ALL would hand it to the jobs
+        testhooks.require_lab(testhooks.INJECT_ENV, settings.slurm.conf)
     ops = ops or NodeOps(settings)
     duration = options.duration_s or settings.sweep.gemm_duration_s
     if duration <= 0:
