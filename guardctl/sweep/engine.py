@@ -33,13 +33,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import guardctl
-from guardctl import layout
+from guardctl import layout, testhooks
 from guardctl.config import Settings
-from guardctl.errors import StoreError, UsageError
+from guardctl.errors import RefusedError, StoreError, UsageError
 from guardctl.nodeops import NodeOps
-from guardctl.slurm.types import JobInfo
+from guardctl.slurm.job import Job, wait_all
 from guardctl.sweep import baseline, pairing
-from guardctl.sweep.judge import Judgement, Reference, judge_all, references
+from guardctl.sweep.judge import (
+    Judgement,
+    Reference,
+    configured_for,
+    floored,
+    judge_all,
+    references,
+)
 from guardctl.sweep.registry import JobSpec, Measurement, SweepPlugin, get, names
 
 Kind = Literal["single", "multi", "all"]
@@ -125,12 +132,19 @@ def new_sweep_id(now: float) -> str:
 
 
 @dataclass
-class _Job:
+class _SweepJob:
+    """One sweep job: the plugin that built it, what it was asked, the Slurm job running it."""
+
     plugin: SweepPlugin
     spec: JobSpec
-    job_id: int = 0
-    state: str = ""
-    exit_code: int | None = None
+    job: Job | None = None
+    timed_out: bool = False  # still running at sweep.job_timeout_s: cancelled
+
+    @property
+    def state(self) -> str:
+        if self.timed_out:
+            return "TIMEOUT"
+        return self.job.state if self.job is not None else ""
 
 
 class SweepRun:
@@ -149,7 +163,7 @@ class SweepRun:
         env = {"GUARDCTL_PYTHON": self.cfg.python or sys.executable,
                "GUARDCTL_SWEEPS_DIR": str(self.scripts)}
         if self.cfg.inject:
-            env["GUARDCTL_SWEEP_INJECT"] = ",".join(f"{n}={f:g}" for n, f in
+            env[testhooks.INJECT_ENV] = ",".join(f"{n}={f:g}" for n, f in
                                                     sorted(self.cfg.inject.items()))
         self.env = env
 
@@ -172,59 +186,42 @@ class SweepRun:
     def run_batch(self, batch: list[tuple[SweepPlugin, Sequence[str], str]],
                   attempt: int) -> list[list[Measurement]]:
         """Submit every (plugin, nodes, reservation) at once, wait, return each job's figures."""
-        jobs = [_Job(p, self.spec(p, nodes, resv, attempt)) for p, nodes, resv in batch]
+        jobs = [_SweepJob(p, self.spec(p, nodes, resv, attempt)) for p, nodes, resv in batch]
         try:
-            for job in jobs:
-                job.job_id = self.ops.slurm.submit(job.plugin.build(job.spec))
+            for sj in jobs:
+                sj.job = Job.submit(self.ops.slurm, sj.plugin.build(sj.spec), tag=sj.spec.tag)
             self.ops.record("sweep jobs", sorted({n for j in jobs for n in j.spec.nodes}),
                             evidence={"sweep": self.report.sweep_id, "attempt": attempt,
-                                      "jobs": {str(j.job_id): j.spec.tag for j in jobs}})
+                                      "jobs": {str(j.job.job_id): j.spec.tag for j in jobs
+                                               if j.job is not None}})
             self._wait(jobs)
         except BaseException:
-            self._cancel([j for j in jobs if j.job_id and not j.state])
+            self._cancel([j.job for j in jobs if j.job is not None and not j.job.ended])
             raise
         return [self._measurements(j) for j in jobs]
 
-    def _wait(self, jobs: list[_Job]) -> None:
-        deadline = time.monotonic() + self.cfg.job_timeout_s
-        last_note, last_done = 0.0, -1
-        while True:
-            seen = {j.job_id: j for j in self.ops.slurm.jobs()}
-            for job in jobs:
-                info: JobInfo | None = seen.get(job.job_id)
-                if job.state:
-                    continue
-                if info is None:
-                    job.state = "GONE"  # purged from squeue: read what it wrote
-                elif info.finished:
-                    job.state, job.exit_code = info.state, info.exit_code
-            running = [j for j in jobs if not j.state]
-            done = len(jobs) - len(running)
-            now = time.monotonic()
-            if not running:
-                return
-            if done != last_done or now - last_note >= PROGRESS_EVERY_S:
-                states = ", ".join(
-                    f"{j.spec.tag} {seen[j.job_id].state.lower()}" for j in running[:4]
-                    if j.job_id in seen)
-                self.progress(f"sweep {self.report.sweep_id}: {done}/{len(jobs)} jobs done"
-                              + (f"; {states}" if states else ""))
-                last_note, last_done = now, done
-            if now > deadline:
-                self._cancel(running)
-                for job in running:
-                    job.state = "TIMEOUT"
-                return
-            time.sleep(self.cfg.poll_interval_s)
+    def _wait(self, jobs: list[_SweepJob]) -> None:
+        def note(done: int, total: int, running: list[Job]) -> None:
+            states = ", ".join(f"{j.tag} {j.state.lower()}" for j in running[:4] if j.state)
+            self.progress(f"sweep {self.report.sweep_id}: {done}/{total} jobs done"
+                          + (f"; {states}" if states else ""))
 
-    def _cancel(self, jobs: Sequence[_Job]) -> None:
+        running = wait_all([j.job for j in jobs if j.job is not None],
+                           timeout_s=self.cfg.job_timeout_s, poll_s=self.cfg.poll_interval_s,
+                           progress=note, progress_every_s=PROGRESS_EVERY_S)
+        self._cancel(running)
+        late = {j.job_id for j in running}
+        for sj in jobs:
+            sj.timed_out = sj.job is not None and sj.job.job_id in late
+
+    def _cancel(self, jobs: Sequence[Job]) -> None:
         for job in jobs:
             try:
-                self.ops.slurm.cancel(job.job_id)
+                job.cancel()
             except Exception as exc:  # keep cancelling the others, say which one stayed
                 self.progress(f"could not cancel job {job.job_id}: {exc}")
 
-    def _measurements(self, job: _Job) -> list[Measurement]:
+    def _measurements(self, job: _SweepJob) -> list[Measurement]:
         path = job.spec.output()
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
@@ -233,11 +230,21 @@ class SweepRun:
         found = job.plugin.parse(text, job.spec.nodes)
         if found:
             return found
-        why = f"no result (job {job.job_id} {job.state.lower() or 'unknown'}"
-        why += f", exit {job.exit_code})" if job.exit_code is not None else ")"
+        job_id = job.job.job_id if job.job is not None else 0
+        why = f"no result (job {job_id} {job.state.lower() or 'unknown'}"
+        code = job.job.exit_code if job.job is not None and not job.timed_out else None
+        why += f", exit {code})" if code is not None else ")"
         return [Measurement(job.plugin.name, job.spec.nodes, "node" if len(job.spec.nodes) == 1
                             else "group", "", 0.0, f"{job.plugin.name}|error",
                             error=f"{why}; see {path.name}")]
+
+    # -- judging -----------------------------------------------------------------------------
+    def _refs(self, found: Sequence[Measurement]) -> dict[str, Reference]:
+        return references(found, self.baselines, self.cfg.references)
+
+    def _judge(self, found: Sequence[Measurement], refs: dict[str, Reference],
+               attempt: int = 1) -> list[Judgement]:
+        return judge_all(found, refs, self.cfg.tolerance, attempt, self.cfg.references)
 
     # -- single-node sweeps ------------------------------------------------------------------
     def single(self, nodes: Sequence[str]) -> list[Judgement]:
@@ -246,8 +253,8 @@ class SweepRun:
             (p, (n,), self.ops.reservation_name(n)) for n in nodes for p in plugins]
         found = self.run_batch(batch, attempt=1)
         flat = [m for ms in found for m in ms]
-        refs = references(flat, self.baselines)
-        judged = judge_all(flat, refs, self.cfg.tolerance)
+        refs = self._refs(flat)
+        judged = self._judge(flat, refs)
         for attempt in range(2, 2 + self.cfg.repeat_failures):
             failing = {(j.measurement.sweep, j.measurement.nodes) for j in judged if not j.passed}
             if not failing:
@@ -258,9 +265,9 @@ class SweepRun:
                                     for s, n in sorted(failing)], attempt)
             retried = [m for ms in again for m in ms]
             # The same reference as the first attempt: a rerun alone has no fleet to compare to.
-            new_refs = {**references(retried, self.baselines), **refs}
+            new_refs = {**self._refs(retried), **refs}
             judged = [j for j in judged if (j.measurement.sweep, j.measurement.nodes)
-                      not in failing] + judge_all(retried, new_refs, self.cfg.tolerance, attempt)
+                      not in failing] + self._judge(retried, new_refs, attempt)
         return judged
 
     # -- multi-node sweeps -------------------------------------------------------------------
@@ -274,22 +281,22 @@ class SweepRun:
             ms = self._groups(plugin, [ref_group], attempt=0)[0]
             for m in ms:
                 if not m.error and not m.wrong and m.key not in self.baselines:
-                    known_good[m.key] = Reference(m.value, "known-good group",
-                                                  f"{'+'.join(ref_group)}, no baseline")
+                    known_good[m.key] = floored(Reference(
+                        m.value, "known-good group", f"{'+'.join(ref_group)}, no baseline"),
+                        configured_for(m.key, self.cfg.references))
 
         def oracle(groups: list[pairing.Group]) -> list[bool]:
             found = [m for ms in self._groups(plugin, groups, 1) for m in ms]
-            refs = {**references(found, self.baselines), **known_good}
-            results = judge_all(found, refs, self.cfg.tolerance)
+            refs = {**self._refs(found), **known_good}
+            results = self._judge(found, refs)
             for attempt in range(2, 2 + self.cfg.repeat_failures):
                 failing = [j.measurement.nodes for j in results if not j.passed]
                 if not failing:
                     break
                 self.progress(f"repeating {len(failing)} failed group(s) before they count")
                 again = [m for ms in self._groups(plugin, failing, attempt) for m in ms]
-                results = [j for j in results if j.measurement.nodes not in failing] + judge_all(
-                    again, {**references(again, self.baselines), **refs}, self.cfg.tolerance,
-                    attempt)
+                results = [j for j in results if j.measurement.nodes not in failing] + self._judge(
+                    again, {**self._refs(again), **refs}, attempt)
             for j in results:
                 judged[j.measurement.nodes] = j
             return [judged[g].passed if g in judged else False for g in groups]
@@ -300,26 +307,24 @@ class SweepRun:
 
     def _groups(self, plugin: SweepPlugin, groups: Sequence[pairing.Group],
                 attempt: int) -> list[list[Measurement]]:
-        """Run one job per group, each in its own sweep reservation over the group's nodes."""
+        """Run one job per group, each in its own sweep reservation over the group's nodes.
+
+        The reservations go through the node-action door (ownership of the partners, cap,
+        rate limit, intent first), and a crash leaves nothing the next command cannot delete.
+        """
         base = self.cfg.reservation_prefix + self.report.sweep_id.replace("-", "_")
         made: list[str] = []
         try:
             batch: list[tuple[SweepPlugin, Sequence[str], str]] = []
             for group in groups:
                 resv = f"{base}_{self.counter + len(made) + 1}"
-                self.ops.slurm.create_reservation(resv, group, self.settings.quarantine.users,
-                                                  ("MAINT", "IGNORE_JOBS"))
-                made.append(resv)
-                self.ops.record("sweep reservation", list(group), evidence={
-                    "sweep": self.report.sweep_id, "reservation": resv, "created": True})
+                made.append(self.ops.reserve_for_sweep(group, self.report.sweep_id, resv))
                 batch.append((plugin, group, resv))
             return self.run_batch(batch, attempt)
         finally:
-            for resv, group in zip(made, groups, strict=False):
+            for resv in made:
                 try:
-                    self.ops.slurm.delete_reservation(resv)
-                    self.ops.record("sweep reservation", list(group), evidence={
-                        "sweep": self.report.sweep_id, "reservation": resv, "deleted": True})
+                    self.ops.unreserve(resv)
                 except Exception as exc:  # keep deleting the others; the operator must know
                     self.progress(f"could not delete sweep reservation {resv}: {exc}")
 
@@ -330,7 +335,12 @@ def _good_partners(ops: NodeOps, settings: Settings, suspects: Sequence[str]) ->
         overlap = set(goods) & set(suspects)
         if overlap:
             raise UsageError(f"sweep.good_nodes includes swept node(s): {', '.join(overlap)}")
-        ops.status(goods)  # unknown names are a usage error
+        # Unknown names are a usage error; a partner must be in service and held by no one.
+        busy = {s.name: s.reason or s.owner for s in ops.status(goods) if s.owner != "in service"}
+        if busy:
+            detail = "; ".join(f"{n}: {why}" for n, why in busy.items())
+            raise RefusedError(f"sweep.good_nodes: partner(s) not in service ({detail}); "
+                               "nothing was changed")
         return goods
     idle = [s.name for s in ops.status() if s.owner == "in service" and s.slurm_state == "idle"
             and s.name not in suspects]
@@ -364,6 +374,11 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
     """Qualify *nodes*: quarantine, sweep, judge, then drain failures and release passes."""
     if not nodes:
         raise UsageError("no nodes to sweep")
+    # Fault injection makes a healthy node fail its sweep and be drained: only on the lab.
+    if settings.sweep.inject:
+        testhooks.require_lab("sweep.inject", settings.slurm.conf)
+    if os.environ.get(testhooks.INJECT_ENV):  # sbatch --export=ALL would hand it to the jobs
+        testhooks.require_lab(testhooks.INJECT_ENV, settings.slurm.conf)
     ops = ops or NodeOps(settings)
     duration = options.duration_s or settings.sweep.gemm_duration_s
     if duration <= 0:

@@ -78,7 +78,8 @@ echo "suspects: $suspects"
 [[ -n $suspects ]] || { echo "no suspects: nothing to sweep" >&2; exit 1; }
 
 step "4. Sweep the suspects: quarantine, GEMM + all-reduce + pairwise jobs through sbatch, judge"
-# Only node3 has the hardware fault: make its burn-in really run slow (a demo-only setting).
+# Only node3 has the hardware fault: make its burn-in really run slow (a demo-only setting,
+# honoured only because SLURM_CONF is the lab's: guardctl refuses it on any other cluster).
 # node6's link errors were transient: its sweep passes and it goes back to production.
 findings_ok g --set 'sweep.inject={node3=0.3}' sweep "node[${suspects//node/}]" --duration 5
 run sinfo -R
