@@ -146,7 +146,7 @@ async def serving(store: Path) -> AsyncIterator[int]:
     spec = JobSpec(index_range(100_000), 10, 2, 7, True, 0)
     ledger, _ = open_ledger(settings, "cycles", spec)
     service = Service(ledger, GroupCommit(ledger.db, 0.0), SECRET.encode(), "cycles")
-    server = Server(service.handler())
+    server = Server(service.handler(), service.authorization)
     try:
         yield await server.start("127.0.0.1", 0)
     finally:
