@@ -68,7 +68,7 @@ def start_service(store: Path, loop: str) -> tuple[subprocess.Popen[bytes], str,
             "--shard-size", "10"]  # fmt: skip
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
     address = store / "dds" / JOB / "address.json"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # making 2 million shards takes 30 s on a busy machine
     while not address.exists():
         if time.monotonic() > deadline or proc.poll() is not None:
             raise SystemExit("the service did not start")

@@ -468,7 +468,7 @@ def _refused(request: Request, exc: Exception) -> None:
 def _json(data: dict[str, Any]) -> bytes:
     if orjson is not None:
         return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
-    return json.dumps(data, separators=(",", ":")).encode()
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _answer(request: Request, data: dict[str, Any], status: int = 200) -> None:
