@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -20,9 +21,12 @@ from guardctl.cli.base import (
 )
 from guardctl.dds import service as dds_service
 from guardctl.dds.dataset import JobSpec, index_range, read_files_list
-from guardctl.dds.paths import job_paths, read_address
+from guardctl.dds.logs import log_to
+from guardctl.dds.paths import job_paths, prepare, read_address
 from guardctl.dds.status import read_status
-from guardctl.errors import StoreError, UsageError
+from guardctl.errors import GuardctlError, StoreError, UsageError
+
+log = logging.getLogger("guardctl.dds")
 
 
 @main.group()
@@ -84,7 +88,15 @@ def serve(
 
     Without --records/--files the dataset saved by an earlier run of this job's
     service is used (restart after a crash). The address and the job's secret
-    are published in the job's dds directory of the store.
+    are published in the job's dds directory of the store, and the service's
+    log (service.log, with the details of any error) is kept there too; the
+    terminal gets one line per warning or error. It listens on dds.bind (by
+    default the node's own address: what its hostname resolves to).
+
+    Exit codes: 0 stopped by SIGTERM/SIGINT or --exit-when-done, 2 bad
+    command line or a job without a saved dataset, 3 dds.bind unresolvable,
+    6 another service runs for the job, 8 the store, the state database or
+    the address cannot be used, 70 internal error (details in the log).
     """
     job = _job(job)
     if records is not None and files_list is not None:
@@ -101,11 +113,22 @@ def serve(
         click.echo(f"would serve: {plan}")
         return
 
+    prepare(paths)
+    log_to(paths.log)
+
     def ready(host: str, port: int) -> None:
-        click.echo(f"dds: serving job {job} on {host}:{port} (state {paths.state})", err=True)
+        click.echo(f"dds: serving job {job} on {host}:{port} (state {paths.state}, "
+                   f"log {paths.log})", err=True)  # fmt: skip
         sys.stderr.flush()
 
-    dds_service.serve(app.settings, job, spec, on_ready=ready, linger_s=linger_s)
+    try:
+        dds_service.serve(app.settings, job, spec, on_ready=ready, linger_s=linger_s)
+    except GuardctlError as exc:  # said on the terminal by the CLI's handler; kept in the log
+        log.error("the service stopped: %s", exc, extra={"quiet": True})
+        raise
+    except Exception:
+        log.exception("the service failed", extra={"quiet": True})
+        raise
 
 
 @dds.command()

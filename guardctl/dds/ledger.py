@@ -403,6 +403,11 @@ class Ledger:
         """
         if not 0 <= rank < world:
             raise ConflictError(f"rank {rank} is outside a world of {world}")
+        if self.spec.global_batch < 1:
+            raise ConflictError(
+                "this job has no global batch: per-step requests need a service started "
+                "with --global-batch"
+            )
         self._use_mode("step")
         spe = self.spec.steps_per_epoch
         now = self.clock()

@@ -25,6 +25,7 @@ LOCK_FILE = "service.lock"
 SECRET_FILE = "secret"
 ADDRESS_FILE = "address.json"
 STATE_FILE = "state.sqlite"
+LOG_FILE = "service.log"
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class JobPaths:
     @property
     def address(self) -> Path:
         return self.dir / ADDRESS_FILE
+
+    @property
+    def log(self) -> Path:
+        return self.dir / LOG_FILE
 
     @property
     def state(self) -> Path:

@@ -12,8 +12,9 @@ class DdsSettings:
 
     state_dir: str = ""  # empty: <store>/dds/<job>; else <state_dir>/dds/<job> (a local disk)
     lease_s: float = 30.0  # a lease not renewed or acknowledged within this goes back to the queue
-    bind: str = "0.0.0.0"
+    bind: str = ""  # empty: the node's own address (what its hostname resolves to)
     port: int = 0  # 0: any free port; the chosen one is published in the job's dds dir
+    max_connections: int = 16384  # client connections at once (one per rank); more get 503
     commit_interval_ms: float = 0.0  # group commit: extra wait for writes to join a batch (0: none)
     speed_halflife: int = (
         4  # the worker speed estimate forgets half its weight after this many reports
@@ -27,6 +28,8 @@ class DdsSettings:
             raise ValueError("lease_s: must be positive")
         if not 0 <= self.port <= 65535:
             raise ValueError("port: must be 0..65535")
+        if self.max_connections < 1:
+            raise ValueError("max_connections: must be positive")
         if self.commit_interval_ms < 0:
             raise ValueError("commit_interval_ms: must not be negative")
         if self.speed_halflife < 1:

@@ -27,11 +27,15 @@ SECRET = "s3cret"  # of the services run in the test's own process
 class ServiceProcess:
     """``guardctl dds serve`` for one job, run as a child process that tests may kill."""
 
-    def __init__(self, store: Path, job: str, args: Sequence[str], lease_s: float) -> None:
+    def __init__(self, store: Path, job: str, args: Sequence[str], lease_s: float,
+                 settings: Sequence[str] = ("dds.bind=127.0.0.1",),
+                 python: Sequence[str] = (sys.executable,)) -> None:  # fmt: skip
         self.store = store
         self.job = job
         self.args = list(args)
         self.lease_s = lease_s
+        self.settings = list(settings)  # --set assignments (loopback unless a test says)
+        self.python = list(python)  # what runs ``-m guardctl``
         self.proc: subprocess.Popen[bytes] | None = None
         self.dir = store / "dds" / job
         self.log = store / f"service-{job}.log"
@@ -44,8 +48,10 @@ class ServiceProcess:
         return env
 
     def argv(self, with_dataset: bool) -> list[str]:
-        argv = [sys.executable, "-m", "guardctl", "--set", f"dds.lease_s={self.lease_s}",
-                "--set", "dds.bind=127.0.0.1", "dds", "serve", "--job", self.job]  # fmt: skip
+        argv = [*self.python, "-m", "guardctl", "--set", f"dds.lease_s={self.lease_s}"]
+        for setting in self.settings:
+            argv += ["--set", setting]
+        argv += ["dds", "serve", "--job", self.job]
         return argv + (self.args if with_dataset else [])
 
     def start(self, with_dataset: bool = True) -> None:
@@ -146,7 +152,7 @@ async def serving(store: Path) -> AsyncIterator[int]:
     spec = JobSpec(index_range(100_000), 10, 2, 7, True, 0)
     ledger, _ = open_ledger(settings, "cycles", spec)
     service = Service(ledger, GroupCommit(ledger.db, 0.0), SECRET.encode(), "cycles")
-    server = Server(service.handler())
+    server = Server(service.handler(), service.authorization)
     try:
         yield await server.start("127.0.0.1", 0)
     finally:

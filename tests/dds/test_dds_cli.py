@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -109,3 +110,51 @@ def test_status_of_a_per_step_job_shows_steps_and_shares(
     assert [w["share"] for w in status["workers"]] == [0.8, 0.2]
     table = guardctl(service.store, "dds", "status", "6004").stdout
     assert "3/10 steps of this epoch done" in table
+
+
+def test_serve_logs_details_to_the_job_log_and_one_line_to_the_terminal(tmp_path: Path) -> None:
+    """What the service logs (a fault with its traceback, a thread that dies) goes whole to
+    service.log; the terminal gets one line per record and never a traceback."""
+    log = tmp_path / "service.log"
+    code = f"""
+import logging, threading
+from pathlib import Path
+from guardctl.dds.logs import log_to
+log_to(Path({str(log)!r}))
+log = logging.getLogger("guardctl.dds")
+try:
+    {{}}["missing"]
+except KeyError:
+    log.exception("request POST /v1/lease failed")
+def die():
+    raise RuntimeError("the checkpointer's disk went away")
+thread = threading.Thread(target=die, name="dds-checkpoint")
+thread.start()
+thread.join()
+log.info("for the file only")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert done.stderr.splitlines() == [
+        "guardctl dds: error: request POST /v1/lease failed (KeyError: 'missing')",
+        "guardctl dds: error: dds-checkpoint stopped on an error "
+        "(RuntimeError: the checkpointer's disk went away)",
+    ]
+    text = log.read_text()
+    assert text.count("Traceback") == 2 and "for the file only" in text
+
+
+def test_serve_on_a_taken_port_exits_8_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = guardctl(tmp_path, "--set", "dds.bind=127.0.0.1", "--set", f"dds.port={port}",
+                        "dds", "serve", "--job", "6100", "--records", "10")  # fmt: skip
+    assert done.returncode == 8
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"guardctl: error: cannot listen on 127.0.0.1:{port}: ")
+    assert line.endswith("address already in use")
+    assert "Traceback" not in done.stderr
+    log = (tmp_path / "dds" / "6100" / "service.log").read_text()
+    assert "the service stopped: cannot listen" in log
