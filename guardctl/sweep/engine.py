@@ -8,8 +8,10 @@ and the action log hold:
 2. single-node sweeps (gemm, nccl) on each node in its quarantine reservation;
 3. multi-node sweeps (pairwise): a job may name one reservation only, so each
    group (suspects plus known-good partners) gets a short-lived sweep
-   reservation over all its nodes (MAINT lets it overlap the quarantine ones);
-   the pairing strategy chooses the groups round after round;
+   reservation over all its nodes (MAINT lets it overlap the quarantine ones),
+   made through the door too (partners in service, their own cap, the rate
+   limit, an intent naming this process so a crash leaks nothing); the pairing
+   strategy chooses the groups round after round;
 4. a failure is repeated ``sweep.repeat_failures`` times before it counts,
    against the reference of the first attempt;
 5. pass: release; fail: drain with the evidence as reason; passing figures
