@@ -179,6 +179,7 @@ class Connection(asyncio.Protocol):
         self.url = b""
         self.authorization = b""
         self.expect_continue = False
+        self.unauthorised = False  # answered 401 already: the body is discarded, no handler
         self.head_size = 0
         self.body: list[bytes] = []
         self.body_size = 0
@@ -211,9 +212,13 @@ class Connection(asyncio.Protocol):
         self.in_head = False
         expected = self.server.authorization
         if expected is not None and not hmac.compare_digest(self.authorization, expected):
-            # No body is read for a client without the job's secret.
-            self._refuse(401, b"not authorised for this job")
-            raise _Refused
+            # Answered now, before its body is read; the body (at most MAX_BODY: a longer one
+            # was refused already) is dropped as it arrives, never kept, and no handler runs.
+            self.unauthorised = True
+            refusal = Request(self, b"", b"", b"", b"", self.parser.should_keep_alive())
+            self.queue.append(refusal)
+            refusal.answer(401, b'{"error": "not authorised for this job"}')
+            return
         if self.expect_continue:
             # curl asks before sending a body over 1 KiB: say go on (or it waits a second),
             # in its place after the answers to the requests before this one.
@@ -228,11 +233,14 @@ class Connection(asyncio.Protocol):
         if self.body_size > MAX_BODY:  # chunked: no length to check beforehand
             self._refuse(413, b"the body is over %d KiB" % (MAX_BODY // 1024))
             raise _Refused
-        self.body.append(body)
+        if not self.unauthorised:
+            self.body.append(body)
 
     def on_message_complete(self) -> None:
         self.started = 0.0
         self.last_active = self.now
+        if self.unauthorised:
+            return  # answered when its head was complete
         parser = self.parser
         if parser.should_upgrade():
             return  # not served: the parser stops here and the request is refused (400)

@@ -51,3 +51,14 @@ def test_the_throughput_benchmark_reports_every_point() -> None:
         assert 0 < point["p50_ms"] <= point["p99_ms"]
     assert result["statements_per_commit"] > 0
     assert result["sequential_client"]["stdlib_http_client_ms"] > 0
+
+
+def test_the_http_cost_benchmark_measures_both_servers() -> None:
+    result = _bench("dds_http_cost.py", "--requests", "640", "--clients", "8", "--rounds", "1")
+    [[bare, ours]] = result["rounds"]
+    assert (bare["kind"], ours["kind"]) == ("bare", "guardctl")
+    for point in (bare, ours):
+        assert point["requests"] == 640 and point["loop_cpu_us_per_request"] > 0
+    assert ours["ratio_to_bare"] == round(
+        ours["loop_cpu_us_per_request"] / bare["loop_cpu_us_per_request"], 2
+    )
