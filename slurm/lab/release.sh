@@ -130,6 +130,9 @@ mount_root() {
         is_mounted "$root/$m" || mount --rbind "/$m" "$root/$m" || die 7 "cannot bind /$m into $root"
         mount --make-rslave "$root/$m"
     done
+    # The host's name must resolve in the root as outside (jobs bind to it).
+    is_mounted "$root/etc/hosts" || mount --bind /etc/hosts "$root/etc/hosts" ||
+        die 7 "cannot bind /etc/hosts into $root"
     while IFS= read -r m; do
         [[ -d $m ]] || continue
         is_mounted "$root$m" && continue
