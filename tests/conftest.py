@@ -12,6 +12,10 @@ Fixtures (see tests/labtools.py for the Lab API and slurm/lab/README.md):
     ``lab_factory(nodes=4, up_args=[...])`` starts one more private lab
     (e.g. with ``--prolog PATH``); all are stopped at session end.
 
+``GUARDCTL_LAB_RELEASE`` (22.05, 24.11 or 26.05; default: the host's) picks the Slurm
+release of every lab of the session; a release other than the host's runs in a cached
+Debian root (``up.sh --release``).  ``tests/run.sh`` runs the ``slurm`` tests on each.
+
 Tests using any of these get the ``slurm`` marker automatically.  Where the
 machine cannot run a lab (not root, no Slurm and no apt-get) they are skipped,
 except under CI=true, where they fail: CI must not silently skip them.

@@ -6,6 +6,13 @@ Everything of one lab lives under DIR, and every Slurm command must be run
 with ``SLURM_CONF=DIR/slurm.conf`` -- use :attr:`Lab.env` or :meth:`Lab.sh`.
 Several labs may run side by side on one machine (distinct ports and dirs).
 
+``GUARDCTL_LAB_RELEASE`` (22.05, 24.11 or 26.05; default: the host's own Slurm)
+picks the Slurm release of every lab a test session starts.  A release other
+than the host's runs in a cached Debian root (``up.sh --release``); the host
+then drives it through the lab's bin dir (:attr:`Lab.bin_dir`, first on
+:attr:`Lab.env`'s PATH, and ``[slurm] bin_dir`` for guardctl), and the lab's
+jobs run the root's Python (:func:`job_python`, :func:`job_guardctl`).
+
 See slurm/lab/README.md.
 """
 
@@ -19,6 +26,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
@@ -52,6 +60,41 @@ TERMINAL_JOB_STATES = frozenset(
 _PORT_LOW, _PORT_HIGH = 20000, 32000
 
 
+RELEASES = ("22.05", "24.11", "26.05")
+RELEASE_ENV = "GUARDCTL_LAB_RELEASE"
+
+
+def host_release() -> str:
+    """The host's Slurm release (``22.05``), or "" when Slurm is not installed.  Read from
+    the package: a client whose SLURM_CONF names a missing file retries for 60 s."""
+    if not shutil.which("dpkg-query"):
+        return ""
+    out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "slurm-client"],
+                         capture_output=True, text=True, timeout=30, check=False).stdout
+    match = re.match(r"(\d+\.\d+)", out)
+    return match.group(1) if match else ""
+
+
+def lab_release() -> str:
+    """The release this session's labs run: $GUARDCTL_LAB_RELEASE, else the host's."""
+    return os.environ.get(RELEASE_ENV, "").strip() or host_release() or RELEASES[0]
+
+
+def in_root() -> bool:
+    """True when the labs of this session run in a Debian root (not the host's Slurm)."""
+    return lab_release() != (host_release() or RELEASES[0])
+
+
+def job_python() -> str:
+    """The Python that a lab's jobs and hooks run: the root's, or the one running the tests."""
+    return "/usr/bin/python3" if in_root() else sys.executable
+
+
+def job_guardctl() -> str:
+    """The guardctl command that a lab's jobs and hooks run (up.sh installs one in a root)."""
+    return "/usr/local/bin/guardctl" if in_root() else str(Path(sys.executable).parent / "guardctl")
+
+
 class LabError(RuntimeError):
     """The lab could not be started, stopped or brought to a wanted state."""
 
@@ -77,6 +120,10 @@ def lab_unavailable_reason() -> str | None:
     )
     if not have and not shutil.which("apt-get"):
         return "slurm-wlm/munge are not installed and apt-get is unavailable"
+    if lab_release() not in RELEASES:
+        return f"{RELEASE_ENV}={lab_release()}: not one of {', '.join(RELEASES)}"
+    if in_root() and not shutil.which("mmdebstrap"):
+        return f"Slurm {lab_release()} needs a Debian root and mmdebstrap is not installed"
     return None
 
 
@@ -138,14 +185,19 @@ def find_free_port_base(count: int, tries: int = 200) -> int:
     raise LabError(f"no {count} consecutive free ports in {_PORT_LOW}-{_PORT_HIGH}")
 
 
-def lab_env(conf: Path | str, base: dict[str, str] | None = None) -> dict[str, str]:
-    """os.environ (or *base*) without Slurm job/client variables, plus SLURM_CONF."""
+def lab_env(
+    conf: Path | str, base: dict[str, str] | None = None, bin_dir: Path | None = None
+) -> dict[str, str]:
+    """os.environ (or *base*) without Slurm job/client variables, plus SLURM_CONF
+    (and the lab's bin dir first on PATH, for a lab in a Debian root)."""
     env = dict(os.environ if base is None else base)
     for key in list(env):
         if key.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SINFO_")):
             del env[key]
     env["SLURM_CONF"] = str(conf)
     env["PATH"] = env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
+    if bin_dir is not None:
+        env["PATH"] = f"{bin_dir}:{env['PATH']}"
     return env
 
 
@@ -184,7 +236,9 @@ class Lab:
     of os.environ with SLURM_CONF set; pass it to any subprocess that runs a
     Slurm command), ``nodes`` (["node1", ...]), ``cluster``, ``port``
     (SlurmctldPort; the slurmd use port+1..port+N) and ``up_args`` (extra
-    arguments that up.sh was started with, e.g. ``["--prolog", path]``).
+    arguments that up.sh was started with, e.g. ``["--prolog", path]``),
+    ``release`` (its Slurm release) and ``root`` (its Debian root, or None on
+    the host's Slurm).
     """
 
     dir: Path
@@ -194,6 +248,8 @@ class Lab:
     cluster: str
     port: int
     up_args: list[str] = field(default_factory=list)
+    release: str = ""
+    root: Path | None = None
     _job_seq: int = field(default=0, repr=False)
 
     # ------------------------------------------------------------ lifecycle
@@ -234,9 +290,11 @@ class Lab:
                 cluster=cluster,
                 port=base,
                 up_args=list(up_args),
+                release=lab_release(),
             )
             proc = lab.up(check=False, timeout=timeout)
             if proc.returncode == 0:
+                lab._read_release()
                 return lab
             last = f"up.sh exited {proc.returncode}\n{proc.stdout}{proc.stderr}\n{lab.log_tail()}"
             port_clash = "Address already in use" in lab.log_tail(lines=200)
@@ -244,6 +302,29 @@ class Lab:
             if not port_clash:
                 break
         raise LabError(f"cannot start the Slurm lab in {home}:\n{last}")
+
+    def _read_release(self) -> None:
+        """Take the release and root that up.sh recorded in DIR/lab.release."""
+        info = dict(
+            line.split("=", 1)
+            for line in (self.dir / "lab.release").read_text().splitlines()
+            if "=" in line
+        )
+        self.release = info.get("release", self.release)
+        self.root = Path(info["root"]) if info.get("root") else None
+        self.env = lab_env(self.conf, bin_dir=self.bin_dir)
+
+    @property
+    def bin_dir(self) -> Path | None:
+        """The lab's Slurm clients for a lab in a Debian root (None: the host's own)."""
+        return self.dir / "bin" if self.root else None
+
+    def slurm_toml(self) -> str:
+        """The ``[slurm]`` keys (no header) that point guardctl at this lab."""
+        text = f'conf = "{self.conf}"\n'
+        if self.bin_dir:
+            text += f'bin_dir = "{self.bin_dir}"\n'
+        return text
 
     def up_command(self) -> list[str]:
         return [
@@ -257,6 +338,8 @@ class Lab:
             str(len(self.nodes)),
             "--cluster",
             self.cluster,
+            "--release",
+            self.release or lab_release(),
             *self.up_args,
         ]
 
@@ -336,12 +419,24 @@ class Lab:
         return data
 
     def node_state(self, name: str) -> dict[str, Any]:
-        """The node's dict from ``sinfo --json`` (keys: name, state, state_flags,
-        reason, cpus, ...).  22.05's --json ignores filters, so this picks it out."""
-        for node in self.sinfo_json().get("nodes", []):
+        """The node's dict in 22.05's ``sinfo --json`` shape (keys: name, state,
+        state_flags, reason, cpus, ...).  22.05's --json ignores filters, so this
+        picks it out.  From 23.02 the node comes from ``scontrol --json show
+        nodes``, whose ``state`` list is split here into 22.05's lower-case base
+        state and upper-case ``state_flags``."""
+        if self.release == "22.05":
+            nodes = self.sinfo_json().get("nodes", [])
+        else:
+            nodes = json.loads(self.sh("scontrol", "--json", "show", "nodes").stdout)["nodes"]
+        for node in nodes:
             if node.get("name") == name:
-                return dict(node)
-        raise KeyError(f"node {name!r} not in sinfo --json of lab {self.cluster}")
+                out = dict(node)
+                if isinstance(out.get("state"), list):
+                    words = [str(w) for w in out["state"]]
+                    out["state"] = words[0].lower() if words else "unknown"
+                    out["state_flags"] = words[1:]
+                return out
+        raise KeyError(f"node {name!r} not in the node list of lab {self.cluster}")
 
     def states(self) -> dict[str, str]:
         """{node: long state} from ``sinfo -N -o '%N %T'``, e.g. "idle",
@@ -452,8 +547,9 @@ class Lab:
         if self.controller_pid() is None:
             log = self.dir / "log" / "slurmctld.out"
             with open(log, "ab") as out:
+                chroot = ["chroot", str(self.root)] if self.root else []
                 subprocess.run(
-                    ["slurmctld", "-f", str(self.conf)],
+                    [*chroot, "slurmctld", "-f", str(self.conf)],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,

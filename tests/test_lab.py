@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -94,7 +95,8 @@ def test_up_is_idempotent(lab: Lab) -> None:
     pids = [lab.controller_pid()] + [lab.slurmd_pid(n) for n in lab.nodes]
     proc = lab.up()
     assert "already up" in proc.stderr
-    assert proc.stdout.strip() == f"SLURM_CONF={lab.conf}"
+    bin_dir = lab.bin_dir or Path(shutil.which("sinfo") or "/usr/bin/sinfo").parent
+    assert proc.stdout.splitlines() == [f"SLURM_CONF={lab.conf}", f"SLURM_BIN_DIR={bin_dir}"]
     assert [lab.controller_pid()] + [lab.slurmd_pid(n) for n in lab.nodes] == pids
 
 

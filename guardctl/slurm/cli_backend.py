@@ -2,7 +2,10 @@
 
 Reads use JSON where the installed release has it (``sinfo --json`` /
 ``squeue --json`` on 22.05, ``scontrol --json`` from 23.02); reservations on
-22.05 come from ``scontrol show -o``. Every command has a timeout; a timeout or
+22.05 come from ``scontrol show -o``. From 24.11 the JSON is asked for in one
+pinned data_parser version (``--json=v0.0.42``, the one 24.11 and 26.05 share and
+that tests/fixtures/ holds captured from both); a release that no longer ships it
+is read with its default ``--json`` instead. Every command has a timeout; a timeout or
 "Unable to contact slurm controller" becomes :class:`SlurmUnavailable`.
 """
 
@@ -25,6 +28,8 @@ from guardctl.slurm.job import signal_name
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SubmitRequest
 
 T = TypeVar("T")
+# (first release that has it, data_parser plugin): asked for with --json=<plugin>.
+PINNED_DATA_PARSER = ((24, 11), "v0.0.42")
 _DEFAULT_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
 # Words Slurm clients print when the controller does not answer.
 _UNREACHABLE = (
@@ -46,6 +51,7 @@ class CliSlurm:
         if settings.conf:
             env["SLURM_CONF"] = settings.conf
         self.env = env
+        self._pin_failed = False  # the pinned data_parser was refused: use the default
 
     # -- running -------------------------------------------------------------------------
     def _binary(self, name: str) -> str:
@@ -107,8 +113,28 @@ class CliSlurm:
             return False
         return "is UP" in out
 
+    @property
+    def json_flag(self) -> str:
+        """``--json=<pinned data_parser>`` where the release has it, else ``--json``."""
+        first, plugin = PINNED_DATA_PARSER
+        if self.version >= first and not self._pin_failed:
+            return f"--json={plugin}"
+        return "--json"
+
+    def _json_text(self, name: str, *args: str) -> str:
+        """Run a JSON read (``--json`` goes first, before *args*), falling back from the pinned
+        data_parser to the release's default when the release does not ship that plugin."""
+        flag = self.json_flag
+        try:
+            return self._run(name, flag, *args)
+        except SlurmError as exc:
+            if flag == "--json" or "data_parser" not in str(exc):
+                raise
+        self._pin_failed = True
+        return self._run(name, "--json", *args)
+
     def _read_json(self, parser: Callable[[str], list[T]], name: str, *args: str) -> list[T]:
-        text = self._run(name, *args)
+        text = self._json_text(name, *args)
         try:
             return parser(text)
         except SlurmError as exc:
@@ -122,17 +148,15 @@ class CliSlurm:
     # -- reads ---------------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
         if self._modern:
-            return self._read_json(parse.nodes_from_json, "scontrol", "--json", "show", "nodes")
-        return self._read_json(parse.nodes_from_json, "sinfo", "--json")
+            return self._read_json(parse.nodes_from_json, "scontrol", "show", "nodes")
+        return self._read_json(parse.nodes_from_json, "sinfo")
 
     def jobs(self) -> list[JobInfo]:
-        return self._read_json(parse.jobs_from_json, "squeue", "--json")
+        return self._read_json(parse.jobs_from_json, "squeue")
 
     def reservations(self) -> list[ReservationInfo]:
         if self._modern:
-            return parse.reservations_from_json(
-                self._run("scontrol", "--json", "show", "reservations")
-            )
+            return parse.reservations_from_json(self._json_text("scontrol", "show", "reservations"))
         return parse.reservations_from_text(self._run("scontrol", "show", "-o", "reservation"))
 
     # -- actions -------------------------------------------------------------------------

@@ -7,6 +7,11 @@ Formats seen across releases, all accepted here:
 * 23.02+ (``scontrol --json show nodes``): ``"state": ["IDLE", "DRAIN"]``.
 * 23.11+ (data_parser v0.0.40+): numbers wrapped as
   ``{"set": true, "infinite": false, "number": N}``.
+* 23.02+ ``sinfo --json`` groups nodes (``{"nodes": {"nodes": [...]}, "node": {"state": [...]},
+  "reason": {"description", "user", "time"}}``), where ``scontrol --json`` has flat ``reason``,
+  ``reason_set_by_user`` and ``reason_changed_at`` per node. 26.05's groups drop RESERVED and
+  MAINTENANCE (a reserved idle node shows plain IDLE), so guardctl reads nodes from scontrol.
+* 24.11 reports ``reason_set_by_user`` (``root``) on nodes that have no reason; it is ignored.
 * squeue: ``"job_state": "RUNNING"`` (22.05) or ``["RUNNING"]`` (23.02+);
   ``"nodes"`` a hostlist string; ``exit_code`` an int (22.05) or
   ``{"status": [...], "return_code": N}`` (newer).
@@ -94,13 +99,14 @@ def split_state(state: Any, flags: Any = None) -> tuple[str, frozenset[str]]:
 def node_from_json(raw: Mapping[str, Any]) -> NodeInfo:
     """One node object from sinfo/scontrol JSON."""
     base, flags = split_state(raw.get("state"), raw.get("state_flags"))
+    reason = str(raw.get("reason") or "")
     return NodeInfo(
         name=str(raw.get("name") or raw.get("hostname") or ""),
         state=base,
         flags=flags,
-        reason=str(raw.get("reason") or ""),
-        reason_user=str(raw.get("reason_set_by_user") or ""),
-        reason_time=_time(raw.get("reason_changed_at")),
+        reason=reason,
+        reason_user=str(raw.get("reason_set_by_user") or "") if reason else "",
+        reason_time=_time(raw.get("reason_changed_at")) if reason else None,
         partitions=tuple(_strings(raw.get("partitions"))),
         cpus=int(number(raw.get("cpus")) or 0),
         gres=str(raw.get("gres") or ""),
@@ -108,11 +114,12 @@ def node_from_json(raw: Mapping[str, Any]) -> NodeInfo:
 
 
 def nodes_from_json(text: str) -> list[NodeInfo]:
-    """All nodes from ``sinfo --json`` (22.05) or ``scontrol --json show nodes`` (23.02+)."""
+    """All nodes from ``sinfo --json`` (22.05's flat list or 23.02+'s groups) or
+    ``scontrol --json show nodes`` (23.02+)."""
     data = load_json(text, "node list")
     raw_nodes = data.get("nodes")
-    if raw_nodes is None and "sinfo" in data:  # 23.02+ sinfo --json groups nodes by partition
-        raise SlurmError("node list: sinfo --json of this Slurm groups nodes; use scontrol --json")
+    if raw_nodes is None and isinstance(data.get("sinfo"), list):
+        raw_nodes = _ungroup_sinfo(data["sinfo"])
     if not isinstance(raw_nodes, list):
         raise SlurmError("node list: no 'nodes' array in Slurm's JSON")
     seen: dict[str, NodeInfo] = {}
@@ -122,6 +129,32 @@ def nodes_from_json(text: str) -> list[NodeInfo]:
             if node.name:
                 seen.setdefault(node.name, node)
     return list(seen.values())
+
+
+def _ungroup_sinfo(groups: list[Any]) -> list[dict[str, Any]]:
+    """23.02+ ``sinfo --json`` lists groups of nodes that share a state and reason: one flat
+    node dict (scontrol's keys) per node of each group."""
+    out = []
+    for group in groups:
+        if not isinstance(group, Mapping):
+            continue
+        names = (group.get("nodes") or {}).get("nodes") or []
+        reason = group.get("reason") or {}
+        if not isinstance(reason, Mapping):  # a plain string in some releases
+            reason = {"description": reason}
+        partition = group.get("partition") or {}
+        per_node_cpus = (group.get("cpus") or {}).get("maximum")
+        for name in names:
+            out.append({
+                "name": name,
+                "state": (group.get("node") or {}).get("state"),
+                "reason": reason.get("description"),
+                "reason_set_by_user": reason.get("user"),
+                "reason_changed_at": reason.get("time"),
+                "partitions": [partition.get("name")] if isinstance(partition, Mapping) else [],
+                "cpus": per_node_cpus,
+            })
+    return out
 
 
 def expand_hostlist(text: str) -> tuple[str, ...]:

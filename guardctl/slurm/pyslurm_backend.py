@@ -1,8 +1,9 @@
 """Optional Slurm backend over pyslurm (talks to slurmctld through libslurm, no processes).
 
 pyslurm is only published for recent Slurm releases (25.11), so this backend is
-for sites that run a matching Slurm; the CLI backend is the default and the one
-tested here against a real 22.05 controller. It maps pyslurm's objects onto the
+for sites that run a matching Slurm. It has not been run against a controller: no
+release that pyslurm 25.11 supports was in reach. The CLI backend is the default and
+the one tested against real 22.05, 24.11 and 26.05 controllers. It maps pyslurm's objects onto the
 same typed view (:mod:`guardctl.slurm.types`) and the same errors.
 """
 

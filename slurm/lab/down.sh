@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Stop a local Slurm lab started by slurm/lab/up.sh.
 #
-# Usage: slurm/lab/down.sh [--dir DIR] [--all] [--purge]
+# Usage: slurm/lab/down.sh [--dir DIR | --release R] [--all] [--purge]
 #
 #   --dir DIR  the lab started with `up.sh --dir DIR` (default: the default lab,
 #              /etc/slurm/slurm.conf with its state in /var/lib/guardctl-lab)
+#   --release R  the default lab of release R (/var/lib/guardctl-lab-R)
 #   --all      also stop munged, if a lab started it and no other running lab
 #              instance still uses it
 #   --purge    also remove the lab's slurm.conf and its state, spool, run
@@ -21,6 +22,7 @@ readonly MUNGE_PIDFILE=/run/munge/munged.pid
 dir=""
 all=0
 purge=0
+release=""
 
 die() {
     local rc=$1
@@ -39,7 +41,12 @@ while [[ $# -gt 0 ]]; do
             ;;
         --all) all=1; shift ;;
         --purge) purge=1; shift ;;
-        -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --release)
+            [[ $# -ge 2 && -n $2 ]] || die 2 "option --release needs a value"
+            release=$2
+            shift 2
+            ;;
+        -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) die 2 "unknown argument: $1 (see --help)" ;;
     esac
 done
@@ -47,6 +54,9 @@ done
 if [[ -n $dir ]]; then
     home=$dir
     conf=$dir/slurm.conf
+elif [[ -n $release ]]; then
+    home=/var/lib/guardctl-lab-$release
+    conf=$home/slurm.conf
 else
     home=/var/lib/guardctl-lab
     conf=/etc/slurm/slurm.conf
@@ -66,6 +76,19 @@ if [[ ! -d $home ]]; then
 fi
 
 [[ $(id -u) -eq 0 ]] || die 4 "must run as root"
+
+# A lab of another release runs in a Debian root (see release.sh); its clients are in HOME/bin.
+root=""
+if [[ -r $home/lab.release ]]; then
+    root=$(sed -n 's/^root=//p' "$home/lab.release")
+fi
+if [[ -n $root ]]; then
+    # shellcheck source=slurm/lab/release.sh
+    . "$(dirname "${BASH_SOURCE[0]}")/release.sh"
+    bin=$home/bin/
+else
+    bin=""
+fi
 
 # pid_of PIDFILE COMM: print the pid if PIDFILE names a live (non-zombie)
 # process called COMM.
@@ -130,13 +153,13 @@ lab_leftovers() {
     ctld=$home/run/slurmctld.pid
     if pid_of "$ctld" slurmctld >/dev/null; then
         # Cancel the lab's jobs so their steps end cleanly.
-        jobs=$(SLURM_CONF=$conf timeout 10 squeue -h -o %i 2>/dev/null || true)
+        jobs=$(SLURM_CONF=$conf timeout 10 ${bin}squeue -h -o %i 2>/dev/null || true)
         if [[ -n $jobs ]]; then
             log "cancelling jobs: $(tr '\n' ' ' <<<"$jobs")"
             # shellcheck disable=SC2086 # word splitting of job ids intended
-            SLURM_CONF=$conf timeout 10 scancel $jobs 2>/dev/null || true
+            SLURM_CONF=$conf timeout 10 ${bin}scancel $jobs 2>/dev/null || true
             for _ in $(seq 1 30); do
-                [[ -z $(SLURM_CONF=$conf timeout 10 squeue -h -o %i 2>/dev/null || true) ]] && break
+                [[ -z $(SLURM_CONF=$conf timeout 10 ${bin}squeue -h -o %i 2>/dev/null || true) ]] && break
                 sleep 0.2
             done
         fi
@@ -162,11 +185,14 @@ lab_leftovers() {
     fi
 
     rm -f "$REGISTRY/instances/$(printf '%s' "$home" | md5sum | cut -c1-16)"
+    if [[ -n $root ]]; then
+        release_root "$root" "$home"
+    fi
 
     if ((purge)); then
         log "purging $home"
-        rm -rf "$home/state" "$home/spool" "$home/run" "$home/log"
-        rm -f "$conf"
+        rm -rf "$home/state" "$home/spool" "$home/run" "$home/log" "$home/bin"
+        rm -f "$conf" "$home/cgroup.conf" "$home/lab.release"
     fi
 ) 8>"$home/.lock"
 

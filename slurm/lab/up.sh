@@ -6,11 +6,16 @@
 #                        [--cpus C] [--prolog PATH] [--epilog PATH]
 #                        [--health-check PATH] [--health-interval S]
 #                        [--conf-extra FILE] [--timeout S] [--clean] [--no-install]
-#                        [--print-conf]
+#                        [--print-conf] [--release 22.05|24.11|26.05]
 #
 # Without --dir the lab writes /etc/slurm/slurm.conf (so a plain `sinfo` works)
 # and keeps its state under /var/lib/guardctl-lab.  With --dir DIR everything
 # lives under DIR and callers use SLURM_CONF=DIR/slurm.conf.
+#
+# --release R (default: the host's own) runs the lab on Slurm R: for a release
+# other than the host's, inside a cached Debian root of the suite that ships it
+# (slurm/lab/release.sh); without --dir its home is then /var/lib/guardctl-lab-R.
+# Prints SLURM_CONF=... and SLURM_BIN_DIR=... (the clients to use) on stdout.
 #
 # A slurm.conf that does not start with the guardctl-lab marker line is never
 # overwritten: this script refuses and exits 3.  See slurm/lab/README.md.
@@ -35,6 +40,7 @@ timeout=60
 clean=0
 install=1
 print_conf=0
+release=""
 
 die() {
     local rc=$1
@@ -45,7 +51,7 @@ die() {
 log() { printf 'up.sh: %s\n' "$*" >&2; }
 
 usage() {
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 need_arg() {
@@ -76,6 +82,7 @@ while [[ $# -gt 0 ]]; do
         --clean) clean=1; shift ;;
         --no-install) install=0; shift ;;
         --print-conf) print_conf=1; shift ;;
+        --release) need_arg "$@"; release=$2; shift 2 ;;
         -h | --help) usage; exit 0 ;;
         *) die 2 "unknown argument: $1 (see --help)" ;;
     esac
@@ -104,9 +111,30 @@ for f in "$prolog" "$epilog" "$health_check"; do
 done
 [[ -z $conf_extra || -r $conf_extra ]] || die 2 "cannot read --conf-extra file: $conf_extra"
 
+# shellcheck source=slurm/lab/release.sh
+. "$(dirname "${BASH_SOURCE[0]}")/release.sh"
+host_rel=$(host_release)
+if [[ -z $host_rel ]]; then
+    # Not installed yet: what apt-get would install here.
+    case $(cut -d. -f1 /etc/debian_version 2>/dev/null) in
+        13) host_rel=24.11 ;;
+        14) host_rel=26.05 ;;
+        *) host_rel=22.05 ;;
+    esac
+fi
+[[ -n $release ]] || release=$host_rel
+release_suite "$release" >/dev/null || die 2 "--release must be 22.05, 24.11 or 26.05"
+# in_root=1: the lab runs in the release's Debian root, not on the host's Slurm.
+in_root=0
+[[ $release == "$host_rel" ]] || in_root=1
+root=""
+
 if [[ -n $dir ]]; then
     home=$dir
     conf=$dir/slurm.conf
+elif ((in_root)); then
+    home=/var/lib/guardctl-lab-$release
+    conf=$home/slurm.conf
 else
     home=/var/lib/guardctl-lab
     conf=/etc/slurm/slurm.conf
@@ -214,7 +242,9 @@ have_binaries() {
     done
 }
 
-if ! have_binaries; then
+if ((in_root)); then
+    root=$(build_root "$release") || exit $?
+elif ! have_binaries; then
     ((install)) || die 5 "slurm-wlm/munge are not installed (and --no-install given)"
     command -v apt-get >/dev/null 2>&1 || die 5 "slurm-wlm/munge missing and apt-get is not available"
     log "installing slurm-wlm and munge with apt-get"
@@ -230,7 +260,7 @@ if ! have_binaries; then
 fi
 export PATH=$PATH:/usr/sbin:/sbin
 
-if dpkg-query -W -f='${Status}' slurm-wlm-emulator 2>/dev/null | grep -q 'ok installed'; then
+if ((!in_root)) && dpkg-query -W -f='${Status}' slurm-wlm-emulator 2>/dev/null | grep -q 'ok installed'; then
     log "warning: slurm-wlm-emulator is installed; the lab needs the real slurmd/slurmctld"
 fi
 
@@ -256,6 +286,10 @@ munge_works() {
 
 # ---------------------------------------------------------------- munge
 ensure_munge() {
+    if ((in_root)); then
+        root_munge "$root"
+        return
+    fi
     if munge_works; then
         return 0
     fi
@@ -293,6 +327,24 @@ ensure_munge() {
 }
 
 # ---------------------------------------------------------------- daemons
+# daemon NAME ARGS...: start a Slurm daemon (in the root for another release).  Jobs and hooks
+# in a root import guardctl from this checkout unless the caller set PYTHONPATH.
+daemon() {
+    if ((in_root)); then
+        PYTHONPATH=${PYTHONPATH:-$LAB_REPO} chroot "$root" /usr/bin/env --chdir=/ "/usr/sbin/$1" "${@:2}"
+    else
+        "$@"
+    fi
+}
+# client NAME ARGS...: run a Slurm client of the lab's release.
+client() {
+    if ((in_root)); then
+        chroot "$root" "/usr/bin/$1" "${@:2}"
+    else
+        "$@"
+    fi
+}
+
 ctld_pidfile=$home/run/slurmctld.pid
 slurmd_pidfile() { printf '%s/run/slurmd-%s.pid\n' "$home" "$1"; }
 
@@ -335,7 +387,7 @@ start_ctld() {
     pid_alive "$ctld_pidfile" slurmctld && return 0
     local args=(-f "$conf")
     ((clean)) && args+=(-c)
-    SLURM_CONF=$conf slurmctld "${args[@]}" </dev/null >>"$home/log/slurmctld.out" 2>&1 8>&- 9>&- ||
+    SLURM_CONF=$conf daemon slurmctld "${args[@]}" </dev/null >>"$home/log/slurmctld.out" 2>&1 8>&- 9>&- ||
         die 7 "slurmctld failed to start; see $home/log/slurmctld.log"
 }
 
@@ -348,7 +400,7 @@ start_slurmds() {
         pid_alive "$(slurmd_pidfile "$node")" slurmd && continue
         mkdir -p "$home/spool/$node"
         started_at[$node]=$(date +%s)
-        SLURM_CONF=$conf slurmd -f "$conf" -N "$node" </dev/null >>"$home/log/slurmd-$node.out" 2>&1 8>&- 9>&- ||
+        SLURM_CONF=$conf daemon slurmd -f "$conf" -N "$node" </dev/null >>"$home/log/slurmd-$node.out" 2>&1 8>&- 9>&- ||
             die 7 "slurmd $node failed to start; see $home/log/slurmd-$node.log"
     done
 }
@@ -361,8 +413,8 @@ start_slurmds() {
 wait_ready() {
     local deadline=$((SECONDS + timeout)) out nodeinfo ready
     while :; do
-        out=$(SLURM_CONF=$conf sinfo -h -N -o '%N %T' 2>/dev/null || true)
-        nodeinfo=$(SLURM_CONF=$conf scontrol show nodes -o 2>/dev/null |
+        out=$(SLURM_CONF=$conf client sinfo -h -N -o '%N %T' 2>/dev/null || true)
+        nodeinfo=$(SLURM_CONF=$conf client scontrol show nodes -o 2>/dev/null |
             sed -n 's/^NodeName=\([^ ]*\) .*SlurmdStartTime=\([^ ]*\).*$/\1 \2/p' || true)
         ready=0
         for i in $(seq 1 "$nodes"); do
@@ -405,10 +457,18 @@ install -d -m 0755 "$home"
 (
     flock -w 120 8 || die 6 "another up.sh/down.sh holds $home/.lock"
 
-    ensure_munge
-
     install -d -m 0755 "$home/state" "$home/spool" "$home/run" "$home/log"
     install -d -m 0755 "$(dirname "$conf")"
+    if ((in_root)); then
+        mount_root "$root" "$home" "$prolog" "$epilog" "$health_check" "$conf_extra"
+        register_root_user "$root" "$home"
+        point_root_at_repo "$root"
+        write_bin_dir "$root" "$home/bin"
+        # Slurm 23.11+ slurmd loads a cgroup plugin even under proctrack/linuxproc; a lab
+        # (no cgroup hierarchy of its own) has none.
+        printf '%s\nCgroupPlugin=disabled\n' "$MARKER" >"$home/cgroup.conf"
+    fi
+    ensure_munge
 
     new_conf=$(generate_conf)
     old_conf=""
@@ -448,11 +508,17 @@ install -d -m 0755 "$home"
         start_slurmds
     fi
 
-    printf 'home=%s\nconf=%s\ncluster=%s\nport=%s\nnodes=%s\n' \
-        "$home" "$conf" "$cluster" "$port" "$nodes" >"$REGISTRY/instances/$(printf '%s' "$home" | md5sum | cut -c1-16)"
+    printf 'home=%s\nconf=%s\ncluster=%s\nport=%s\nnodes=%s\nrelease=%s\nroot=%s\n' \
+        "$home" "$conf" "$cluster" "$port" "$nodes" "$release" "$root" >"$home/lab.release"
+    cp "$home/lab.release" "$REGISTRY/instances/$(printf '%s' "$home" | md5sum | cut -c1-16)"
 
     wait_ready || die 8 "lab '$cluster' did not come up within ${timeout}s"
 ) 8>"$home/.lock"
 
 log "lab '$cluster' is up: $nodes nodes (controller port $port, slurmd ports $((port + 1))-$last_node_port)"
 printf 'SLURM_CONF=%s\n' "$conf"
+if ((in_root)); then
+    printf 'SLURM_BIN_DIR=%s\n' "$home/bin"
+else
+    printf 'SLURM_BIN_DIR=%s\n' "$(dirname "$(command -v sinfo)")"
+fi

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import shlex
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from labtools import job_python
 
 from guardctl.nodes import expand
 from guardctl.schema import read_path
@@ -31,7 +31,7 @@ def test_probe_in_a_two_node_job(lab: Any, tmp_path: Path) -> None:
     script = (
         "#!/bin/bash\n"
         f"export GUARDCTL_STORE={shlex.quote(str(store))}\n"
-        f"srun {shlex.quote(sys.executable)} -c {shlex.quote(TRAIN)}\n"
+        f"srun {shlex.quote(job_python())} -c {shlex.quote(TRAIN)}\n"
     )
     job = lab.submit(script, "-N2", "--ntasks=2", "--ntasks-per-node=1", "--time=2")
     info = lab.wait_job(job, timeout=90)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 from pathlib import Path
 
 from dds_helpers import REPO
-from labtools import Lab
+from labtools import Lab, job_python
 
 SBATCH = REPO / "examples" / "dds_job.sbatch"
 
@@ -18,7 +17,7 @@ def test_a_two_node_job_consumes_an_epoch_exactly_once(lab: Lab, tmp_path: Path)
     logs.mkdir()
     exports = {
         "GUARDCTL_STORE": str(store),
-        "PYTHON": sys.executable,
+        "PYTHON": job_python(),
         "TRAIN": str(REPO / "examples" / "dds_train.py"),
         "DDS_RECORDS": "20000",
         "DDS_SHARD": "200",

@@ -38,10 +38,12 @@ class Guardctl:
         return {n["node"]: n for n in self.json("status")["nodes"]}
 
 
-def write_config(path: Path, store: Path, conf: str = "", extra: str = "") -> Path:
+def write_config(path: Path, store: Path, conf: str = "", extra: str = "",
+                 bin_dir: str = "") -> Path:
     path.write_text(
         f'[store]\nroot = "{store}"\n'
         + (f'[slurm]\nconf = "{conf}"\ntimeout_s = 10.0\n' if conf else "")
+        + (f'bin_dir = "{bin_dir}"\n' if conf and bin_dir else "")
         + "[safety]\nmax_out_fraction = 0.5\nmax_out_nodes = 2\n"
         + extra
     )
@@ -50,9 +52,10 @@ def write_config(path: Path, store: Path, conf: str = "", extra: str = "") -> Pa
 
 @pytest.fixture
 def gctl_factory(tmp_path: Path) -> Callable[..., Guardctl]:
-    def make(conf: str = "", extra: str = "", env: dict[str, str] | None = None) -> Guardctl:
+    def make(conf: str = "", extra: str = "", env: dict[str, str] | None = None,
+             bin_dir: str = "") -> Guardctl:
         store = tmp_path / "store"
-        config = write_config(tmp_path / "guardctl.toml", store, conf, extra)
+        config = write_config(tmp_path / "guardctl.toml", store, conf, extra, bin_dir)
         base = {k: v for k, v in (env or os.environ).items()
                 if k not in ("GUARDCTL_STORE", "GUARDCTL_CONFIG")}
         return Guardctl(base, store, config)
@@ -63,4 +66,4 @@ def gctl_factory(tmp_path: Path) -> Callable[..., Guardctl]:
 @pytest.fixture
 def gctl(lab: Any, gctl_factory: Callable[..., Guardctl]) -> Guardctl:
     """guardctl pointed at the clean lab cluster, with a cap of 2 nodes."""
-    return gctl_factory(conf=str(lab.conf), env=lab.env)
+    return gctl_factory(conf=str(lab.conf), env=lab.env, bin_dir=str(lab.bin_dir or ""))

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from labtools import job_guardctl
+
 REPO = Path(__file__).resolve().parents[2]
 SYSFS = REPO / "tests" / "fixtures" / "sysfs" / "ib8"
 GUARDCTL = str(Path(sys.executable).parent / "guardctl")
@@ -22,11 +24,13 @@ def faulty_sysfs(tmp_path: Path) -> Path:
     return tree
 
 
-def config(tmp_path: Path, name: str, conf: Path, sysfs: Path) -> Path:
+def config(tmp_path: Path, name: str, conf: Path, sysfs: Path, bin_dir: Path | None = None
+           ) -> Path:
     store = tmp_path / "store"
     store.mkdir(exist_ok=True)
     path = tmp_path / name
-    path.write_text(f'[store]\nroot = "{store}"\n[slurm]\nconf = "{conf}"\n'
+    slurm = f'conf = "{conf}"\n' + (f'bin_dir = "{bin_dir}"\n' if bin_dir else "")
+    path.write_text(f'[store]\nroot = "{store}"\n[slurm]\n{slurm}'
                     "[safety]\nmax_out_fraction = 0.5\nmax_out_nodes = 2\n"
                     f'[agent]\nsysfs_root = "{sysfs}"\n')
     return path
@@ -50,7 +54,7 @@ def test_missing_guardctl_never_fails_the_node(tmp_path: Path) -> None:
 
 
 def test_failing_check_drains_through_guardctl_with_empty_env(lab: Any, tmp_path: Path) -> None:
-    cfg = config(tmp_path, "bad.toml", lab.conf, faulty_sysfs(tmp_path))
+    cfg = config(tmp_path, "bad.toml", lab.conf, faulty_sysfs(tmp_path), lab.bin_dir)
     proc = subprocess.run(
         ["env", "-i", f"GUARDCTL={GUARDCTL}", f"GUARDCTL_CONFIG={cfg}", "SLURMD_NODENAME=node2",
          str(REPO / "slurm" / "healthcheck.sh")], capture_output=True, text=True, timeout=60)
@@ -70,7 +74,7 @@ def test_prolog_fault_drains_the_node_and_requeues_the_job(lab_factory: Any,
     wrapper.write_text(
         "#!/bin/bash\n"
         f'if [ "$SLURMD_NODENAME" = node2 ]; then cfg={bad}; else cfg={good}; fi\n'
-        f"GUARDCTL={GUARDCTL} GUARDCTL_CONFIG=$cfg exec {REPO / 'slurm' / 'prolog.sh'}\n")
+        f"GUARDCTL={job_guardctl()} GUARDCTL_CONFIG=$cfg exec {REPO / 'slurm' / 'prolog.sh'}\n")
     wrapper.chmod(0o755)
     lab = lab_factory(nodes=2, up_args=["--prolog", str(wrapper)])
     for path in (good, bad):  # the lab's slurm.conf is only known now

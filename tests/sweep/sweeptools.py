@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labtools import job_python
+
 FAST_SWEEPS = """
 [sweep]
 poll_interval_s = 0.3
@@ -45,8 +47,10 @@ def make_guardctl(tmp_path: Path, lab: Any, extra: str = "") -> Guardctl:
     os.chmod(tmp_path, 0o755)
     config = tmp_path / "guardctl.toml"
     config.write_text(
-        f'[store]\nroot = "{store}"\n[slurm]\nconf = "{lab.conf}"\ntimeout_s = 20.0\n'
-        "[safety]\nmax_out_fraction = 0.5\nmax_out_nodes = 2\n" + FAST_SWEEPS + extra
+        f'[store]\nroot = "{store}"\n[slurm]\n{lab.slurm_toml()}timeout_s = 20.0\n'
+        "[safety]\nmax_out_fraction = 0.5\nmax_out_nodes = 2\n" + FAST_SWEEPS
+        # The sweep jobs run the lab's Python (the Debian root's, on another release).
+        + f'python = "{job_python()}"\n' + extra
     )
     env = {k: v for k, v in lab.env.items() if k not in ("GUARDCTL_STORE", "GUARDCTL_CONFIG")}
     return Guardctl(env, store, config)

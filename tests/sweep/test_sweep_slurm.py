@@ -10,15 +10,17 @@ from typing import Any
 
 from sweeptools import make_guardctl
 
+from guardctl.slurm import parse
+
 
 def reservations(lab: Any) -> str:
     return lab.sh("scontrol", "show", "reservation").stdout
 
 
 def running_sweep_job(lab: Any, node: str) -> bool:
-    for job in lab.squeue_json()["jobs"]:
-        if (job["name"].startswith("guardctl-") and job["job_state"] == "RUNNING"
-                and job["nodes"] == node):
+    # guardctl's parser reads every release's squeue --json (job_state a string or a list).
+    for job in parse.jobs_from_json(lab.sh("squeue", "--json").stdout):
+        if job.name.startswith("guardctl-") and job.state == "RUNNING" and job.nodes == (node,):
             return True
     return False
 

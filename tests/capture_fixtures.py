@@ -1,0 +1,112 @@
+"""Capture the Slurm fixtures of tests/fixtures/slurm-<release>/ from a real lab.
+
+    GUARDCTL_LAB_RELEASE=24.11 python3 tests/capture_fixtures.py   # as root
+
+Starts a private 6-node lab of that release and puts it in every state the
+parser must know: node1 runs a job, node2 is drained (and a job pending on
+it), node3 is in a plain reservation (RESERVED), node4 in a maintenance
+reservation (MAINTENANCE+RESERVED), node5 is set DOWN, node6 stays idle.
+Then it saves each read command's output (its default JSON, and each
+data_parser version the release accepts) with the lab's paths, host name and
+cluster name replaced by fixed words, so the files name no machine.  A
+command the release does not have is written down in ``unsupported.txt``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from labtools import Lab, lab_release
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# data_parser plugins that Slurm 23.11-26.05 may ship; each release accepts a window of them.
+PARSERS = ("v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+READS = {
+    "sinfo": ("sinfo",),
+    "squeue": ("squeue",),
+    "scontrol_nodes": ("scontrol", "show", "node"),
+    "scontrol_jobs": ("scontrol", "show", "job"),
+    "scontrol_reservations": ("scontrol", "show", "reservation"),
+}
+
+
+def scrub(text: str, lab: Lab) -> str:
+    """Replace what names this machine or this lab run with fixed words."""
+    host = socket.gethostname().split(".")[0]
+    pairs = [(str(lab.dir), "/srv/lab"), (f"job-{os.getpid()}-", "job-"), (lab.cluster, "lab")]
+    for old, new in pairs:
+        # 22.05 writes "/" as "\/" in its JSON.
+        text = text.replace(old, new).replace(old.replace("/", "\\/"), new.replace("/", "\\/"))
+    # The host name appears as a JSON string and inside hostlists; never replace inside words.
+    return text.replace(f'"{host}"', '"labhost"').replace(f"{host}(", "labhost(")
+
+
+def set_states(lab: Lab) -> None:
+    lab.sh("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=admin: bad dimm")
+    lab.sh("scontrol", "create", "reservation", "ReservationName=plain", "Nodes=node3",
+           "Users=root", "StartTime=now", "Duration=infinite")
+    lab.sh("scontrol", "create", "reservation", "ReservationName=guardctl_q_node4",
+           "Nodes=node4", "Users=root", "StartTime=now", "Duration=infinite",
+           "Flags=MAINT,IGNORE_JOBS")
+    lab.sh("scontrol", "update", "NodeName=node5", "State=DOWN", "Reason=admin: psu")
+    lab.submit("#!/bin/bash\nsleep 300\n", "-w", "node1", "-J", "running")
+    lab.submit("#!/bin/bash\nsleep 300\n", "-w", "node2", "-J", "pending")
+    lab.wait_states({"node1": ("allocated", "mixed")}, timeout=30)
+    time.sleep(2)  # let the scheduler give the pending job its reason
+
+
+def capture(lab: Lab, out: Path) -> list[str]:
+    unsupported = []
+    (out / "version.txt").write_text(lab.sh("sinfo", "--version").stdout)
+    for name, argv in READS.items():
+        for parser in ("", *PARSERS):
+            flag = f"--json={parser}" if parser else "--json"
+            proc = lab.sh(*argv[:1], flag, *argv[1:], check=False)
+            try:
+                json.loads(proc.stdout)
+                ok = proc.returncode == 0
+            except ValueError:
+                ok = False
+            label = f"{name}{'.' + parser if parser else ''}.json"
+            if ok:
+                (out / label).write_text(scrub(proc.stdout, lab))
+            else:
+                why = " ".join((proc.stderr or proc.stdout).split())[:160]
+                unsupported.append(f"{' '.join(argv[:1])} {flag} {' '.join(argv[1:])}: {why}")
+                if not parser:
+                    break  # no JSON at all: no version of it either
+    (out / "reservations.txt").write_text(
+        scrub(lab.sh("scontrol", "show", "-o", "reservation").stdout, lab))
+    (out / "nodes.txt").write_text(scrub(lab.sh("scontrol", "show", "-o", "node").stdout, lab))
+    (out / "unsupported.txt").write_text("\n".join(unsupported) + "\n")
+    return unsupported
+
+
+def main() -> int:
+    release = lab_release()
+    out = FIXTURES / f"slurm-{release}"
+    out.mkdir(exist_ok=True)
+    lab = Lab.start(nodes=6)
+    try:
+        set_states(lab)
+        missing = capture(lab, out)
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError, TimeoutError):
+            lab.cancel_all_jobs()
+        lab.down(purge=True, check=False)
+    print(f"captured Slurm {release} into {out.relative_to(FIXTURES.parent.parent)}; "
+          f"{len(missing)} command/parser pairs unsupported")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
