@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import struct
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ from guardctl.config import Settings
 _TABLES = ("nodes", "jobs", "ports", "states")
 _TABLE_OF = {"node": "nodes", "job": "jobs", "port": "ports", "state": "states"}
 _ROW = colfile.row_dtype(colfile.WIDTH)
+# A mark row: kind, then its slots (start = 0, end, lines = 0, checksum); see guardctl.colfile.
+_MARK = struct.Struct(f"<B15xqqqq{colfile.WIDTH - 48}x")
 
 
 class _Restart(Exception):
@@ -72,6 +75,7 @@ class _File:
     mirror: bool = True  # read from its column mirror (else parsed)
     rows: int = 0  # mirror rows consumed, after the preamble
     strings: bytes = b""  # the mirror's string rows so far: its string tables
+    strings_sum: int = 0  # their checksum, for the mark that stands for them
     mark: bytes = b""  # the last mark row consumed (a rewritten mirror differs)
     pending: bool = False  # parsed file: a last line still being written
 
@@ -118,7 +122,8 @@ class _Columns:
         if not m:
             return
         if self.n + m > self.data["ts"].size:
-            room = max(2 * self.data["ts"].size, self.n + m, 1024)
+            # room for a few more passes' minutes: growing copies everything kept
+            room = max(2 * self.data["ts"].size, (self.n + m) * 5 // 4, 1024)
             for name, col in self.data.items():
                 grown = np.empty(room, col.dtype)
                 grown[: self.n] = col[: self.n]
@@ -349,20 +354,27 @@ class Analyzer:
         }
         self._add(decoded.cols, decoded.frame_tables, hours, per_kind, True, None)
         uncovered = []
-        strings = used & (rows["kind"] == colfile.STRING)
-        raw = reader.rows()
+        prefixes = np.repeat(np.array([f[3] for f in files], np.int64), counts)
+        fresh = np.arange(rows.size) >= np.repeat(first, counts) + prefixes
+        strings = np.flatnonzero(used & fresh & (rows["kind"] == colfile.STRING))
+        new_strings: dict[int, list[int]] = {}
+        for r in strings.tolist():  # new string table entries: rare after a file's first read
+            new_strings.setdefault(int(file_of[r]), []).append(r)
+        raw = reader.view
+        width = colfile.WIDTH
         for j, (name, state, size, prefix) in enumerate(files):
             if not decoded.usable[j]:
                 state.mirror = False  # as a cold pass, parse what the mirror cannot give
                 parsed.append((name, state, size))
                 continue
             lo, hi = int(first[j]), int(used_end[j])
-            new = np.flatnonzero(strings[lo + prefix : hi]) + lo + prefix
-            state.strings += b"".join(raw[r * colfile.WIDTH : (r + 1) * colfile.WIDTH].tobytes()
-                                      for r in new.tolist())  # fmt: skip
+            if j in new_strings:
+                added = b"".join(raw[r * width : (r + 1) * width] for r in new_strings[j])
+                state.strings += added
+                state.strings_sum = colfile.checksum(state.strings)
             consumed = hi - lo - prefix  # rows of the mirror from where this read began
             if consumed > (1 if state.rows else 0):
-                state.mark = raw[(hi - 1) * colfile.WIDTH : hi * colfile.WIDTH].tobytes()
+                state.mark = bytes(raw[(hi - 1) * width : hi * width])
             state.rows += consumed - (1 if state.rows else 0)
             state.offset = int(decoded.covered[j])
             if decoded.stopped[j]:
@@ -520,18 +532,15 @@ class _TailReader:
         while True:
             while at + width >= self.buf.size:
                 self._grow()
-            self.buf[self.end : at] = np.frombuffer(state.strings, np.uint8)
+            self.view[self.end : at] = state.strings
             n = os.preadv(fd, [self.view[at:]], offset)
             if n < self.buf.size - at:
                 break
             self._grow()
-        if n < width or self.buf[at : at + width].tobytes() != state.mark:
+        if n < width or self.view[at : at + width] != state.mark:
             raise _Restart("mirror rewritten")
         # The mark that ends what was read stands for all of it, from byte 0 of the file.
-        mark = np.zeros(1, _ROW)
-        mark["kind"] = colfile.MARK
-        mark["slots"][0, :4] = (0, state.offset, 0, colfile.checksum(state.strings))
-        self.buf[at : at + width] = mark.view(np.uint8)
+        self.view[at : at + width] = _MARK.pack(colfile.MARK, 0, state.offset, 0, state.strings_sum)
         self._done(prefix + n // width)
         return prefix
 
