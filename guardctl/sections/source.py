@@ -14,15 +14,15 @@ class SourceSettings:
 
     With ``kind = "prometheus"`` GPU and NIC telemetry come from dcgm-exporter and
     node_exporter series on the Prometheus server at ``url``; the record kinds in
-    ``store_kinds`` (the probe's step records by default, the strongest signal) are
-    still read from guardctl's store where it exists, into the same analysis.
+    ``store_kinds`` (by default the probe's step records, the strongest signal, and
+    the agent's host records, which no exporter gives) are still read from guardctl's
+    store where it exists, into the same analysis.
     """
 
     kind: Literal["store", "prometheus"] = "store"
     url: str = ""  # e.g. http://prometheus:9090 (a path prefix is kept)
-    store_kinds: tuple[str, ...] = ("step", "host")
-    # Query resolution: set it to the exporter's scrape interval (dcgm-exporter: 30 s).
-    step_s: float = 30.0
+    store_kinds: tuple[str, ...] = ("step", "host")  # still read from the store, beside Prometheus
+    step_s: float = 30.0  # query resolution: the exporter's scrape interval (dcgm-exporter: 30 s)
     max_points: int = 10_000  # steps per query (Prometheus refuses more than 11,000)
     timeout_s: float = 30.0  # per HTTP request
     retries: int = 2  # more tries after a transient failure (refused, timeout, 502/503/504)

@@ -134,6 +134,8 @@ def series_by_metric() -> dict[str, tuple[str, str, Series]]:
 # --- series -> records ------------------------------------------------------------------------
 
 Samples = list[tuple[float, float]]  # (ts, value), in time order
+# (metric, sorted labels) -> samples: one exporter's series
+SeriesSet = dict[tuple[str, tuple[tuple[str, str], ...]], Samples]
 
 
 def field_values(series: Series, samples: Samples) -> list[tuple[float, Any]]:
@@ -184,7 +186,7 @@ def merge_fields(kind: str, name: str, values: list[list[tuple[float, Any]]]) ->
 
 def exporter_series(
     records: Iterable[Mapping[str, Any]], scrape_s: float, start: float, end: float
-) -> dict[tuple[str, tuple[tuple[str, str], ...]], Samples]:
+) -> SeriesSet:
     """The series an exporter scraping every *scrape_s* over [start, end] would hold.
 
     At each scrape the exporter reports each GPU's (port's) newest sample: gauges as
@@ -202,7 +204,7 @@ def exporter_series(
         else:
             continue
         by_unit.setdefault(unit, []).append(r)
-    out: dict[tuple[str, tuple[tuple[str, str], ...]], Samples] = {}
+    out: SeriesSet = {}
     scrapes = [start + i * scrape_s for i in range(int((end - start) // scrape_s) + 1)]
     for (kind, node, unit_name), recs in by_unit.items():
         recs.sort(key=lambda r: float(r["ts"]))

@@ -242,20 +242,36 @@ def fetch(
     client: PrometheusClient, cfg: SourceSettings, since: float, until: float
 ) -> tuple[Frame, Coverage]:
     """The exporter series over [since, until] as a frame, and what the source gave."""
-    cov = Coverage(client.url)
+    selector = "{" + cfg.selector + "}" if cfg.selector else ""
+
+    def matrix(metric: str) -> list[Any]:
+        return client.query_range(metric + selector, since, until, cfg.step_s)
+
+    frame, cov = to_frame(matrix, cfg, client.url)
+    cov.queries = client.queries
+    return frame, cov
+
+
+def to_frame(
+    matrix: Callable[[str], list[Any]], cfg: SourceSettings, url: str = ""
+) -> tuple[Frame, Coverage]:
+    """Records from the matrix that *matrix(metric)* gives per exporter series.
+
+    Fallback series are asked for only when the preferred one is absent.
+    """
+    cov = Coverage(url)
     names = NodeNames(cfg)
     # (kind, node, unit) -> field -> [per-series values]
     units: dict[tuple[Any, ...], dict[str, list[list[tuple[float, Any]]]]] = {}
-    selector = "{" + cfg.selector + "}" if cfg.selector else ""
     for kind, table in F.FIELDS.items():
         for name, options in table.items():
             used = []
             for series in options:
-                matrix = client.query_range(series.metric + selector, since, until, cfg.step_s)
-                if not matrix:
+                found = matrix(series.metric)
+                if not found:
                     continue
                 used.append(series.metric)
-                _collect(kind, name, series, matrix, names, units, cov)
+                _collect(kind, name, series, found, names, units, cov)
                 if series.how in ("value", "state", "xid"):
                     break  # a direct series found: the fallbacks are not needed
             key = f"{kind}.{name}"
@@ -263,8 +279,16 @@ def fetch(
                 cov.given[key] = "+".join(used)
             else:
                 cov.missing[key] = "no " + " or ".join(s.metric for s in options)
-    cov.queries = client.queries
     return parse_lines(_lines(units)), cov
+
+
+def matrices(series: F.SeriesSet) -> dict[str, list[Any]]:
+    """Series as :func:`guardctl.sources.dcgm_fields.exporter_series` gives them, as
+    Prometheus's matrices per metric (what the benchmark feeds :func:`to_frame`)."""
+    out: dict[str, list[Any]] = {}
+    for (metric, labels), samples in series.items():
+        out.setdefault(metric, []).append({"metric": dict(labels), "values": samples})
+    return out
 
 
 def _collect(
