@@ -63,7 +63,8 @@ def source_frames(
             kept.cols[kind] = {name: col[:0] for name, col in cols.items()}
     for scrape in scrapes:
         series = matrices(exporter_series(records, scrape, truth.start, truth.end))
-        exported, _ = to_frame(lambda m, s=series: s.get(m, []), settings.source)  # type: ignore[misc]
+        # exact samples, no query steps: nothing stale to drop (no sample times asked)
+        exported, _ = to_frame(lambda m, t, s=series: [] if t else s.get(m, []), settings.source)  # type: ignore[misc]
         yield f"mixed@{scrape:g}s", concat([exported, kept])
         yield f"exporter@{scrape:g}s", exported
 
@@ -196,9 +197,11 @@ def main() -> int:
         metavar="S[,S...]",
         help="also judge the traces as exporter series scraped every S seconds (e.g. 10,30)",
     )
+    parser.add_argument("--sizes", default="", metavar="N[,N...]", help="fleet sizes, in nodes")
     args = parser.parse_args()
     scrapes = [float(x) for x in args.scrape.split(",") if x]
     sizes = [32, 96] if args.quick else [32, 96, 256]
+    sizes = [int(x) for x in args.sizes.split(",") if x] or sizes
     seeds = list(range(1, 4)) if args.quick else list(range(1, 9))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="guardctl-quality-") as tmp:

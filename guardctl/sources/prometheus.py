@@ -244,8 +244,9 @@ def fetch(
     """The exporter series over [since, until] as a frame, and what the source gave."""
     selector = "{" + cfg.selector + "}" if cfg.selector else ""
 
-    def matrix(metric: str) -> list[Any]:
-        return client.query_range(metric + selector, since, until, cfg.step_s)
+    def matrix(metric: str, stamps: bool = False) -> list[Any]:
+        expr = f"timestamp({metric}{selector})" if stamps else metric + selector
+        return client.query_range(expr, since, until, cfg.step_s)
 
     frame, cov = to_frame(matrix, cfg, client.url)
     cov.queries = client.queries
@@ -253,11 +254,15 @@ def fetch(
 
 
 def to_frame(
-    matrix: Callable[[str], list[Any]], cfg: SourceSettings, url: str = ""
+    matrix: Callable[[str, bool], list[Any]], cfg: SourceSettings, url: str = ""
 ) -> tuple[Frame, Coverage]:
-    """Records from the matrix that *matrix(metric)* gives per exporter series.
+    """Records from the matrix that *matrix(metric, False)* gives per exporter series.
 
-    Fallback series are asked for only when the preferred one is absent.
+    Fallback series are asked for only when the preferred one is absent. A query
+    step finds the newest sample of the last 5 minutes (Prometheus's lookback), so
+    a gap in scraping would repeat old values as if new: *matrix(metric, True)*,
+    the sample times of each unit's first series, drops every step whose sample an
+    earlier step already had, and a gap stays a gap (the analyzer's "unknown").
     """
     cov = Coverage(url)
     names = NodeNames(cfg)
@@ -267,7 +272,7 @@ def to_frame(
         for name, options in table.items():
             used = []
             for series in options:
-                found = matrix(series.metric)
+                found = matrix(series.metric, False)
                 if not found:
                     continue
                 used.append(series.metric)
@@ -279,7 +284,28 @@ def to_frame(
                 cov.given[key] = "+".join(used)
             else:
                 cov.missing[key] = "no " + " or ".join(s.metric for s in options)
-    return parse_lines(_lines(units)), cov
+    stale = _stale_steps(matrix, cfg, cov, names)
+    return parse_lines(_lines(units, stale)), cov
+
+
+def _stale_steps(
+    matrix: Callable[[str, bool], list[Any]], cfg: SourceSettings, cov: Coverage, names: NodeNames
+) -> set[tuple[Any, ...]]:
+    """(kind, node, *unit, step time) of steps that only repeat an older sample."""
+    out: set[tuple[Any, ...]] = set()
+    for kind, table in F.FIELDS.items():
+        first = next((cov.given[f"{kind}.{n}"] for n in table if f"{kind}.{n}" in cov.given), None)
+        if first is None:
+            continue
+        for s in matrix(first.split("+")[0], True):
+            labels = s.get("metric", {})
+            node, unit = names(labels), _unit(kind, labels)
+            if node is None or unit is None:
+                continue
+            for t, sampled in map(_sample, s.get("values", [])):
+                if t - sampled >= cfg.step_s:  # the previous step saw this sample already
+                    out.add((kind, node, *unit, t))
+    return out
 
 
 def matrices(series: F.SeriesSet) -> dict[str, list[Any]]:
@@ -322,13 +348,18 @@ def _sample(pair: Any) -> tuple[float, float]:
         return 0.0, math.nan
 
 
-def _lines(units: dict[tuple[Any, ...], dict[str, list[list[tuple[float, Any]]]]]) -> list[bytes]:
+def _lines(
+    units: dict[tuple[Any, ...], dict[str, list[list[tuple[float, Any]]]]],
+    stale: set[tuple[Any, ...]],
+) -> list[bytes]:
     out = []
     for key, fields in units.items():
         kind, node = key[0], key[1]
         merged = {name: F.merge_fields(kind, name, vals) for name, vals in fields.items()}
         stamps = sorted({t for per in merged.values() for t in per})
         for t in stamps:
+            if (*key, t) in stale:
+                continue
             rec: dict[str, Any] = {"v": 1, "kind": kind, "ts": t, "node": node}
             if kind == "gpu":
                 rec["gpu"] = key[2]

@@ -102,8 +102,9 @@ def test_queries_are_chunked_to_max_points(prom_fleet: PromFleet) -> None:
     source = open_source(settings, ("prometheus", prom_fleet.url), None)
     chunked = analyze_source(source, prom_fleet.end)
     assert source.coverage is not None
-    # a pass spans 3 windows of 300 s: 91 steps of 10 s, 10 queries of up to 10 steps per series
-    assert source.coverage.queries == 10 * len(source.coverage.given)
+    # a pass spans 3 windows of 300 s: 91 steps of 10 s, 10 queries of up to 10 steps per
+    # series, and per record kind (gpu, nic) for the sample times
+    assert source.coverage.queries == 10 * (len(source.coverage.given) + 2)
     whole = analyze_source(
         open_source(_settings(store_kinds=()), ("prometheus", prom_fleet.url), None), prom_fleet.end
     )
@@ -237,3 +238,15 @@ def test_missing_token_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="cannot read"):
         settings = _settings(bearer_token_file=str(tmp_path / "absent"))
         analyze_source(open_source(settings, ("prometheus", "http://127.0.0.1:1"), None), 1e9)
+
+
+def test_a_step_finer_than_the_scrape_repeats_no_sample(prom_fleet: PromFleet) -> None:
+    # At a 5 s step every other step finds the same 10 s sample (Prometheus's lookback):
+    # those are dropped, so the records, and the verdicts, are the scrape's own.
+    fine = open_source(_settings(store_kinds=(), step_s=5.0), ("prometheus", prom_fleet.url), None)
+    coarse = open_source(_settings(store_kinds=()), ("prometheus", prom_fleet.url), None)
+    since, until = prom_fleet.end - 900, prom_fleet.end
+    a, b = fine.load(since, until), coarse.load(since, until)
+    assert a.count("gpu") == b.count("gpu") and a.count("nic") == b.count("nic")
+    ra, rb = analyze_source(fine, prom_fleet.end), analyze_source(coarse, prom_fleet.end)
+    assert {n.node: n.verdict for n in ra.nodes} == {n.node: n.verdict for n in rb.nodes}
