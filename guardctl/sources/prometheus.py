@@ -15,6 +15,7 @@ down or too slow, an HTTP or API error, a body that is not Prometheus's JSON, an
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import math
 import time
@@ -152,7 +153,7 @@ class PrometheusClient:
             if exc.code in RETRY_STATUS:
                 raise _Transient(f"HTTP {exc.code} {exc.reason}") from None
             raise SourceError(f"{self.url}: {_api_error(exc.read(), f'HTTP {exc.code}')}") from None
-        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as exc:
+        except (OSError, http.client.HTTPException) as exc:  # URLError, timeouts, a cut answer
             reason = getattr(exc, "reason", exc)
             if isinstance(reason, TimeoutError) or "timed out" in str(reason):
                 raise _Transient(f"no answer within {self.cfg.timeout_s:g} s") from None

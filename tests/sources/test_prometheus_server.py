@@ -250,3 +250,13 @@ def test_a_step_finer_than_the_scrape_repeats_no_sample(prom_fleet: PromFleet) -
     assert a.count("gpu") == b.count("gpu") and a.count("nic") == b.count("nic")
     ra, rb = analyze_source(fine, prom_fleet.end), analyze_source(coarse, prom_fleet.end)
     assert {n.node: n.verdict for n in ra.nodes} == {n.node: n.verdict for n in rb.nodes}
+
+
+def test_export_writes_nothing_without_fresh_series(prom_fleet: PromFleet, tmp_path: Path) -> None:
+    # The fleet's series end half an hour ago: the last 15 minutes hold none.
+    out = tmp_path / "guardctl.prom"
+    res = CliRunner().invoke(
+        main, ["export", "--from", "prometheus", prom_fleet.url, "--prometheus", str(out)]
+    )
+    _assert_one_line_error(res.exit_code, res.output, "no dcgm-exporter or node_exporter series")
+    assert not out.exists()
