@@ -11,8 +11,15 @@ in any pass, is a false positive. Time to detect is in windows (5 min).
 Targets: precision and recall >= 0.98, zero false positives on clean fleets,
 detection within two windows of onset.
 
+``--scrape 10,30`` also judges each trace as a Prometheus source would see it: the
+GPU and NIC records rendered as the series dcgm-exporter and node_exporter scraping
+every 10 s / 30 s would hold, read back through the source's own mapping
+(:mod:`guardctl.sources`), once with the store's step and host records ("mixed", what
+``--from prometheus`` reads) and once alone ("exporter"). One table per way of reading.
+
     python bench/detect_quality.py            # 3 sizes x 8 seeds
     python bench/detect_quality.py --quick    # 2 sizes x 3 seeds (CI)
+    python bench/detect_quality.py --quick --scrape 10,30
 """
 
 from __future__ import annotations
@@ -23,69 +30,134 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from guardctl.analyze import load
+from guardctl.analyze import Frame, load
+from guardctl.analyze.frame import concat
 from guardctl.config import Settings
-from guardctl.simulate import simulate
-from guardctl.simulate.score import score_trace
+from guardctl.schema import read_path
+from guardctl.simulate import Truth, simulate
+from guardctl.simulate.score import Score, score_trace
+from guardctl.sources.dcgm_fields import exporter_series
+from guardctl.sources.prometheus import matrices, to_frame
 
 
-def run(sizes: list[int], seeds: list[int], per_kind: int, workdir: Path) -> dict[str, object]:
+def labels(scrapes: list[float]) -> list[str]:
+    return ["store"] + [f"{way}@{s:g}s" for s in scrapes for way in ("mixed", "exporter")]
+
+
+def source_frames(
+    out: Path, truth: Truth, settings: Settings, scrapes: list[float]
+) -> Iterator[tuple[str, Frame]]:
+    """(label, frame) per way of reading one trace: the store, then per scrape interval."""
+    yield "store", load(out, settings)
+    if not scrapes:
+        return
+    records = read_path(out).records
+    kept = load(out, settings)  # what --from prometheus still reads from the store
+    for kind, cols in kept.cols.items():
+        if kind not in settings.source.store_kinds:
+            kept.cols[kind] = {name: col[:0] for name, col in cols.items()}
+    for scrape in scrapes:
+        series = matrices(exporter_series(records, scrape, truth.start, truth.end))
+        # exact samples, no query steps: nothing stale to drop (no sample times asked)
+        exported, _ = to_frame(lambda m, t, s=series: [] if t else s.get(m, []), settings.source)  # type: ignore[misc]
+        yield f"mixed@{scrape:g}s", concat([exported, kept])
+        yield f"exporter@{scrape:g}s", exported
+
+
+def score_all(
+    out: Path, truth: Truth, settings: Settings, scrapes: list[float]
+) -> dict[str, Score]:
+    return {
+        label: score_trace(frame, truth, settings.analyze, step_s=60)
+        for label, frame in source_frames(out, truth, settings, scrapes)
+    }
+
+
+def run(
+    sizes: list[int], seeds: list[int], per_kind: int, workdir: Path, scrapes: list[float]
+) -> dict[str, dict[str, object]]:
+    """One result (as :func:`table` prints it) per way of reading the traces."""
     settings = Settings()
-    rows = []
-    by_kind: dict[str, list[float]] = defaultdict(list)
-    missed_kinds: dict[str, int] = defaultdict(int)
-    ttd_kind: dict[str, list[float]] = defaultdict(list)
+    acc = {label: _Acc() for label in labels(scrapes)}
     for nodes in sizes:
-        agg = {
-            "nodes": nodes,
-            "traces": 0,
-            "faults": 0,
-            "detected": 0,
-            "false_nodes": 0,
-            "false_passes": 0,
-            "passes": 0,
-            "ttd": [],
-            "clean_false": 0,
-        }
+        for acc_one in acc.values():
+            acc_one.begin(nodes)
         for seed in seeds:
             out = workdir / f"n{nodes}-s{seed}"
             per = per_kind if nodes >= 64 else 1
             truth = simulate(out, nodes=nodes, duration=1800, seed=seed, faults=f"all:{per}")
-            score = score_trace(load(out, settings), truth, settings.analyze, step_s=60)
-            agg["traces"] += 1
-            agg["faults"] += score.faults
-            agg["detected"] += score.detected
-            agg["false_nodes"] += len(score.false_nodes)
-            agg["false_passes"] += score.false_passes
-            agg["passes"] += score.passes
-            agg["ttd"] += score.ttd_windows
-            kinds = {i.node: i.kind for i in truth.faults}
-            for node, windows in score.ttd.items():
-                by_kind[kinds[node]].append(1.0)
-                ttd_kind[kinds[node]].append(windows)
-            for m in score.missed:
-                missed_kinds[m.split(":")[1]] += 1
-                by_kind[m.split(":")[1]].append(0.0)
+            for label, score in score_all(out, truth, settings, scrapes).items():
+                acc[label].add(score, truth)
         clean_out = workdir / f"n{nodes}-clean"
         truth = simulate(clean_out, nodes=nodes, duration=1800, seed=10_000 + nodes, faults="none")
-        clean = score_trace(load(clean_out, settings), truth, settings.analyze, step_s=60)
-        agg["clean_false"] = len(clean.false_nodes)
-        agg["clean_passes"] = clean.passes
-        rows.append(agg)
-        print(
-            f"{nodes} nodes: {json.dumps({k: v for k, v in agg.items() if k != 'ttd'})}",
-            file=sys.stderr,
+        for label, score in score_all(clean_out, truth, settings, scrapes).items():
+            acc[label].clean(score)
+            print(f"{label} {nodes} nodes: {acc[label].summary()}", file=sys.stderr)
+    return {label: a.result() for label, a in acc.items()}
+
+
+class _Acc:
+    """Scores of one way of reading, per fleet size and per fault kind."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, object]] = []
+        self.by_kind: dict[str, list[float]] = defaultdict(list)
+        self.missed_kinds: dict[str, int] = defaultdict(int)
+        self.ttd_kind: dict[str, list[float]] = defaultdict(list)
+
+    def begin(self, nodes: int) -> None:
+        self.rows.append(
+            {
+                "nodes": nodes,
+                "traces": 0,
+                "faults": 0,
+                "detected": 0,
+                "false_nodes": 0,
+                "false_passes": 0,
+                "passes": 0,
+                "ttd": [],
+                "clean_false": 0,
+            }
         )
-    return {
-        "rows": rows,
-        "by_kind": {k: float(np.mean(v)) for k, v in by_kind.items()},
-        "ttd_kind": {k: (float(np.median(v)), float(np.max(v))) for k, v in ttd_kind.items()},
-        "missed_kinds": dict(missed_kinds),
-    }
+
+    def add(self, score: Score, truth: Truth) -> None:
+        agg: dict[str, object] = self.rows[-1]
+        agg["traces"] += 1  # type: ignore[operator]
+        agg["faults"] += score.faults  # type: ignore[operator]
+        agg["detected"] += score.detected  # type: ignore[operator]
+        agg["false_nodes"] += len(score.false_nodes)  # type: ignore[operator]
+        agg["false_passes"] += score.false_passes  # type: ignore[operator]
+        agg["passes"] += score.passes  # type: ignore[operator]
+        agg["ttd"] += score.ttd_windows  # type: ignore[operator]
+        kinds = {i.node: i.kind for i in truth.faults}
+        for node, windows in score.ttd.items():
+            self.by_kind[kinds[node]].append(1.0)
+            self.ttd_kind[kinds[node]].append(windows)
+        for m in score.missed:
+            self.missed_kinds[m.split(":")[1]] += 1
+            self.by_kind[m.split(":")[1]].append(0.0)
+
+    def clean(self, score: Score) -> None:
+        self.rows[-1]["clean_false"] = len(score.false_nodes)
+        self.rows[-1]["clean_passes"] = score.passes
+
+    def summary(self) -> str:
+        return json.dumps({k: v for k, v in self.rows[-1].items() if k != "ttd"})
+
+    def result(self) -> dict[str, object]:
+        return {
+            "rows": self.rows,
+            "by_kind": {k: float(np.mean(v)) for k, v in self.by_kind.items()},
+            "ttd_kind": {
+                k: (float(np.median(v)), float(np.max(v))) for k, v in self.ttd_kind.items()
+            },
+            "missed_kinds": dict(self.missed_kinds),
+        }
 
 
 def table(result: dict[str, object]) -> str:
@@ -119,21 +191,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 sizes x 3 seeds")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--scrape",
+        default="",
+        metavar="S[,S...]",
+        help="also judge the traces as exporter series scraped every S seconds (e.g. 10,30)",
+    )
+    parser.add_argument("--sizes", default="", metavar="N[,N...]", help="fleet sizes, in nodes")
     args = parser.parse_args()
+    scrapes = [float(x) for x in args.scrape.split(",") if x]
     sizes = [32, 96] if args.quick else [32, 96, 256]
+    sizes = [int(x) for x in args.sizes.split(",") if x] or sizes
     seeds = list(range(1, 4)) if args.quick else list(range(1, 9))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="guardctl-quality-") as tmp:
-        result = run(sizes, seeds, per_kind=2, workdir=Path(tmp))
-    result["seconds"] = time.perf_counter() - t0
+        results = run(sizes, seeds, per_kind=2, workdir=Path(tmp), scrapes=scrapes)
+    seconds = time.perf_counter() - t0
     if args.json:
-        out = dict(result)
-        for r in out["rows"]:  # type: ignore[attr-defined]
-            r["ttd"] = [round(x, 3) for x in r["ttd"]]
-        print(json.dumps(out, indent=1))
+        for result in results.values():
+            for r in result["rows"]:  # type: ignore[attr-defined]
+                r["ttd"] = [round(x, 3) for x in r["ttd"]]
+        print(json.dumps({"results": results, "seconds": seconds}, indent=1))
     else:
-        print(table(result))
-        print(f"\n({result['seconds']:.0f} s)")
+        for label, result in results.items():
+            if len(results) > 1:
+                print(f"\n### {label}\n")
+            print(table(result))
+        print(f"\n({seconds:.0f} s)")
     return 0
 
 

@@ -33,6 +33,7 @@ from guardctl.sections.dds import DdsSettings
 from guardctl.sections.quarantine import QuarantineSettings
 from guardctl.sections.safety import SafetySettings
 from guardctl.sections.slurm import SlurmSettings
+from guardctl.sections.source import SourceSettings
 from guardctl.sections.store import StoreSettings
 from guardctl.sections.sweep import SweepSettings
 
@@ -54,6 +55,7 @@ class Settings:
     analyze: AnalyzeSettings = field(default_factory=AnalyzeSettings)
     sweep: SweepSettings = field(default_factory=SweepSettings)
     dds: DdsSettings = field(default_factory=DdsSettings)
+    source: SourceSettings = field(default_factory=SourceSettings)
     sources: tuple[str, ...] = ()  # the layers that were read, for `guardctl config`
 
 

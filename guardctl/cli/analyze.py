@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from guardctl.analyze import SUSPECT, analyze
+from guardctl.analyze import SUSPECT
 from guardctl.analyze.engine import bad_summary, build_cache
 from guardctl.analyze.timespec import iso, parse_duration, parse_time
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
 from guardctl.errors import ExitCode, InputError
+from guardctl.sources import Source, analyze_source, open_source
 
 
 @main.command("analyze")
@@ -21,6 +22,15 @@ from guardctl.errors import ExitCode, InputError
     type=click.Path(path_type=Path),
     help="A schema-v1 file, a directory of *.jsonl, or a store root "
     "(default: the configured store).",
+)
+@click.option(
+    "--from",
+    "from_opt",
+    nargs=2,
+    metavar="KIND LOCATION",
+    help="Where telemetry comes from: 'prometheus URL' (dcgm-exporter and node_exporter "
+    "series; step records still from --input or the store) or 'store PATH' "
+    "(default: [source] in the configuration).",
 )
 @click.option(
     "--window",
@@ -46,6 +56,7 @@ def analyze_cmd(
     at: str | None,
     build_cache: bool,
     as_json: bool,
+    from_opt: tuple[str, str] | None = None,
 ) -> None:
     """Judge every node seen in the telemetry: healthy, suspect or unknown.
 
@@ -63,19 +74,27 @@ def analyze_cmd(
         return
     window_s = parse_duration(window, "--window") if window else None
     at_ts = parse_time(at, "--at") if at else None
-    result = analyze(input_path, settings, at_ts, window_s=window_s)
+    source = open_source(settings, from_opt, input_path)
+    result = analyze_source(source, at_ts, window_s=window_s)
     if not result.records:
-        source = input_path if input_path is not None else settings.store.root
         raise InputError(
-            f"{source}: no valid telemetry records "
+            f"{source.describe()}: no valid telemetry records "
             f"({result.files} files; bad lines: {bad_summary(result.bad)})"
         )
     if as_json:
-        echo_json(result.to_dict())
+        echo_json(_with_source(result.to_dict(), source))
     else:
         _print_table(result)
+        if source.coverage is not None:
+            click.echo(source.coverage.summary())
     if result.suspects:
         sys.exit(int(ExitCode.FINDINGS))
+
+
+def _with_source(out: dict[str, object], source: Source) -> dict[str, object]:
+    if source.coverage is not None:  # what the Prometheus source could and could not give
+        out["source"] = source.coverage.to_dict()
+    return out
 
 
 def _build_cache(input_path: Path | None, settings: object) -> dict[str, object]:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from guardctl.analyze import analyze
 from guardctl.cli.base import AppContext, dry_run_option, main, pass_app
 from guardctl.errors import UsageError
 from guardctl.export import prometheus_text, write_prometheus
+from guardctl.sources import analyze_source, open_source
 
 
 @main.command("export")
@@ -26,13 +26,26 @@ from guardctl.export import prometheus_text, write_prometheus
     type=click.Path(path_type=Path),
     help="Telemetry to analyse (default: the configured store).",
 )
+@click.option(
+    "--from",
+    "from_opt",
+    nargs=2,
+    metavar="KIND LOCATION",
+    help="'prometheus URL' or 'store PATH', as for analyze (default: [source]).",
+)
 @dry_run_option
 @pass_app
-def export_cmd(app: AppContext, prom: Path | None, input_path: Path | None, dry_run: bool) -> None:
+def export_cmd(
+    app: AppContext,
+    prom: Path | None,
+    input_path: Path | None,
+    dry_run: bool,
+    from_opt: tuple[str, str] | None = None,
+) -> None:
     """Run one analysis pass and export its verdicts (written atomically)."""
     if prom is None:
         raise UsageError("export: say where to write, e.g. --prometheus FILE")
-    result = analyze(input_path, app.settings)
+    result = analyze_source(open_source(app.settings, from_opt, input_path))
     if dry_run:
         click.echo(prometheus_text(result), nl=False)
         return

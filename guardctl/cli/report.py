@@ -12,6 +12,7 @@ from guardctl.cli.base import AppContext, main, pass_app
 from guardctl.errors import ExitCode
 from guardctl.export import write_atomic
 from guardctl.report import FORMATS, make_report
+from guardctl.sources import open_source
 
 
 @main.command("report")
@@ -36,6 +37,13 @@ from guardctl.report import FORMATS, make_report
     type=click.Path(path_type=Path),
     help="Telemetry to report on (default: the configured store).",
 )
+@click.option(
+    "--from",
+    "from_opt",
+    nargs=2,
+    metavar="KIND LOCATION",
+    help="'prometheus URL' or 'store PATH', as for analyze (default: [source]).",
+)
 @click.option("--end", metavar="TIME", help="End of the period (default: the newest data).")
 @click.option(
     "--step", metavar="DURATION", help="Time between analysis passes (default: one window)."
@@ -50,17 +58,20 @@ def report_cmd(
     input_path: Path | None,
     end: str | None,
     step: str | None,
+    from_opt: tuple[str, str] | None = None,
 ) -> None:
     """Write a fleet health report; exit 1 when a node is suspect (something to act on)."""
     if as_json:
         fmt = "json"
+    source = open_source(app.settings, from_opt, input_path)
     report = make_report(
-        input_path,
+        source.store,
         app.settings,
         period_s=parse_duration(period, "--period"),
         fmt=fmt,
         end=parse_time(end, "--end") if end else None,
         step_s=parse_duration(step, "--step") if step else None,
+        source=source if source.url else None,
     )
     if output is None:
         click.echo(report.text, nl=False)

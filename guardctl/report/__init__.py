@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardctl.config import Settings
 from guardctl.errors import UsageError
 from guardctl.report.timeline import Timeline, build_timeline
+
+if TYPE_CHECKING:
+    from guardctl.sources import Source
 
 FORMATS = ("md", "html", "json")
 
@@ -36,22 +39,23 @@ def make_report(
     fmt: str = "md",
     end: float | None = None,
     step_s: float | None = None,
+    source: Source | None = None,
 ) -> Report:
     """Analyse the *period_s* before *end* (default: the newest data) and render it as *fmt*."""
     if fmt not in FORMATS:
         raise UsageError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
-    tl = build_timeline(path, settings, period_s, end=end, step_s=step_s)
-    source = str(path if path is not None else settings.store.root)
+    tl = build_timeline(path, settings, period_s, end=end, step_s=step_s, source=source)
+    where = source.describe() if source else str(path if path is not None else settings.store.root)
     if fmt == "html":
         from guardctl.report.html import render_html
 
-        text = render_html(tl, source)
+        text = render_html(tl, where)
     elif fmt == "json":
-        text = json.dumps(report_data(tl, source), indent=2) + "\n"
+        text = json.dumps(report_data(tl, where), indent=2) + "\n"
     else:
         from guardctl.report.markdown import render_markdown
 
-        text = render_markdown(tl, source)
+        text = render_markdown(tl, where)
     return Report(text, bool(tl.latest.suspects), tl)
 
 

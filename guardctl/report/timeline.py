@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,6 +17,9 @@ from guardctl.analyze import SUSPECT, UNKNOWN, Analysis, analyze_frame, history_
 from guardctl.analyze.engine import default_at, load_recent
 from guardctl.analyze.frame import Frame, slice_sorted, sort_by_time
 from guardctl.config import Settings
+
+if TYPE_CHECKING:
+    from guardctl.sources import Source
 
 CHUNK_S = 3600.0  # telemetry read per step of a long report
 VERDICT_CODE = {"healthy": 0, UNKNOWN: 1, SUSPECT: 2}
@@ -52,13 +56,17 @@ def build_timeline(
     *,
     end: float | None = None,
     step_s: float | None = None,
+    source: Source | None = None,
 ) -> Timeline:
-    """Run the analyzer every *step_s* (default: one window) over the *period_s* before *end*."""
+    """Run the analyzer every *step_s* (default: one window) over the *period_s* before *end*.
+
+    Telemetry comes from *path* (default: the store) unless *source* (Prometheus) is given.
+    """
     cfg = settings.analyze
     step = step_s or cfg.window_s
     span = history_needed(cfg)
     if end is None:
-        recent = load_recent(path, settings, span)
+        recent = source.recent(span) if source else load_recent(path, settings, span)
         end = default_at(recent, cfg.window_s) if recent.records else None
         if end is None:
             return Timeline(
@@ -84,7 +92,10 @@ def build_timeline(
         chunk = times[(times > lo) & (times <= hi)] if lo > start else times[times <= hi]
         if not chunk.size:
             continue
-        frame = load(path, settings, since=float(chunk[0]) - span, until=float(chunk[-1]))
+        since, until = float(chunk[0]) - span, float(chunk[-1])
+        frame = (
+            source.load(since, until) if source else load(path, settings, since=since, until=until)
+        )
         frame = sort_by_time(frame)
         acc.read(frame, lo, hi)
         for t in chunk:

@@ -1,0 +1,112 @@
+"""Telemetry sources other than the store: what the cluster's Prometheus already collects.
+
+A source turns a time range into the same :class:`~guardctl.analyze.frame.Frame` the
+store gives, so every judgement stays the analyzer's. :func:`open_source` picks one
+from ``--from KIND LOCATION`` or the ``[source]`` settings; a Prometheus source also
+reads the record kinds of ``source.store_kinds`` (the probe's step records) from the
+store where one exists, so that one analysis has both.
+
+Entry points: :func:`open_source`, then :meth:`Source.load` / :meth:`Source.recent`
+(reports, the controller) or :func:`analyze_source` (one pass, as ``analyze`` runs it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from guardctl.analyze import Analysis, analyze, analyze_frame, history_needed, load
+from guardctl.analyze.frame import Frame, concat
+from guardctl.analyze.load import is_store
+from guardctl.config import Settings
+from guardctl.errors import UsageError
+from guardctl.sources.prometheus import Coverage, PrometheusClient, SourceError, fetch
+
+KINDS = ("store", "prometheus")
+
+__all__ = ["KINDS", "Coverage", "Source", "SourceError", "analyze_source", "open_source"]
+
+
+@dataclass
+class Source:
+    """Where one command reads telemetry from: the store (*url* empty) or Prometheus."""
+
+    settings: Settings
+    store: Path | None  # the store or input path (None: the configured store)
+    url: str = ""
+    coverage: Coverage | None = None  # what Prometheus gave on the last load
+
+    @property
+    def kind(self) -> str:
+        return "prometheus" if self.url else "store"
+
+    def describe(self) -> str:
+        return self.url or str(self.store if self.store is not None else self.settings.store.root)
+
+    def load(self, since: float | None, until: float | None) -> Frame:
+        """Telemetry with timestamps in [since, until]."""
+        if not self.url:
+            return load(self.store, self.settings, since=since, until=until)
+        if since is None or until is None:
+            raise UsageError("a Prometheus source needs a time range")
+        client = PrometheusClient(self.url, self.settings.source)
+        frame, self.coverage = fetch(client, self.settings.source, since, until)
+        mixed = self._store_part(since, until)
+        return concat([frame, mixed]) if mixed is not None else frame
+
+    def recent(self, span: float) -> Frame:
+        """The last *span* seconds before now."""
+        now = time.time()
+        return self.load(now - span, now)
+
+    def _store_part(self, since: float, until: float) -> Frame | None:
+        kinds = self.settings.source.store_kinds
+        root = self.store if self.store is not None else self.settings.store.root
+        if not kinds or not (is_store(root) or os.path.isfile(root)):
+            return None
+        frame = load(root, self.settings, since=since, until=until)
+        for kind, cols in frame.cols.items():
+            if kind not in kinds:  # Prometheus gives these: no record twice
+                frame.cols[kind] = {name: col[:0] for name, col in cols.items()}
+        return frame
+
+
+def open_source(
+    settings: Settings, from_opt: tuple[str, str] | None, input_path: Path | None
+) -> Source:
+    """The source ``--from KIND LOCATION`` names, else the one ``[source]`` configures.
+
+    ``--from store PATH`` is ``--input PATH``; with ``--from prometheus URL``,
+    ``--input`` names the store whose step records join the analysis.
+    """
+    if from_opt is None:
+        if settings.source.kind == "prometheus":
+            return Source(settings, input_path, settings.source.url)
+        return Source(settings, input_path)
+    kind, location = from_opt
+    if kind not in KINDS:
+        raise UsageError(f"--from: expected one of {', '.join(KINDS)}, got {kind!r}")
+    if kind == "store":
+        if input_path is not None:
+            raise UsageError("--from store PATH and --input PATH: give one of them")
+        return Source(settings, Path(location))
+    return Source(settings, input_path, location)
+
+
+def analyze_source(
+    source: Source, at: float | None = None, *, window_s: float | None = None
+) -> Analysis:
+    """One analysis pass over *source*, as :func:`guardctl.analyze.analyze` is over the store."""
+    settings = source.settings
+    if not source.url:
+        return analyze(source.store, settings, at, window_s=window_s)
+    span = history_needed(settings.analyze, window_s)
+    frame = source.load(at - span, at) if at is not None else source.recent(span)
+    if source.coverage is not None and not source.coverage.samples:
+        raise SourceError(
+            f"{source.url}: no dcgm-exporter or node_exporter series in the "
+            f"{span:g} s before {'now' if at is None else at}"
+        )
+    return analyze_frame(frame, settings.analyze, at=at, window_s=window_s)
