@@ -221,6 +221,7 @@ def analyze_frame(
         min_samples=cfg.min_samples,
         min_coverage=cfg.min_coverage,
         min_peers=cfg.min_peers,
+        min_rank_peers=cfg.min_rank_peers,
         low_q=cfg.low_quantile,
         hw_xids=cfg.hardware_xids,
     )
