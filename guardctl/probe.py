@@ -5,20 +5,27 @@
     from guardctl import probe
 
     for batch in loader:
-        with probe.step():
+        with probe.step(samples=len(batch)):
             loss = model(batch)
-            loss.backward()
             probe.comm_begin()   # this rank now waits in its gradient collective
+            allreduce(gradients_of(loss))
             optimizer.step()
+
+Under PyTorch DDP the all-reduce runs inside ``loss.backward()``, overlapped with
+it: a mark after ``backward()`` counts the wait for the slowest rank as every
+rank's compute and hides the straggler. Use ``guardctl.torch.instrument(ddp)``,
+which marks from DDP's communication hook instead.
 
 Each step becomes a schema-v1 ``step`` record: ``step_s`` (enter to exit of the
 ``with``), ``compute_s`` (enter to :func:`comm_begin`) and ``comm_s``
 (:func:`comm_begin` to exit). In synchronous training every rank's step time is
 the same, so a slow rank shows as high ``compute_s`` and low ``comm_s``.
 
-Job, rank and node come from Slurm (``SLURM_JOB_ID``; ``SLURM_PROCID`` or
-``RANK``; ``SLURMD_NODENAME``, else the short hostname) unless
-:func:`configure` says otherwise; ``GUARDCTL_STORE`` names the store. A step
+Job, rank and node come from :mod:`guardctl.identity` (torchrun's variables,
+then Slurm's; ``GUARDCTL_JOB`` for local runs) unless :func:`configure` says
+otherwise, as do the rank's parallel role (``pp_stage``, ``dp_rank``,
+``tp_rank``); *samples* says how much work a step was. :func:`last` gives the
+last step's times. ``GUARDCTL_STORE`` names the store. A step
 costs a few microseconds: it only takes timestamps and appends to a bounded
 in-memory queue. A background thread writes the queue to the store every
 second; when the queue is full, steps are dropped and counted, never waited
