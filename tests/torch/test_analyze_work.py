@@ -66,3 +66,21 @@ def test_a_slow_rank_among_three_peers_of_its_stage_is_found(tmp_path: Path) -> 
     roles = [{"pp_stage": s, "dp_rank": d} for s in (0, 1) for d in range(4)]
     write_steps(tmp_path, roles, [0.5] * 4 + [0.815, 0.815, 1.63, 0.815], [None] * 8)
     assert suspects(run(tmp_path)) == ["node6"]
+
+
+def test_a_job_too_small_to_compare_says_so(tmp_path: Path) -> None:
+    write_steps(tmp_path, [{}] * 2, [0.5, 1.5], [None] * 2)
+    result = run(tmp_path)
+    assert suspects(result) == []
+    for verdict in result.nodes:
+        assert verdict.reasons[0].startswith("ranks not judged: fewer than 3 ranks"), verdict
+
+
+def test_analyze_summary_counts_the_nodes_not_judged(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from guardctl.cli import main
+
+    write_steps(tmp_path, [{}] * 2, [0.5, 1.5], [None] * 2)
+    run_ = CliRunner().invoke(main, ["analyze", "--input", str(tmp_path)], env={})
+    assert "(2 with ranks not judged: too few peers)" in run_.output, run_.output
