@@ -50,7 +50,7 @@ from guardctl.analyze.frame import FLOATS, INTS, STRINGS, Frame, parse_lines
 log = logging.getLogger("guardctl.colfile")
 
 SUFFIX = ".cols"
-MAGIC = b"GCOLS\x00\x01\n"
+MAGIC = b"GCOLS\x00\x02\n"  # 2: step rows carry samples and pp_stage
 _PREAMBLE = struct.Struct("<8sIIQ")  # magic, row width, reserved, inode of the JSON Lines file
 PREAMBLE_SIZE = _PREAMBLE.size
 TABLES = ("nodes", "jobs", "ports", "states")

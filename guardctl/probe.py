@@ -5,20 +5,27 @@
     from guardctl import probe
 
     for batch in loader:
-        with probe.step():
+        with probe.step(samples=len(batch)):
             loss = model(batch)
-            loss.backward()
             probe.comm_begin()   # this rank now waits in its gradient collective
+            allreduce(gradients_of(loss))
             optimizer.step()
+
+Under PyTorch DDP the all-reduce runs inside ``loss.backward()``, overlapped with
+it: a mark after ``backward()`` counts the wait for the slowest rank as every
+rank's compute and hides the straggler. Use ``guardctl.torch.instrument(ddp)``,
+which marks from DDP's communication hook instead.
 
 Each step becomes a schema-v1 ``step`` record: ``step_s`` (enter to exit of the
 ``with``), ``compute_s`` (enter to :func:`comm_begin`) and ``comm_s``
 (:func:`comm_begin` to exit). In synchronous training every rank's step time is
 the same, so a slow rank shows as high ``compute_s`` and low ``comm_s``.
 
-Job, rank and node come from Slurm (``SLURM_JOB_ID``; ``SLURM_PROCID`` or
-``RANK``; ``SLURMD_NODENAME``, else the short hostname) unless
-:func:`configure` says otherwise; ``GUARDCTL_STORE`` names the store. A step
+Job, rank and node come from :mod:`guardctl.identity` (torchrun's variables,
+then Slurm's; ``GUARDCTL_JOB`` for local runs) unless :func:`configure` says
+otherwise, as do the rank's parallel role (``pp_stage``, ``dp_rank``,
+``tp_rank``); *samples* says how much work a step was. :func:`last` gives the
+last step's times. ``GUARDCTL_STORE`` names the store. A step
 costs a few microseconds: it only takes timestamps and appends to a bounded
 in-memory queue. A background thread writes the queue to the store every
 second; when the queue is full, steps are dropped and counted, never waited
@@ -35,16 +42,15 @@ import atexit
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from guardctl import layout
+from guardctl import identity, layout
 from guardctl.agent.writer import BufferedStore, LineWriter
 from guardctl.colfile import Mirror  # (imports numpy: at exit, importing is too late)
 from guardctl.schema import dumps, make_record, parse_line
@@ -52,25 +58,40 @@ from guardctl.schema import dumps, make_record, parse_line
 log = logging.getLogger("guardctl.probe")
 
 ENV_STORE = "GUARDCTL_STORE"
+LOCAL_JOB = "local"
 DEFAULT_QUEUE = 100_000
 
 
 @dataclass(frozen=True)
-class Identity:
-    """Who is writing: the Slurm job, this process's rank, and its node."""
+class Role:
+    """This rank's part in a parallel job (None where the job does not have that dimension).
 
-    job: str
-    rank: int
-    node: str
+    Ranks of one pipeline stage do the same work; different stages do not, so
+    the analyzer compares a rank with the ranks of its own stage.
+    """
+
+    pp_stage: int | None = None
+    dp_rank: int | None = None
+    tp_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value is not None and (isinstance(value, bool) or int(value) < 0):
+                raise ValueError(f"probe: {name}={value!r} is not a rank or stage number")
+
+    def fields(self) -> dict[str, int]:
+        return {k: int(v) for k, v in vars(self).items() if v is not None}
 
 
-def identity_from_env(environ: dict[str, str] | None = None) -> Identity:
-    """Job, rank and node as Slurm (or torchrun's RANK) sets them for this process."""
-    env = os.environ if environ is None else environ
-    job = env.get("SLURM_JOB_ID") or "local"
-    rank = env.get("SLURM_PROCID") or env.get("RANK") or "0"
-    node = env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    return Identity(job=job, rank=int(rank), node=node)
+@dataclass(frozen=True)
+class StepTimes:
+    """The last finished step of this rank, as its record says it."""
+
+    step: int
+    step_s: float
+    compute_s: float
+    comm_s: float
+    samples: int | None
 
 
 def store_from_env() -> Path:
@@ -108,17 +129,22 @@ class Probe:
 
     def __init__(
         self,
-        who: Identity,
+        who: identity.Identity,
         store: Path | None = None,
         *,
         queue_size: int = DEFAULT_QUEUE,
         flush_interval_s: float = 1.0,
         cuda_events: bool = False,
+        role: Role | None = None,
     ) -> None:
         if queue_size < 1 or flush_interval_s <= 0:
             raise ValueError("probe: queue_size must be >= 1 and flush_interval_s > 0")
-        layout.step_file(Path("."), who.job, who.node, who.rank, 0.0)  # validate names now
         self.who = who
+        self.job = who.job or LOCAL_JOB  # outside a job the probe still writes
+        layout.step_file(Path("."), self.job, who.node, who.rank, 0.0)  # validate names now
+        self.role = role or Role()
+        make_record("step", who.node, 0.0, job=self.job, rank=who.rank, step_s=0.0,
+                    **self.role.fields())  # fmt: skip
         self._root = store
         self.queue_size = queue_size
         self.flush_interval_s = flush_interval_s
@@ -129,6 +155,8 @@ class Probe:
         self._number: int | None = None
         self._t0: Any = None
         self._tc: Any = None
+        self._samples: int | None = None
+        self._last: tuple[Any, ...] | None = None
         self._store: BufferedStore | None = None
         self._hour = -1
         self._path = Path()
@@ -144,10 +172,19 @@ class Probe:
 
     # -- the training loop's side: timestamps and an append ---------------
 
-    def step(self, number: int | None = None) -> Probe:
-        """Context manager around one training step (*number* defaults to a counter)."""
+    def step(self, number: int | None = None, samples: int | None = None) -> Probe:
+        """Context manager around one training step (*number* defaults to a counter).
+
+        *samples* (or tokens: one unit for the whole job) is the work this rank
+        did in the step; :meth:`samples` can also set it inside the step.
+        """
         self._number = number
+        self._samples = samples
         return self
+
+    def samples(self, count: int) -> None:
+        """Record that this rank's current step trains on *count* samples (or tokens)."""
+        self._samples = int(count)
 
     def __enter__(self) -> Probe:
         self._tc = None
@@ -167,14 +204,27 @@ class Probe:
         t1 = self._cuda.mark() if self._cuda else time.perf_counter()
         number = self._count if self._number is None else self._number
         self._count += 1
+        samples, self._samples = self._samples, None
         if exc_type is not None:
             return  # an aborted step is not a step time
         if self._thread is None or self._pid != os.getpid():
             self._start_thread()
+        item = (number, time.time(), self._t0, self._tc, t1, samples)
+        self._last = item
         if len(self._queue) >= self.queue_size:
             self.dropped += 1
             return
-        self._queue.append((number, time.time(), self._t0, self._tc, t1))
+        self._queue.append(item)
+
+    def last(self) -> StepTimes | None:
+        """The last finished step's times (None before the first), e.g. for the
+        data-sharding client's ``compute_s``. With CUDA events it waits for the
+        GPU to finish that step."""
+        if self._last is None:
+            return None
+        number, _, t0, tc, t1, samples = self._last
+        step_s, compute_s, comm_s = self._durations(t0, tc, t1)
+        return StepTimes(number, step_s, compute_s, comm_s, samples)
 
     # -- the background side: records and the store ------------------------
 
@@ -205,13 +255,13 @@ class Probe:
         return step_s, compute_s, max(0.0, step_s - compute_s)
 
     def _line(self, item: tuple[Any, ...]) -> tuple[Path, str]:
-        number, ts, t0, tc, t1 = item
+        number, ts, t0, tc, t1, samples = item
         step_s, compute_s, comm_s = self._durations(t0, tc, t1)
         hour = int(ts // 3600)
         if hour != self._hour:
             who = self.who
             self._hour = hour
-            self._path = layout.step_file(self.root, who.job, who.node, who.rank, ts)
+            self._path = layout.step_file(self.root, self.job, who.node, who.rank, ts)
             # The fixed part of every line, checked once through the schema's
             # make_record; per step only numbers are formatted (µs are plenty).
             head = dumps(
@@ -219,28 +269,38 @@ class Probe:
                     "step",
                     who.node,
                     0.0,
-                    job=who.job,
+                    job=self.job,
                     rank=who.rank,
                     step=0,
                     step_s=0.0,
                     compute_s=0.0,
                     comm_s=0.0,
+                    samples=1,
+                    **self.role.fields(),
                 )
             )
+            role = "".join(f',"{k}":{v}' for k, v in self.role.fields().items())
             self._head = (
                 f'{{"v":1,"kind":"step","node":{json.dumps(who.node)},'
-                f'"job":{json.dumps(who.job)},"rank":{int(who.rank)}'
+                f'"job":{json.dumps(self.job)},"rank":{int(who.rank)}{role}'
             )
-            if parse_line(self._line_text(0, 0.0, 0.0, 0.0, 0.0)) != json.loads(head):
+            if parse_line(self._line_text(0, 0.0, 0.0, 0.0, 0.0, 1)) != json.loads(head):
                 raise RuntimeError("probe: step line format disagrees with the schema")
-        return self._path, self._line_text(number, ts, step_s, compute_s, comm_s)
+        return self._path, self._line_text(number, ts, step_s, compute_s, comm_s, samples)
 
     def _line_text(
-        self, number: int, ts: float, step_s: float, compute_s: float, comm_s: float
+        self,
+        number: int,
+        ts: float,
+        step_s: float,
+        compute_s: float,
+        comm_s: float,
+        samples: int | None,
     ) -> str:
+        work = "" if samples is None else f',"samples":{int(samples)}'
         return (
             f'{self._head},"ts":{ts!r},"step":{int(number)},"step_s":{step_s:.6f},'
-            f'"compute_s":{compute_s:.6f},"comm_s":{comm_s:.6f}}}'
+            f'"compute_s":{compute_s:.6f},"comm_s":{comm_s:.6f}{work}}}'
         )
 
     @property
@@ -282,7 +342,7 @@ _default: Probe | None = None
 def _probe() -> Probe:
     global _default
     if _default is None:
-        _default = Probe(identity_from_env())
+        _default = Probe(identity.from_env())
     return _default
 
 
@@ -295,13 +355,22 @@ def configure(
     queue_size: int = DEFAULT_QUEUE,
     flush_interval_s: float = 1.0,
     cuda_events: bool = False,
+    pp_stage: int | None = None,
+    dp_rank: int | None = None,
+    tp_rank: int | None = None,
 ) -> Probe:
-    """Set up the module's probe (anything not given comes from the environment)."""
+    """Set up the module's probe (anything not given comes from the environment).
+
+    *pp_stage*, *dp_rank* and *tp_rank* are this rank's pipeline stage and
+    data- and tensor-parallel ranks, where the job has them: step records carry
+    them so that the analyzer compares a rank with the ranks doing the same work.
+    """
     global _default
     if _default is not None:
         _default.flush()
-    env = identity_from_env()
-    who = Identity(
+    env = identity.from_env()
+    who = replace(
+        env,
         job=env.job if job is None else str(job),
         rank=env.rank if rank is None else int(rank),
         node=env.node if node is None else node,
@@ -312,13 +381,24 @@ def configure(
         queue_size=queue_size,
         flush_interval_s=flush_interval_s,
         cuda_events=cuda_events,
+        role=Role(pp_stage, dp_rank, tp_rank),
     )
     return _default
 
 
-def step(number: int | None = None) -> Probe:
-    """``with probe.step(): ...`` around one training step."""
-    return _probe().step(number)
+def step(number: int | None = None, samples: int | None = None) -> Probe:
+    """``with probe.step(): ...`` around one training step (*samples*: this rank's work in it)."""
+    return _probe().step(number, samples)
+
+
+def samples(count: int) -> None:
+    """Record that the current step trains on *count* samples (or tokens) of this rank."""
+    _probe().samples(count)
+
+
+def last() -> StepTimes | None:
+    """The last finished step's step, compute and communication times (None before one)."""
+    return _probe().last()
 
 
 def comm_begin() -> None:

@@ -60,6 +60,12 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
         "step_s": _NUM,
         "compute_s": _NUM,
         "comm_s": _NUM,
+        # Optional (added within v1): the rank's work in the step (samples, or tokens
+        # where sequence lengths vary; one unit per job) and its parallel role.
+        "samples": _INT,
+        "pp_stage": _INT,
+        "dp_rank": _INT,
+        "tp_rank": _INT,
     },
 }
 # Fields a record of that kind cannot be used without.

@@ -20,4 +20,7 @@ if ((${#missing[@]})); then
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
+# guardctl[torch]'s tests (tests/torch) run real DDP jobs on CPU: the CPU build, pinned (a plain
+# `torch` would pull the multi-GB CUDA build; the GPU checks live in tools/).
+python3 -m pip install -q --disable-pip-version-check torch==2.13.0
 echo "setup: done ($(python3 -m guardctl --version))" >&2

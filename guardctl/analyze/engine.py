@@ -221,6 +221,7 @@ def analyze_frame(
         min_samples=cfg.min_samples,
         min_coverage=cfg.min_coverage,
         min_peers=cfg.min_peers,
+        min_rank_peers=cfg.min_rank_peers,
         low_q=cfg.low_quantile,
         hw_xids=cfg.hardware_xids,
     )
@@ -263,7 +264,7 @@ def _verdict(
             job=job,
         )
     if not hit[:, node].any():
-        return NodeVerdict(name, HEALTHY, 0.0, job=job)
+        return NodeVerdict(name, HEALTHY, 0.0, _not_compared(f, node, cfg), job=job)
     evidence = _evidence(f, flags, hit, node, cfg.evidence_per_node)
     score = round(max(e.severity for e in evidence), 2) if evidence else 0.0
     verdict = SUSPECT if count >= cfg.persist_k else HEALTHY
@@ -275,6 +276,21 @@ def _verdict(
         )
     gpus = tuple(sorted({e.gpu for e in evidence if e.gpu is not None}))
     return NodeVerdict(name, verdict, score, reasons, gpus, tuple(evidence), count, job)
+
+
+NOT_COMPARED = "ranks not judged"
+
+
+def _not_compared(f: feat.Features, node: int, cfg: AnalyzeSettings) -> tuple[str, ...]:
+    """Say so when the node's ranks had too few peers to be compared in the newest window."""
+    t = f.rank
+    if not len(t):
+        return ()
+    mine = (t["node"] == node) & (t["w"] == 0)
+    if not mine.any() or (t["peer"][mine] >= 0).any():
+        return ()
+    return (f"{NOT_COMPARED}: fewer than {cfg.min_rank_peers} ranks doing the same work in its "
+            "job (too small a job or pipeline stage to compare)",)  # fmt: skip
 
 
 def _evidence(

@@ -412,6 +412,18 @@ def rank_table(
         node[gi.inv[order]] = c["node"][order]  # the last write per group wins: the newest
     t = Table({"w": w, "job": job, "node": node, "rank": rank, "n": gi.counts})
     t["compute_hi"], t["compute_med"] = gi.quantiles(c["compute_s"], (1 - low_q, 0.5))
+    # Busy time per sample where the records say how much work a step was (per-step data
+    # sharding gives ranks different shares: a rebalanced straggler's compute_s is normal).
+    # A step without work (a zero share) says nothing about speed.
+    samples = c["samples"]
+    counted = samples != INT_MISSING
+    per = np.where(counted & (samples > 0), c["compute_s"] / np.maximum(samples, 1), np.nan)
+    t["per_sample"] = gi.sum(counted.astype(np.float64)) == gi.counts
+    per_hi = gi.quantiles(per, (1 - low_q,))[0]
+    t["busy_hi"] = np.where(t["per_sample"], per_hi, t["compute_hi"])
+    # The rank's pipeline stage (ranks of one stage do the same work); -1 when not known.
+    stage = np.where(c["pp_stage"] == INT_MISSING, -1, c["pp_stage"])
+    t["stage"] = gi.quantiles(stage.astype(np.float64), (1.0,))[0].astype(np.int64)
     t["comm_med"] = gi.median(c["comm_s"])
     t["step_med"] = gi.median(c["step_s"])
     # local rank on the node (ranks in order) stands for the GPU index, as LOCAL_RANK does
@@ -425,7 +437,9 @@ def rank_table(
         starts = np.maximum.accumulate(np.where(first, np.arange(g), 0))
         local[order] = np.arange(g) - starts
     t["local"] = local
-    jk = w * (len(frame.jobs) + 1) + job
+    # Peers: the ranks of the same job, pipeline stage and unit (per sample or not) in a window.
+    jk = ((w * (len(frame.jobs) + 1) + job) * (int(t["stage"].max(initial=-1)) + 2)
+          + t["stage"] + 1) * 2 + t["per_sample"]  # fmt: skip
     uniq, jinv = np.unique(jk, return_inverse=True)
     size = group_count(jinv, uniq.size)[jinv]
     t["peer"] = np.where(size >= min_peers, jk, -1 - w)
@@ -518,6 +532,7 @@ def extract(
     min_peers: int,
     low_q: float,
     hw_xids: tuple[int, ...],
+    min_rank_peers: int = 3,
 ) -> Features:
     """Compute every feature table for the *n_windows* windows ending at *at*."""
     wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()}
@@ -528,7 +543,7 @@ def extract(
         "gpu": lambda: gpu_table(frame, wins["gpu"], node_job, xids, min_peers, low_q, n_windows),
         "host": lambda: host_table(frame, wins["host"], node_job, 3, low_q, n_windows),
         "nic": lambda: nic_table(frame, wins["nic"], node_job, min_peers, low_q, n_windows),
-        "rank": lambda: rank_table(frame, wins["step"], min_peers, low_q, n_windows),
+        "rank": lambda: rank_table(frame, wins["step"], min_rank_peers, low_q, n_windows),
     }
     # The tables only read the frame: two at a time (numpy's sorts and copies let go of the
     # interpreter), the GPU table, about half the work, beside the three others.

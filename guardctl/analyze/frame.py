@@ -55,7 +55,7 @@ NIC_INTS = (
     "xmit_bytes",
 )
 STEP_FLOATS = ("step_s", "compute_s", "comm_s")
-STEP_INTS = ("rank", "step")
+STEP_INTS = ("rank", "step", "samples", "pp_stage")
 
 FLOATS = {"gpu": GPU_FLOATS, "host": HOST_FLOATS, "nic": NIC_FLOATS, "step": STEP_FLOATS}
 INTS = {"gpu": GPU_INTS, "host": (), "nic": NIC_INTS, "step": STEP_INTS}

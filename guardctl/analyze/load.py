@@ -50,7 +50,7 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj).encode()
 
 
-CACHE_VERSION = 2  # 2: segments are raw columns (.cols), not .npz
+CACHE_VERSION = 3  # 2: segments are raw columns (.cols), not .npz; 3: step samples, pp_stage
 _HOUR = re.compile(r"(?:^|[/.])(\d{8}T\d{2})\.jsonl$")
 _NO_HOUR = "other"
 _TAIL = len("20250101T00.jsonl")

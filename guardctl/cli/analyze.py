@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from guardctl.analyze import SUSPECT
-from guardctl.analyze.engine import bad_summary, build_cache
+from guardctl.analyze.engine import NOT_COMPARED, bad_summary, build_cache
 from guardctl.analyze.timespec import iso, parse_duration, parse_time
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
 from guardctl.errors import ExitCode, InputError
@@ -116,9 +116,13 @@ def _print_table(result: object) -> None:
     counts = {
         v: sum(1 for n in result.nodes if n.verdict == v) for v in (SUSPECT, "unknown", "healthy")
     }
+    # A job too small to compare its ranks is not a healthy finding: say how many were not.
+    unjudged = sum(1 for n in result.nodes if any(r.startswith(NOT_COMPARED) for r in n.reasons))
+    not_compared = f" ({unjudged} with ranks not judged: too few peers)" if unjudged else ""
     click.echo(
         f"\nwindow {iso(result.window_start)} .. {iso(result.window_end)}; "
-        f"{counts[SUSPECT]} suspect, {counts['unknown']} unknown, {counts['healthy']} healthy; "
+        f"{counts[SUSPECT]} suspect, {counts['unknown']} unknown, {counts['healthy']} healthy"
+        f"{not_compared}; "
         f"read {result.records} records from {result.files} files; "
         f"bad lines: {bad_summary(result.bad)}"
     )

@@ -14,8 +14,15 @@ Pull mode::
 
 Per-step mode (synchronous data parallel)::
 
-    batch = client.next_batch(step, compute_s=last_compute_s)
-    loss = model(batch.ranges) * batch.weight   # weight = share of the global batch
+    batch = client.next_batch(step, compute_s=probe.last().compute_s)
+    loss = loss_fn(model(inputs_of(batch.ranges)), reduction="sum") * batch.scale(world)
+
+``batch.scale(world)`` (``world / global batch``) makes DDP's average of the
+ranks' gradients the global batch's mean gradient, also for a rank whose share
+is zero (a ``mean`` loss times ``weight`` would be NaN there, and DDP divides
+by the world size). Job, rank and world come from :mod:`guardctl.identity`
+(torchrun's variables, then Slurm's). ``guardctl.torch`` wraps all of this for
+DataLoader.
 """
 
 from __future__ import annotations
@@ -25,7 +32,6 @@ import http.client
 import json
 import os
 import random
-import socket
 import threading
 import time
 import uuid
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guardctl import identity
 from guardctl.config import Settings, load_settings
 from guardctl.dds import paths as dds_paths
 from guardctl.errors import ExitCode, GuardctlError, RefusedError, UsageError
@@ -86,15 +93,14 @@ class Batch:
     batch: int  # the step's global batch
     ranges: list[tuple[int, int]] = field(default_factory=list)  # global indices [start, end)
 
+    def scale(self, world: int) -> float:
+        """Factor for a *sum*-reduced loss so that DDP's gradient average over *world*
+        ranks is the mean over the global batch (0 for an empty global batch)."""
+        return world / self.batch if self.batch else 0.0
+
     def indices(self) -> Iterator[int]:
         for start, end in self.ranges:
             yield from range(start, end)
-
-
-def _default_worker() -> str:
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    rank = os.environ.get("SLURM_PROCID", "")
-    return f"{node}.r{rank}.{os.getpid()}" if rank else f"{node}.{os.getpid()}"
 
 
 class _Channel:
@@ -141,17 +147,19 @@ class Client:
     ) -> None:
         env = os.environ
         self.settings = settings if settings is not None else load_settings()
-        self.job = job or env.get(ENV_JOB) or env.get("SLURM_JOB_ID") or ""
-        self.worker = worker or _default_worker()
-        self.rank = rank if rank is not None else int(env.get("SLURM_PROCID", "0"))
-        self.world = world if world is not None else int(env.get("SLURM_NTASKS", "1"))
+        who = identity.from_env()
+        self.job = job or env.get(ENV_JOB) or who.job or ""
+        self.worker = worker or who.worker
+        self.rank = rank if rank is not None else who.rank
+        self.world = world if world is not None else who.world
         self.retry_s = retry_s if retry_s is not None else self.settings.dds.client_retry_s
         self._fixed_address = address or env.get(ENV_ADDRESS)
         self._secret = secret or env.get(ENV_SECRET)
         self._paths = dds_paths.job_paths(self.settings, self.job) if self.job else None
         if self._paths is None and not (self._fixed_address and self._secret):
             raise UsageError(
-                "no job id: pass job=..., or set SLURM_JOB_ID, or give address and secret"
+                "no job id: pass job=..., or set GUARDCTL_JOB or SLURM_JOB_ID, "
+                "or give address and secret"
             )
         self._target: tuple[str, int] | None = None
         self._main = _Channel(timeout_s)

@@ -19,7 +19,10 @@ class AnalyzeSettings:
     persist_n: int = 3  # ... of the last n windows
     min_samples: int = 3  # fewer samples in the window: verdict "unknown"
     min_coverage: float = 0.5  # share of the window the agent's samples must cover
-    min_peers: int = 8  # GPUs / ranks / ports needed to compare within a job
+    min_peers: int = 8  # GPUs / ports needed to compare within a job
+    # Ranks needed to compare within a job, or within one pipeline stage of it: a rank is
+    # compared with the ranks doing the same work, and a stage may have only a few replicas.
+    min_rank_peers: int = 3
     low_quantile: float = 0.3  # a fault must hold in this share of a window to show
     hardware_xids: tuple[int, ...] = DEFAULT_HARDWARE_XIDS
     cache: bool = True  # keep parsed telemetry in <store>/cache/analyze
@@ -41,6 +44,8 @@ class AnalyzeSettings:
             raise ValueError("min_coverage: must be between 0 and 1")
         if self.min_peers < 2:
             raise ValueError("min_peers: must be >= 2")
+        if self.min_rank_peers < 3:
+            raise ValueError("min_rank_peers: must be >= 3 (two ranks cannot say which is slow)")
         if not 0 < self.low_quantile <= 0.5:
             raise ValueError("low_quantile: must be in (0, 0.5]")
         if self.workers < 0:

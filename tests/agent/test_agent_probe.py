@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from agent_helpers import Disk
 
-from guardctl import layout, probe
+from guardctl import identity, layout, probe
 from guardctl.agent.writer import BufferedStore, LineWriter
 from guardctl.analyze.load import read_frame
 from guardctl.schema import read_path
@@ -34,13 +34,14 @@ def slurm_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def test_identity_from_slurm_and_torchrun() -> None:
-    who = probe.identity_from_env(
-        {"SLURM_JOB_ID": "77", "SLURM_PROCID": "5", "SLURMD_NODENAME": "node3", "RANK": "9"}
-    )
-    assert who == probe.Identity("77", 5, "node3")
-    torchrun = probe.identity_from_env({"RANK": "9"})
-    assert torchrun.rank == 9 and torchrun.job == "local" and torchrun.node
+def test_the_probe_takes_torchruns_rank_over_slurms(tmp_path: Path) -> None:
+    # srun ... torchrun: Slurm's task is the node's torchrun; RANK is the process's rank.
+    env = {"SLURM_JOB_ID": "77", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "RANK": "3",
+           "WORLD_SIZE": "4", "SLURMD_NODENAME": "node3"}  # fmt: skip
+    p = probe.Probe(identity.from_env(env), tmp_path)
+    assert (p.job, p.who.rank, p.who.node) == ("77", 3, "node3")
+    local = probe.Probe(identity.from_env({"RANK": "9", "WORLD_SIZE": "10"}), tmp_path)
+    assert local.who.rank == 9 and local.job == "local" and local.who.node
 
 
 def test_steps_are_timed_and_written(tmp_path: Path) -> None:
@@ -126,7 +127,8 @@ def test_written_at_exit_from_the_environment(tmp_path: Path) -> None:
                 probe.comm_begin()
     """)
     env = slurm_env(
-        GUARDCTL_STORE=str(tmp_path), SLURM_JOB_ID="5150", SLURM_PROCID="3", SLURMD_NODENAME="node4"
+        GUARDCTL_STORE=str(tmp_path), SLURM_JOB_ID="5150", SLURM_PROCID="3", SLURM_NTASKS="4",
+        SLURMD_NODENAME="node4",
     )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     path = layout.step_file(tmp_path, "5150", "node4", 3, time.time())

@@ -3,7 +3,11 @@
 In synchronous data-parallel training every rank's step time is the same (all
 wait for the slowest), so the straggler shows in its busy time (``compute_s``),
 not in ``step_s``. Comparing ranks of the same job in the same window makes a
-whole job slowing at once (checkpoint, file-system stall) a non-event.
+whole job slowing at once (checkpoint, file-system stall) a non-event. Where
+step records say how many samples a step was, busy time per sample is
+compared (per-step data sharding gives a slow rank fewer samples, and then a
+normal ``compute_s``); where they say the rank's pipeline stage, a rank is
+compared only with the ranks of its own stage (stages differ by construction).
 """
 
 from __future__ import annotations
@@ -23,23 +27,17 @@ class BusyTime:
         t = f.rank
         if not len(t):
             return []
-        value = t["compute_hi"]
+        value = t["busy_hi"]
         med, mad, _ = peer_stats(t["peer"], value, np.ones(len(t), bool))
         hit, rdev, sev = deviation_test(value, med, mad, direction=1, rel=th["rel"], z=th["z"])
         hit &= t["peer"] >= 0  # a job too small to have peers is not judged
+        per = t["per_sample"]
         return [
-            Flags.of(
-                self.name,
-                "compute_s",
-                "s",
-                "rank busy time above its job's ranks",
-                t,
-                hit,
-                value,
-                med,
-                rdev,
-                sev,
-                gpu="local",
-                rank="rank",
+            Flags.of(self.name, field, unit, text, t, hit & rows, value, med, rdev, sev,
+                     gpu="local", rank="rank")
+            for field, unit, text, rows in (
+                ("compute_s", "s", "rank busy time above its job's ranks", ~per),
+                ("compute_s_per_sample", "s/sample",
+                 "rank busy time per sample above its job's ranks", per),
             )
         ]

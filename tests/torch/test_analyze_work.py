@@ -1,0 +1,86 @@
+"""The analyzer compares busy time per sample, and ranks with the ranks of their own stage."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from guardctl import schema
+from guardctl.analyze import Analysis, analyze
+from guardctl.config import load_settings
+
+T0 = 1_796_000_000.0
+STEPS = 900  # 15 minutes at one step a second: three default windows
+
+
+def write_steps(root: Path, ranks: list[dict[str, object]], seconds: list[float],
+                samples: list[int | None]) -> None:  # fmt: skip
+    """One rank per node: rank r computes seconds[r] (x noise) on samples[r] per step."""
+    rng = random.Random(1)
+    out = root / "steps" / "7"
+    out.mkdir(parents=True)
+    for r, role in enumerate(ranks):
+        lines = []
+        for step in range(STEPS):
+            compute = seconds[r] * rng.uniform(0.97, 1.03)
+            extra = {"samples": samples[r]} if samples[r] is not None else {}
+            rec = schema.make_record("step", f"node{r}", T0 + step, job="7", rank=r, step=step,
+                                     step_s=2.0, compute_s=compute, comm_s=2.0 - compute,
+                                     **extra, **role)  # fmt: skip
+            lines.append(schema.dumps(rec) + "\n")
+        (out / f"node{r}.r{r}.jsonl").write_text("".join(lines))
+
+
+def run(root: Path) -> Analysis:
+    return analyze(root, load_settings(assignments=(), environ={}), None)
+
+
+def suspects(result: Analysis) -> list[str]:
+    return [n.node for n in result.nodes if n.verdict == "suspect"]
+
+
+def test_a_rebalanced_straggler_is_found_per_sample(tmp_path: Path) -> None:
+    # Per-step sharding gave rank 3 a twelfth of the others' share: its compute_s is normal.
+    write_steps(tmp_path, [{}] * 4, [0.5, 0.5, 0.5, 0.52], [24, 24, 24, 2])
+    assert suspects(run(tmp_path)) == ["node3"]
+
+
+def test_without_samples_equal_busy_times_are_healthy(tmp_path: Path) -> None:
+    write_steps(tmp_path, [{}] * 4, [0.5, 0.5, 0.5, 0.52], [None] * 4)
+    assert suspects(run(tmp_path)) == []
+
+
+def test_a_zero_share_step_says_nothing(tmp_path: Path) -> None:
+    write_steps(tmp_path, [{}] * 4, [0.5, 0.5, 0.5, 0.01], [24, 24, 24, 0])
+    assert suspects(run(tmp_path)) == []
+
+
+def test_a_heavier_pipeline_stage_is_not_a_node_fault(tmp_path: Path) -> None:
+    # 2 stages x 4 data-parallel replicas; the last stage (the loss) is 63% heavier everywhere.
+    roles = [{"pp_stage": s, "dp_rank": d} for s in (0, 1) for d in range(4)]
+    write_steps(tmp_path, roles, [0.5] * 4 + [0.815] * 4, [None] * 8)
+    assert suspects(run(tmp_path)) == []
+
+
+def test_a_slow_rank_among_three_peers_of_its_stage_is_found(tmp_path: Path) -> None:
+    roles = [{"pp_stage": s, "dp_rank": d} for s in (0, 1) for d in range(4)]
+    write_steps(tmp_path, roles, [0.5] * 4 + [0.815, 0.815, 1.63, 0.815], [None] * 8)
+    assert suspects(run(tmp_path)) == ["node6"]
+
+
+def test_a_job_too_small_to_compare_says_so(tmp_path: Path) -> None:
+    write_steps(tmp_path, [{}] * 2, [0.5, 1.5], [None] * 2)
+    result = run(tmp_path)
+    assert suspects(result) == []
+    for verdict in result.nodes:
+        assert verdict.reasons[0].startswith("ranks not judged: fewer than 3 ranks"), verdict
+
+
+def test_analyze_summary_counts_the_nodes_not_judged(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from guardctl.cli import main
+
+    write_steps(tmp_path, [{}] * 2, [0.5, 1.5], [None] * 2)
+    run_ = CliRunner().invoke(main, ["analyze", "--input", str(tmp_path)], env={})
+    assert "(2 with ranks not judged: too few peers)" in run_.output, run_.output

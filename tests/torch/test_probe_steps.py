@@ -1,0 +1,61 @@
+"""What a step record says: samples and the rank's parallel role; probe.last()."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guardctl import probe
+from guardctl.schema import read_path
+
+
+@pytest.fixture(autouse=True)
+def fresh_probe() -> Iterator[None]:
+    yield
+    probe.flush()
+    probe._default = None
+
+
+def test_samples_and_role_are_written(tmp_path: Path) -> None:
+    probe.configure(store=tmp_path, job="5", rank=3, node="n2", flush_interval_s=60,
+                    pp_stage=1, dp_rank=1, tp_rank=0)  # fmt: skip
+    with probe.step(samples=32):
+        probe.comm_begin()
+    with probe.step():
+        probe.samples(7)
+    with probe.step():
+        pass
+    assert probe.flush()
+    records = sorted(read_path(tmp_path / "steps").records, key=lambda r: r["step"])
+    assert [r.get("samples") for r in records] == [32, 7, None]
+    assert {(r["pp_stage"], r["dp_rank"], r["tp_rank"]) for r in records} == {(1, 1, 0)}
+
+
+def test_a_role_without_a_dimension_is_left_out(tmp_path: Path) -> None:
+    probe.configure(store=tmp_path, job="5", rank=0, node="n1", flush_interval_s=60, pp_stage=2)
+    with probe.step():
+        pass
+    probe.flush()
+    (record,) = read_path(tmp_path / "steps").records
+    assert record["pp_stage"] == 2 and "dp_rank" not in record and "tp_rank" not in record
+
+
+def test_a_negative_role_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        probe.configure(store=tmp_path, job="5", rank=0, node="n1", pp_stage=-1)
+
+
+def test_last_gives_the_last_steps_times(tmp_path: Path) -> None:
+    probe.configure(store=tmp_path, job="5", rank=0, node="n1", flush_interval_s=60)
+    assert probe.last() is None
+    with probe.step(41, samples=8):
+        time.sleep(0.03)
+        probe.comm_begin()
+        time.sleep(0.01)
+    last = probe.last()
+    assert last is not None and last.step == 41 and last.samples == 8
+    assert 0.03 <= last.compute_s < last.step_s and last.comm_s >= 0.01
+    assert last.step_s == pytest.approx(last.compute_s + last.comm_s)
