@@ -15,8 +15,9 @@
 readonly LAB_CACHE=${GUARDCTL_LAB_CACHE:-/var/cache/guardctl-lab}
 readonly LAB_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # The jobs of the lab (sweeps, the probe, the data-sharding example, hooks) run
-# `python3 -m guardctl` and import these from Debian, not from the host's Python.
-readonly ROOT_PACKAGES=slurm-wlm,slurm-client,munge,python3,python3-numpy,python3-click,python3-tabulate,python3-psutil,python3-clustershell,python3-httptools,python3-orjson,python3-matplotlib,procps
+# `python3 -m guardctl` and import these from Debian, not from the host's Python.  OpenBLAS:
+# without it numpy gets the reference BLAS and the GEMM sweep crawls.
+readonly ROOT_PACKAGES=slurm-wlm,slurm-client,munge,python3,python3-numpy,libopenblas0-pthread,python3-click,python3-tabulate,python3-psutil,python3-clustershell,python3-httptools,python3-orjson,python3-matplotlib,procps
 readonly SLURM_CLIENTS=(sinfo squeue scontrol sbatch scancel srun salloc sacct sstat sprio sshare sdiag sattach)
 
 # release_suite RELEASE: the Debian suite that ships it.
@@ -150,7 +151,7 @@ root_in_use() {
     for f in "$(users_dir "$1")"/*; do
         [[ -e $f ]] || continue
         other=$(cat "$f")
-        pid=$(tr -dc '0-9' <"$other/run/slurmctld.pid" 2>/dev/null) || continue
+        pid=$(tr -dc '0-9' 2>/dev/null <"$other/run/slurmctld.pid") || continue
         [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == slurmctld ]] && return 0
     done
     return 1
@@ -169,7 +170,7 @@ release_root() {
     local root=$1 home=$2 pid m
     rm -f "$(users_dir "$root")/$(home_key "$home")"
     root_in_use "$root" && { log "root $root still used by another lab; left mounted"; return 0; }
-    pid=$(tr -dc '0-9' <"$root/run/munge/munged.pid" 2>/dev/null) || pid=""
+    pid=$(tr -dc '0-9' 2>/dev/null <"$root/run/munge/munged.pid") || pid=""
     if [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == munged ]]; then
         log "stopping the root's munged (pid $pid)"
         kill -TERM "$pid" 2>/dev/null || true
