@@ -59,7 +59,8 @@ build_root() {
         [[ -d $root ]] && root_in_use "$root" && die 6 "$root is out of date but in use by a lab"
         log "building a Debian $suite root for Slurm $release in $root (once; cached)"
         tmp=$LAB_CACHE/.$suite.new
-        rm -rf "$tmp"
+        # A build killed half-way may leave its mounts: never delete through them.
+        rm -rf --one-file-system "$tmp"
         # The suites' Release files may have expired on a mirror snapshot; the archive keys still
         # authenticate them.
         mmdebstrap --variant=apt --quiet --include="$ROOT_PACKAGES" \
@@ -69,7 +70,7 @@ build_root() {
         got=$(root_release "$tmp")
         [[ $got == "$release" ]] ||
             die 5 "Debian $suite ships Slurm $got now, not $release; no root for $release"
-        rm -rf "$root"
+        rm -rf --one-file-system "$root"
         mv "$tmp" "$root"
         printf '%s\n' "$want" >"$stamp"
     ) 7>"$LAB_CACHE/$suite.lock" || exit $?
