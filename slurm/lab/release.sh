@@ -59,7 +59,9 @@ build_root() {
         [[ -d $root ]] && root_in_use "$root" && die 6 "$root is out of date but in use by a lab"
         log "building a Debian $suite root for Slurm $release in $root (once; cached)"
         tmp=$LAB_CACHE/.$suite.new
-        # A build killed half-way may leave its mounts: never delete through them.
+        # A build killed half-way, or a lab's stale binds (/tmp!), may leave mounts: never
+        # delete through them.
+        unmount_all "$tmp"
         rm -rf --one-file-system "$tmp"
         # The suites' Release files may have expired on a mirror snapshot; the archive keys still
         # authenticate them.
@@ -70,6 +72,7 @@ build_root() {
         got=$(root_release "$tmp")
         [[ $got == "$release" ]] ||
             die 5 "Debian $suite ships Slurm $got now, not $release; no root for $release"
+        unmount_all "$root"
         rm -rf --one-file-system "$root"
         mv "$tmp" "$root"
         printf '%s\n' "$want" >"$stamp"
@@ -177,9 +180,15 @@ release_root() {
         kill -TERM "$pid" 2>/dev/null || true
         for _ in $(seq 1 50); do [[ -d /proc/$pid ]] || break; sleep 0.1; done
     fi
+    unmount_all "$root"
+}
+
+# unmount_all DIR: unmount everything mounted under DIR, innermost first.
+unmount_all() {
+    local m
     while IFS= read -r m; do
         umount -R "$m" 2>/dev/null || umount -R -l "$m" || log "warning: cannot unmount $m"
-    done < <(findmnt -rn -o TARGET | awk -v r="$root/" 'index($0, r) == 1' | sort -r)
+    done < <(findmnt -rn -o TARGET | awk -v r="$1/" 'index($0, r) == 1' | sort -r)
 }
 
 # root_munge ROOT: one munged per root (its own key and socket, in the root's /run).
