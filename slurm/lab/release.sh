@@ -15,8 +15,9 @@
 readonly LAB_CACHE=${GUARDCTL_LAB_CACHE:-/var/cache/guardctl-lab}
 readonly LAB_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # The jobs of the lab (sweeps, the probe, the data-sharding example, hooks) run
-# `python3 -m guardctl` and import these from Debian, not from the host's Python.
-readonly ROOT_PACKAGES=slurm-wlm,slurm-client,munge,python3,python3-numpy,python3-click,python3-tabulate,python3-psutil,python3-clustershell,python3-httptools,python3-orjson,python3-matplotlib,procps
+# `python3 -m guardctl` and import these from Debian, not from the host's Python.  OpenBLAS:
+# without it numpy gets the reference BLAS and the GEMM sweep crawls.
+readonly ROOT_PACKAGES=slurm-wlm,slurm-client,munge,python3,python3-numpy,libopenblas0-pthread,python3-click,python3-tabulate,python3-psutil,python3-clustershell,python3-httptools,python3-orjson,python3-matplotlib,procps
 readonly SLURM_CLIENTS=(sinfo squeue scontrol sbatch scancel srun salloc sacct sstat sprio sshare sdiag sattach)
 
 # release_suite RELEASE: the Debian suite that ships it.
@@ -58,7 +59,10 @@ build_root() {
         [[ -d $root ]] && root_in_use "$root" && die 6 "$root is out of date but in use by a lab"
         log "building a Debian $suite root for Slurm $release in $root (once; cached)"
         tmp=$LAB_CACHE/.$suite.new
-        rm -rf "$tmp"
+        # A build killed half-way, or a lab's stale binds (/tmp!), may leave mounts: never
+        # delete through them.
+        unmount_all "$tmp"
+        rm -rf --one-file-system "$tmp"
         # The suites' Release files may have expired on a mirror snapshot; the archive keys still
         # authenticate them.
         mmdebstrap --variant=apt --quiet --include="$ROOT_PACKAGES" \
@@ -68,7 +72,8 @@ build_root() {
         got=$(root_release "$tmp")
         [[ $got == "$release" ]] ||
             die 5 "Debian $suite ships Slurm $got now, not $release; no root for $release"
-        rm -rf "$root"
+        unmount_all "$root"
+        rm -rf --one-file-system "$root"
         mv "$tmp" "$root"
         printf '%s\n' "$want" >"$stamp"
     ) 7>"$LAB_CACHE/$suite.lock" || exit $?
@@ -150,7 +155,7 @@ root_in_use() {
     for f in "$(users_dir "$1")"/*; do
         [[ -e $f ]] || continue
         other=$(cat "$f")
-        pid=$(tr -dc '0-9' <"$other/run/slurmctld.pid" 2>/dev/null) || continue
+        pid=$(tr -dc '0-9' 2>/dev/null <"$other/run/slurmctld.pid") || continue
         [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == slurmctld ]] && return 0
     done
     return 1
@@ -169,15 +174,21 @@ release_root() {
     local root=$1 home=$2 pid m
     rm -f "$(users_dir "$root")/$(home_key "$home")"
     root_in_use "$root" && { log "root $root still used by another lab; left mounted"; return 0; }
-    pid=$(tr -dc '0-9' <"$root/run/munge/munged.pid" 2>/dev/null) || pid=""
+    pid=$(tr -dc '0-9' 2>/dev/null <"$root/run/munge/munged.pid") || pid=""
     if [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == munged ]]; then
         log "stopping the root's munged (pid $pid)"
         kill -TERM "$pid" 2>/dev/null || true
         for _ in $(seq 1 50); do [[ -d /proc/$pid ]] || break; sleep 0.1; done
     fi
+    unmount_all "$root"
+}
+
+# unmount_all DIR: unmount everything mounted under DIR, innermost first.
+unmount_all() {
+    local m
     while IFS= read -r m; do
         umount -R "$m" 2>/dev/null || umount -R -l "$m" || log "warning: cannot unmount $m"
-    done < <(findmnt -rn -o TARGET | awk -v r="$root/" 'index($0, r) == 1' | sort -r)
+    done < <(findmnt -rn -o TARGET | awk -v r="$1/" 'index($0, r) == 1' | sort -r)
 }
 
 # root_munge ROOT: one munged per root (its own key and socket, in the root's /run).
