@@ -170,6 +170,8 @@ class Analyzer:
         self.root = path if path is not None else settings.store.root
         self.restarts = 0  # times the state was started over (for tests and logs)
         self.cold_passes = 0  # passes asked for a time before the kept records
+        # What the last pass read: mirror rows decoded and JSON Lines bytes parsed.
+        self.read = {"mirror_rows": 0, "parsed_bytes": 0}
         self._reset()
 
     def _reset(self) -> None:
@@ -210,6 +212,7 @@ class Analyzer:
         files = [(name, self._hour_id(hour)) for hour, names in wanted.items() for name in names]
         self._forget({name for name, _ in files}, {self._hours[h] for h in wanted})
         extra = _Pass()
+        self.read = {"mirror_rows": 0, "parsed_bytes": 0}
         uncovered = self._refresh(files, extra)
         marks = {kind: cols.n for kind, cols in self._kept.items()}
         try:
@@ -309,6 +312,7 @@ class Analyzer:
         workers = self.settings.analyze.workers or os.cpu_count() or 1
         for hour, items in by_hour.items():
             tails = [_Tail(name, name, st.offset, size, 0) for name, st, size in items]
+            self.read["parsed_bytes"] += sum(t.size - t.offset for t in tails)
             frame, offsets, pending = parse_tails(tails, workers)
             if keep:
                 for name, st, _ in items:
@@ -340,6 +344,7 @@ class Analyzer:
         if not files:
             return []
         counts = reader.counts
+        self.read["mirror_rows"] += sum(counts)
         decoded = colfile._decode(reader.rows(), counts, [f[2] for f in files])
         rows = reader.rows().view(_ROW)
         first = np.zeros(len(files), np.int64)

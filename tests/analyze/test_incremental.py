@@ -42,8 +42,10 @@ class Replay:
         names = sorted(self.lines)
         self.plain = set(names[1 : 1 + unmirrored * 7 : 7])  # written without a mirror
         self.mirror = colfile.Mirror()
+        self.appended = {}
 
     def advance(self, t: float) -> None:
+        self.appended: dict[str, int] = {}  # bytes appended per file by this call
         for rel, lines in self.lines.items():
             if self.held.get(rel, -1.0) > t:
                 continue
@@ -63,6 +65,7 @@ class Replay:
             fh.write(data)
         if rel not in self.plain:
             self.mirror.append(path, start, data)
+        self.appended[rel] = self.appended.get(rel, 0) + len(data)
 
 
 def _same(inc: Analyzer, store: Path, settings: Settings, at: float | None = None) -> dict:
@@ -110,10 +113,18 @@ def test_passes_a_minute_apart_equal_cold_passes(trace: Path, tmp_path: Path) ->
             copy.write_bytes(path.read_bytes())
             os.replace(copy, path)
         got = _same(inc, store, settings)
+        read = dict(inc.read)
         suspects |= {n["node"] for n in got["nodes"] if n["verdict"] == "suspect"}
         if minute % 3 == 0:
             _same(inc, store, settings, at=t - 45)  # an explicit time, a little earlier
     assert suspects, "the faulty fleet shows suspects (the comparison is not of empty passes)"
+    # The last pass read the minute from the mirrors; it parsed only the unmirrored files.
+    # The last pass read its minute from the mirrors, and parsed only the files without a
+    # usable one: unmirrored, the half-written line's (its mirror stops there), cut, replaced.
+    unmirrored = replay.plain | {telemetry[0], cut, replaced}
+    parse = sum(n for rel, n in replay.appended.items() if rel in unmirrored)
+    assert 0 < read["parsed_bytes"] <= parse
+    assert read["mirror_rows"] * colfile.WIDTH > 10 * parse
     assert inc.restarts == 2  # the cut and the replaced file, each once
     assert any("T00" in name for name in os.listdir(store / telemetry[0].rsplit("/", 1)[0]))
 
