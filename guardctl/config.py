@@ -29,6 +29,7 @@ from typing import Any
 from guardctl.errors import ConfigError
 from guardctl.sections.agent import AgentSettings
 from guardctl.sections.analyze import AnalyzeSettings
+from guardctl.sections.control import ControlSettings
 from guardctl.sections.dds import DdsSettings
 from guardctl.sections.quarantine import QuarantineSettings
 from guardctl.sections.safety import SafetySettings
@@ -54,6 +55,7 @@ class Settings:
     analyze: AnalyzeSettings = field(default_factory=AnalyzeSettings)
     sweep: SweepSettings = field(default_factory=SweepSettings)
     dds: DdsSettings = field(default_factory=DdsSettings)
+    control: ControlSettings = field(default_factory=ControlSettings)
     sources: tuple[str, ...] = ()  # the layers that were read, for `guardctl config`
 
 
