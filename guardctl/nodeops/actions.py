@@ -10,27 +10,39 @@ Rules enforced here, before anything reaches Slurm:
   ``safety.max_actions_per_hour`` node actions happen an hour; an action that would cross a limit
   is refused whole, so nothing partial happens.
 * **Crash safety** (:mod:`~guardctl.nodeops.reconcile`): each action is logged as an intent
-  before and an outcome after; intents left by a crash are reconciled from Slurm's state first.
+  before and an outcome after; intents left by a crash are reconciled from Slurm's state first,
+  and a sweep reservation whose sweep died is deleted.
 
 Quarantine is a per-node maintenance reservation (Flags=MAINT,IGNORE_JOBS,
 Users=<operators>): running jobs finish, production jobs cannot start, sweep
 jobs run inside it with ``--reservation``. A DRAIN would block sweeps too.
+A multi-node sweep job holds its group (suspects and known-good partners) in a
+sweep reservation for the length of one job (:meth:`NodeOps.reserve_for_sweep`).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from guardctl.actionlog import ActionLog, Entry
 from guardctl.config import Settings
-from guardctl.errors import SlurmError, UsageError
+from guardctl.errors import RefusedError, SlurmError, UsageError
 from guardctl.nodeops import reconcile as recovery
 from guardctl.nodeops import rules
-from guardctl.nodeops.ownership import NodeStatus, Owner, Snapshot, natural
+from guardctl.nodeops.ownership import (
+    SWEEP_RESERVE,
+    SWEEP_UNRESERVE,
+    NodeStatus,
+    Owner,
+    Snapshot,
+    natural,
+)
 from guardctl.slurm import make_client
 from guardctl.slurm.types import SlurmClient
 
@@ -65,6 +77,24 @@ class NodeOps:
         self.slurm = slurm if slurm is not None else make_client(settings)
         self.log = ActionLog(settings.store.root)
         self.prefix = settings.safety.reason_prefix
+        self._lock_depth = 0
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the store's action lock (re-entrant: an action reconciles under it too)."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        with self.log.locked():
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
 
     # -- names ---------------------------------------------------------------------------
     def reservation_name(self, node: str) -> str:
@@ -99,22 +129,23 @@ class NodeOps:
     def _do(
         self,
         action: str,
-        node: str,
+        node: str | Sequence[str],
         step: Callable[[], Any],
         *,
         reason: str = "",
         evidence: dict[str, Any] | None = None,
     ) -> None:
-        intent = self.log.record(action, "intent", [node], reason=reason, evidence=evidence)
+        nodes = [node] if isinstance(node, str) else list(node)
+        intent = self.log.record(action, "intent", nodes, reason=reason, evidence=evidence)
         _crash_point(f"{action}:before-slurm")
         try:
             step()
         except SlurmError as exc:
-            self.log.record(action, "failed", [node], reason=reason,
+            self.log.record(action, "failed", nodes, reason=reason,
                             evidence={**(evidence or {}), "error": str(exc)}, entry_id=intent.id)
             raise
         _crash_point(f"{action}:after-slurm")
-        self.log.record(action, "done", [node], reason=reason, evidence=evidence,
+        self.log.record(action, "done", nodes, reason=reason, evidence=evidence,
                         entry_id=intent.id)
 
     def _apply(
@@ -134,7 +165,7 @@ class NodeOps:
         held by someone else is always refused. Every check runs before the first change,
         so a refusal leaves Slurm exactly as it was.
         """
-        with self.log.locked():
+        with self.locked():
             self.reconcile()
             snap = self.snapshot()
             todo, results, foreign = [], [], {}
@@ -178,6 +209,7 @@ class NodeOps:
 
         plan: dict[Owner, str | None] = {
             "in service": None,
+            "held for a sweep": None,
             "quarantined": "already quarantined",
             "drained by guardctl": "already drained by guardctl",
         }
@@ -209,6 +241,7 @@ class NodeOps:
         plan: dict[Owner, str | None] = {
             "quarantined": None,
             "in service": "not quarantined",
+            "held for a sweep": "not quarantined (held for a sweep job)",
             "drained by guardctl": "drained by guardctl: use resume",
         }
         return self._apply(
@@ -241,6 +274,7 @@ class NodeOps:
         plan: dict[Owner, str | None] = {
             "in service": None,
             "quarantined": None,
+            "held for a sweep": None,
             "drained by guardctl": "already drained by guardctl",
         }
         return self._apply(
@@ -264,6 +298,7 @@ class NodeOps:
         plan: dict[Owner, str | None] = {
             "drained by guardctl": None,
             "in service": "in service: nothing to resume",
+            "held for a sweep": "in service, held for a sweep job: nothing to resume",
             "quarantined": "quarantined: nothing to resume (use release)",
         }
         return self._apply(
@@ -294,6 +329,65 @@ class NodeOps:
         """Log an action that is not a node state change (a sweep submitted, a verdict)."""
         return self.log.record(action, "note", nodes, reason=reason, evidence=evidence)
 
+    def reserve_for_sweep(self, nodes: Sequence[str], sweep_id: str, reservation: str) -> str:
+        """Hold *nodes* (suspects and partners) in one sweep reservation for a multi-node job.
+
+        Every node must be quarantined by guardctl (a suspect) or in service and held by no one
+        (a partner); the partners count against their own cap (safety.max_sweep_partners)
+        and the rate limit. The intent records this process (host and pid) so that, if the
+        sweep dies, the next command finds the reservation leaked and deletes it.
+        """
+        group = list(dict.fromkeys(nodes))
+        if self.settings.safety.observe_only:
+            raise RefusedError(f"sweep reservation {reservation}: safety.observe_only is set; "
+                               "nothing was changed")
+        with self.locked():
+            self.reconcile()
+            snap = self.snapshot()
+            owners = {n: self.owner(snap, n) for n in snap.known(group)}
+            refused = {n: why or owner for n, (owner, why) in owners.items()
+                       if owner not in ("in service", "quarantined")}
+            if refused:
+                detail = "; ".join(f"{n}: {why}" for n, why in refused.items())
+                raise RefusedError(f"sweep reservation {reservation}: node(s) not free for a "
+                                   f"sweep ({detail}); nothing was changed")
+            partners = [n for n, (owner, _) in owners.items() if owner == "in service"]
+            rules.check_partners(self.settings.safety, snap, self.prefix, partners)
+            rules.check_rate(self.settings.safety, self.log.entries(), len(partners))
+            evidence = {"sweep": sweep_id, "reservation": reservation, "partners": partners,
+                        "host": socket.gethostname(), "pid": os.getpid()}
+            self._do(SWEEP_RESERVE, group, lambda: self.slurm.create_reservation(
+                reservation, group, self.settings.quarantine.users, ("MAINT", "IGNORE_JOBS")),
+                evidence=evidence)
+        return reservation
+
+    def unreserve(self, reservation: str) -> None:
+        """Delete a sweep reservation this sweep made (its group goes back to where it was)."""
+        with self.locked():
+            snap = self.snapshot()
+            entry = snap.swept_by_us.get(reservation)
+            if entry is None:
+                raise UsageError(f"{reservation} is not a sweep reservation of guardctl's")
+            evidence = {"sweep": entry.evidence.get("sweep", ""), "reservation": reservation}
+            if not any(r.name == reservation for r in snap.reservations):
+                self.log.record(SWEEP_UNRESERVE, "done", entry.nodes,
+                                evidence={**evidence, "already": "gone"})
+                return
+            self._do(SWEEP_UNRESERVE, entry.nodes,
+                     lambda: self.slurm.delete_reservation(reservation), evidence=evidence)
+
     def reconcile(self) -> list[Entry]:
-        """Close intents left by a crash, from what Slurm shows now; returns what was closed."""
-        return recovery.reconcile(self.log, self.slurm)
+        """Close intents left by a crash and delete dead sweeps' reservations.
+
+        Reading needs no lock; only when there is something to close is the store's lock
+        taken, and the log read again under it, so that two commands never close one intent
+        twice (and a reader without write access to the store is not stopped).
+        """
+        max_age = self.settings.sweep.job_timeout_s
+        entries = self.log.entries()
+        if not any(recovery.abandoned_by_writer(e) for e in recovery.pending_intents(entries)
+                   ) and not recovery.dead_sweep_reservations(entries, max_age):
+            return []
+        with self.locked():
+            return recovery.reconcile(self.log, self.slurm, sweep_max_age_s=max_age,
+                                      settle_s=self.settings.slurm.settle_timeout_s)

@@ -1,9 +1,9 @@
 """Who holds a node: Slurm's state read beside guardctl's own action log.
 
 guardctl holds a node only when both agree: a drain whose reason carries guardctl's prefix
-*and* matches a drain guardctl logged, or a quarantine reservation it created and logged. Anything
-else that keeps a node out (another reason, a DOWN state, another reservation) is someone
-else's, and guardctl leaves it exactly as it is.
+*and* matches a drain guardctl logged, or a quarantine or sweep reservation it created and
+logged. Anything else that keeps a node out (another reason, a DOWN state, another reservation)
+is someone else's, and guardctl leaves it exactly as it is.
 """
 
 from __future__ import annotations
@@ -17,8 +17,13 @@ from guardctl.actionlog import Entry
 from guardctl.errors import UsageError
 from guardctl.slurm.types import NodeInfo, ReservationInfo
 
-Owner = Literal["in service", "quarantined", "drained by guardctl", "held by someone else"]
-NODE_ACTIONS = ("drain", "resume", "quarantine", "release")
+Owner = Literal["in service", "quarantined", "drained by guardctl", "held for a sweep",
+                "held by someone else"]
+# The actions that change who holds a node. A sweep reservation holds a group (suspects and
+# their known-good partners) for one multi-node sweep job.
+SWEEP_RESERVE, SWEEP_UNRESERVE = "sweep reserve", "sweep unreserve"
+NODE_ACTIONS = ("drain", "resume", "quarantine", "release", SWEEP_RESERVE, SWEEP_UNRESERVE)
+HELD_OUT = ("quarantined", "drained by guardctl")  # what the cap counts
 
 
 @dataclass(frozen=True)
@@ -47,10 +52,23 @@ class Snapshot:
     reservations: list[ReservationInfo]
     drained_by_us: dict[str, str] = field(default_factory=dict)  # node -> full reason we set
     quarantined_by_us: dict[str, tuple[str, float]] = field(default_factory=dict)  # -> (resv, ts)
+    swept_by_us: dict[str, Entry] = field(default_factory=dict)  # sweep resv -> its reserve entry
+    _by_node: dict[str, list[ReservationInfo]] | None = field(default=None, repr=False)
+
+    def sweep_reservations_of(self, node: str) -> list[str]:
+        """guardctl's live sweep reservations that hold *node*."""
+        return [r.name for r in self.reservations_of(node) if r.name in self.swept_by_us]
 
     def reservations_of(self, node: str) -> list[ReservationInfo]:
-        # An inactive (future) reservation does not hold the node yet.
-        return [r for r in self.reservations if node in r.nodes and r.state != "INACTIVE"]
+        # An inactive (future) reservation does not hold the node yet. Indexed once per
+        # snapshot: held_out() asks for every node, and fleets have thousands.
+        if self._by_node is None:
+            self._by_node = {}
+            for r in self.reservations:
+                if r.state != "INACTIVE":
+                    for n in r.nodes:
+                        self._by_node.setdefault(n, []).append(r)
+        return self._by_node.get(node, [])
 
     def apply_log(self, entries: Iterable[Entry]) -> None:
         """Fold guardctl's completed node actions into what it holds."""
@@ -67,6 +85,11 @@ class Snapshot:
                     self.quarantined_by_us[node] = (resv, entry.ts)
                 elif entry.action == "release":
                     self.quarantined_by_us.pop(node, None)
+            resv = str(entry.evidence.get("reservation", ""))
+            if entry.action == SWEEP_RESERVE:
+                self.swept_by_us[resv] = entry
+            elif entry.action == SWEEP_UNRESERVE:
+                self.swept_by_us.pop(resv, None)
 
     def known(self, names: Sequence[str]) -> list[str]:
         """*names* as a list; an unknown node is a usage error."""
@@ -79,7 +102,8 @@ class Snapshot:
         """Who holds *name*, and why (the reason an operator should read)."""
         node = self.nodes[name]
         ours_q = self.quarantined_by_us.get(name)
-        foreign = [r for r in self.reservations_of(name) if not ours_q or r.name != ours_q[0]]
+        foreign = [r for r in self.reservations_of(name)
+                   if (not ours_q or r.name != ours_q[0]) and r.name not in self.swept_by_us]
         if node.drained:
             mine = self.drained_by_us.get(name)
             if mine is not None and node.reason == mine and node.reason.startswith(prefix):
@@ -92,12 +116,23 @@ class Snapshot:
             return "held by someone else", f"reservation {names}"
         if ours_q and any(r.name == ours_q[0] for r in self.reservations_of(name)):
             return "quarantined", f"reservation {ours_q[0]}"
+        sweeps = self.sweep_reservations_of(name)
+        if sweeps:
+            sweep = self.swept_by_us[sweeps[0]].evidence.get("sweep", "")
+            return "held for a sweep", f"reservation {sweeps[0]} (sweep {sweep})"
         return "in service", ""
 
     def held_out(self, prefix: str) -> set[str]:
         """The nodes guardctl holds out of production now (quarantined or drained)."""
-        return {n for n in self.nodes
-                if self.owner(n, prefix)[0] in ("quarantined", "drained by guardctl")}
+        return {n for n in self.nodes if self.owner(n, prefix)[0] in HELD_OUT}
+
+    def sweep_partners(self, prefix: str) -> set[str]:
+        """The in-service nodes guardctl holds now as partners in its sweep reservations."""
+        return {n for r in self.swept_by_us for n in self._resv_nodes(r)
+                if n in self.nodes and self.owner(n, prefix)[0] == "held for a sweep"}
+
+    def _resv_nodes(self, name: str) -> tuple[str, ...]:
+        return next((r.nodes for r in self.reservations if r.name == name), ())
 
     def status(self, name: str, prefix: str) -> NodeStatus:
         node = self.nodes[name]
@@ -106,6 +141,9 @@ class Snapshot:
         resv = ""
         if owner == "quarantined":
             resv, since = self.quarantined_by_us[name]
+        elif owner == "held for a sweep":
+            resv = self.sweep_reservations_of(name)[0]
+            since = self.swept_by_us[resv].ts
         return NodeStatus(name, node.slurm_state, owner, reason, since, resv)
 
 

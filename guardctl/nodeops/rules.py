@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from guardctl.actionlog import Entry
 from guardctl.errors import RefusedError
-from guardctl.nodeops.ownership import NODE_ACTIONS, Snapshot
+from guardctl.nodeops.ownership import NODE_ACTIONS, SWEEP_RESERVE, SWEEP_UNRESERVE, Snapshot
 from guardctl.sections.safety import SafetySettings
 
 
@@ -50,13 +50,26 @@ def check_cap(safety: SafetySettings, snap: Snapshot, prefix: str, adding: Itera
         )
 
 
+def check_partners(safety: SafetySettings, snap: Snapshot, prefix: str,
+                   adding: Iterable[str]) -> None:
+    """Refuse when borrowing *adding* as sweep partners would pass safety.max_sweep_partners."""
+    held = snap.sweep_partners(prefix)
+    after = held | set(adding)
+    if len(after) > len(held) and len(after) > safety.max_sweep_partners:
+        raise RefusedError(
+            f"cap: guardctl would hold {len(after)} in-service node(s) as sweep partners "
+            f"(now {len(held)}); the limit is safety.max_sweep_partners="
+            f"{safety.max_sweep_partners}; nothing was changed"
+        )
+
+
 def check_rate(safety: SafetySettings, entries: Iterable[Entry], count: int,
                now: float | None = None) -> None:
     """Refuse when *count* more node actions would pass the hourly limit."""
     if count == 0:
         return
     hour_ago = (time.time() if now is None else now) - 3600
-    recent = sum(len(e.nodes) for e in entries
+    recent = sum(weight(e) for e in entries
                  if e.phase == "done" and e.action in NODE_ACTIONS and e.ts >= hour_ago)
     limit = safety.max_actions_per_hour
     if recent + count > limit:
@@ -64,3 +77,16 @@ def check_rate(safety: SafetySettings, entries: Iterable[Entry], count: int,
             f"rate limit: {recent} node action(s) in the last hour, {count} more would pass "
             f"safety.max_actions_per_hour={limit}; nothing was changed"
         )
+
+
+def weight(entry: Entry) -> int:
+    """How many node actions a logged action counts for in the rate limit.
+
+    A sweep reservation counts the nodes it takes out of service (its partners: the suspects
+    are quarantined already); giving one back counts nothing, it only returns nodes.
+    """
+    if entry.action == SWEEP_RESERVE:
+        return len(entry.evidence.get("partners") or ())
+    if entry.action == SWEEP_UNRESERVE:
+        return 0
+    return len(entry.nodes)

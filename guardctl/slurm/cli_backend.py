@@ -21,6 +21,7 @@ from guardctl.errors import SlurmError, SlurmUnavailable
 from guardctl.nodes import fold
 from guardctl.sections.slurm import SlurmSettings
 from guardctl.slurm import parse
+from guardctl.slurm.job import signal_name
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SubmitRequest
 
 T = TypeVar("T")
@@ -194,6 +195,27 @@ class CliSlurm:
 
     def cancel(self, job_id: int) -> None:
         self._run("scancel", str(int(job_id)))
+
+    # -- one job ---------------------------------------------------------------------------
+    def job(self, job_id: int) -> JobInfo | None:
+        # squeue --json ignores -j on 22.05 (and fails on a forgotten id on newer releases):
+        # read the queue and pick the job out.
+        wanted = int(job_id)
+        return next((j for j in self.jobs() if j.job_id == wanted), None)
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        self._run("scontrol", "requeuehold" if hold else "requeue", str(int(job_id)))
+
+    def release_hold(self, job_id: int) -> None:
+        self._run("scontrol", "release", str(int(job_id)))
+
+    def update_job(self, job_id: int, *, exclude: Sequence[str]) -> None:
+        self._run("scontrol", "update", f"JobId={int(job_id)}",
+                  f"ExcNodeList={fold(exclude) if exclude else ''}")
+
+    def signal(self, job_id: int, signal: str) -> None:
+        # --full: the batch script too, not only its steps (a training launcher traps USR1).
+        self._run("scancel", "--full", f"--signal={signal_name(signal)}", str(int(job_id)))
 
 
 _WORD = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

@@ -16,6 +16,7 @@ from guardctl.errors import ConfigError, SlurmError, SlurmUnavailable
 from guardctl.nodes import fold
 from guardctl.sections.slurm import SlurmSettings
 from guardctl.slurm import parse
+from guardctl.slurm.job import signal_name
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SubmitRequest
 
 T = TypeVar("T")
@@ -117,6 +118,29 @@ class PyslurmClient:
 
     def cancel(self, job_id: int) -> None:
         self._call("cancel", lambda: self.pyslurm.Job(int(job_id)).cancel())
+
+    def job(self, job_id: int) -> JobInfo | None:
+        try:
+            loaded = self.pyslurm.Job.load(int(job_id))
+        except self.pyslurm.RPCError as exc:
+            if "invalid job id" in str(exc).lower():
+                return None  # Slurm has forgotten it
+            raise SlurmError(f"load job {job_id}: {exc}") from None
+        return _job(loaded)
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        self._call("requeue", lambda: self.pyslurm.Job(int(job_id)).requeue(hold=hold))
+
+    def release_hold(self, job_id: int) -> None:
+        self._call("release", lambda: self.pyslurm.Job(int(job_id)).release())
+
+    def update_job(self, job_id: int, *, exclude: Sequence[str]) -> None:
+        change = self.pyslurm.JobSubmitDescription(excluded_nodes=fold(exclude) or "")
+        self._call("update job", lambda: self.pyslurm.Job(int(job_id)).modify(change))
+
+    def signal(self, job_id: int, signal: str) -> None:
+        name = signal_name(signal)
+        self._call("signal", lambda: self.pyslurm.Job(int(job_id)).send_signal(name, steps="all"))
 
 
 def _job(job: Any) -> JobInfo:

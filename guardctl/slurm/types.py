@@ -127,3 +127,24 @@ class SlurmClient(Protocol):
     def submit(self, request: SubmitRequest) -> int: ...
 
     def cancel(self, job_id: int) -> None: ...
+
+    # -- one job (guardctl.slurm.job.Job is built on these) ---------------------------------
+    def job(self, job_id: int) -> JobInfo | None:
+        """The job, or None once Slurm has forgotten it (MinJobAge after it ended)."""
+        ...
+
+    def requeue(self, job_id: int, *, hold: bool = False) -> None:
+        """Put a batch job back in the queue (``scontrol requeue``; ``requeuehold``: held)."""
+        ...
+
+    def release_hold(self, job_id: int) -> None:
+        """Let a held job be scheduled again (``scontrol release``)."""
+        ...
+
+    def update_job(self, job_id: int, *, exclude: Sequence[str]) -> None:
+        """Keep a pending job off *exclude* (``scontrol update JobId=.. ExcNodeList=..``)."""
+        ...
+
+    def signal(self, job_id: int, signal: str) -> None:
+        """Send *signal* (``USR1``, ``TERM``, ...) to every step, the batch script included."""
+        ...

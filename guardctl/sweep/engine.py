@@ -35,9 +35,9 @@ from typing import Any, Literal
 import guardctl
 from guardctl import layout
 from guardctl.config import Settings
-from guardctl.errors import StoreError, UsageError
+from guardctl.errors import RefusedError, StoreError, UsageError
 from guardctl.nodeops import NodeOps
-from guardctl.slurm.types import JobInfo
+from guardctl.slurm.job import Job, wait_all
 from guardctl.sweep import baseline, pairing
 from guardctl.sweep.judge import Judgement, Reference, judge_all, references
 from guardctl.sweep.registry import JobSpec, Measurement, SweepPlugin, get, names
@@ -125,12 +125,19 @@ def new_sweep_id(now: float) -> str:
 
 
 @dataclass
-class _Job:
+class _SweepJob:
+    """One sweep job: the plugin that built it, what it was asked, the Slurm job running it."""
+
     plugin: SweepPlugin
     spec: JobSpec
-    job_id: int = 0
-    state: str = ""
-    exit_code: int | None = None
+    job: Job | None = None
+    timed_out: bool = False  # still running at sweep.job_timeout_s: cancelled
+
+    @property
+    def state(self) -> str:
+        if self.timed_out:
+            return "TIMEOUT"
+        return self.job.state if self.job is not None else ""
 
 
 class SweepRun:
@@ -172,59 +179,42 @@ class SweepRun:
     def run_batch(self, batch: list[tuple[SweepPlugin, Sequence[str], str]],
                   attempt: int) -> list[list[Measurement]]:
         """Submit every (plugin, nodes, reservation) at once, wait, return each job's figures."""
-        jobs = [_Job(p, self.spec(p, nodes, resv, attempt)) for p, nodes, resv in batch]
+        jobs = [_SweepJob(p, self.spec(p, nodes, resv, attempt)) for p, nodes, resv in batch]
         try:
-            for job in jobs:
-                job.job_id = self.ops.slurm.submit(job.plugin.build(job.spec))
+            for sj in jobs:
+                sj.job = Job.submit(self.ops.slurm, sj.plugin.build(sj.spec), tag=sj.spec.tag)
             self.ops.record("sweep jobs", sorted({n for j in jobs for n in j.spec.nodes}),
                             evidence={"sweep": self.report.sweep_id, "attempt": attempt,
-                                      "jobs": {str(j.job_id): j.spec.tag for j in jobs}})
+                                      "jobs": {str(j.job.job_id): j.spec.tag for j in jobs
+                                               if j.job is not None}})
             self._wait(jobs)
         except BaseException:
-            self._cancel([j for j in jobs if j.job_id and not j.state])
+            self._cancel([j.job for j in jobs if j.job is not None and not j.job.ended])
             raise
         return [self._measurements(j) for j in jobs]
 
-    def _wait(self, jobs: list[_Job]) -> None:
-        deadline = time.monotonic() + self.cfg.job_timeout_s
-        last_note, last_done = 0.0, -1
-        while True:
-            seen = {j.job_id: j for j in self.ops.slurm.jobs()}
-            for job in jobs:
-                info: JobInfo | None = seen.get(job.job_id)
-                if job.state:
-                    continue
-                if info is None:
-                    job.state = "GONE"  # purged from squeue: read what it wrote
-                elif info.finished:
-                    job.state, job.exit_code = info.state, info.exit_code
-            running = [j for j in jobs if not j.state]
-            done = len(jobs) - len(running)
-            now = time.monotonic()
-            if not running:
-                return
-            if done != last_done or now - last_note >= PROGRESS_EVERY_S:
-                states = ", ".join(
-                    f"{j.spec.tag} {seen[j.job_id].state.lower()}" for j in running[:4]
-                    if j.job_id in seen)
-                self.progress(f"sweep {self.report.sweep_id}: {done}/{len(jobs)} jobs done"
-                              + (f"; {states}" if states else ""))
-                last_note, last_done = now, done
-            if now > deadline:
-                self._cancel(running)
-                for job in running:
-                    job.state = "TIMEOUT"
-                return
-            time.sleep(self.cfg.poll_interval_s)
+    def _wait(self, jobs: list[_SweepJob]) -> None:
+        def note(done: int, total: int, running: list[Job]) -> None:
+            states = ", ".join(f"{j.tag} {j.state.lower()}" for j in running[:4] if j.state)
+            self.progress(f"sweep {self.report.sweep_id}: {done}/{total} jobs done"
+                          + (f"; {states}" if states else ""))
 
-    def _cancel(self, jobs: Sequence[_Job]) -> None:
+        running = wait_all([j.job for j in jobs if j.job is not None],
+                           timeout_s=self.cfg.job_timeout_s, poll_s=self.cfg.poll_interval_s,
+                           progress=note, progress_every_s=PROGRESS_EVERY_S)
+        self._cancel(running)
+        late = {j.job_id for j in running}
+        for sj in jobs:
+            sj.timed_out = sj.job is not None and sj.job.job_id in late
+
+    def _cancel(self, jobs: Sequence[Job]) -> None:
         for job in jobs:
             try:
-                self.ops.slurm.cancel(job.job_id)
+                job.cancel()
             except Exception as exc:  # keep cancelling the others, say which one stayed
                 self.progress(f"could not cancel job {job.job_id}: {exc}")
 
-    def _measurements(self, job: _Job) -> list[Measurement]:
+    def _measurements(self, job: _SweepJob) -> list[Measurement]:
         path = job.spec.output()
         try:
             text = path.read_text(encoding="utf-8", errors="replace")
@@ -233,8 +223,10 @@ class SweepRun:
         found = job.plugin.parse(text, job.spec.nodes)
         if found:
             return found
-        why = f"no result (job {job.job_id} {job.state.lower() or 'unknown'}"
-        why += f", exit {job.exit_code})" if job.exit_code is not None else ")"
+        job_id = job.job.job_id if job.job is not None else 0
+        why = f"no result (job {job_id} {job.state.lower() or 'unknown'}"
+        code = job.job.exit_code if job.job is not None and not job.timed_out else None
+        why += f", exit {code})" if code is not None else ")"
         return [Measurement(job.plugin.name, job.spec.nodes, "node" if len(job.spec.nodes) == 1
                             else "group", "", 0.0, f"{job.plugin.name}|error",
                             error=f"{why}; see {path.name}")]
@@ -300,26 +292,24 @@ class SweepRun:
 
     def _groups(self, plugin: SweepPlugin, groups: Sequence[pairing.Group],
                 attempt: int) -> list[list[Measurement]]:
-        """Run one job per group, each in its own sweep reservation over the group's nodes."""
+        """Run one job per group, each in its own sweep reservation over the group's nodes.
+
+        The reservations go through the node-action door (ownership of the partners, cap,
+        rate limit, intent first), and a crash leaves nothing the next command cannot delete.
+        """
         base = self.cfg.reservation_prefix + self.report.sweep_id.replace("-", "_")
         made: list[str] = []
         try:
             batch: list[tuple[SweepPlugin, Sequence[str], str]] = []
             for group in groups:
                 resv = f"{base}_{self.counter + len(made) + 1}"
-                self.ops.slurm.create_reservation(resv, group, self.settings.quarantine.users,
-                                                  ("MAINT", "IGNORE_JOBS"))
-                made.append(resv)
-                self.ops.record("sweep reservation", list(group), evidence={
-                    "sweep": self.report.sweep_id, "reservation": resv, "created": True})
+                made.append(self.ops.reserve_for_sweep(group, self.report.sweep_id, resv))
                 batch.append((plugin, group, resv))
             return self.run_batch(batch, attempt)
         finally:
-            for resv, group in zip(made, groups, strict=False):
+            for resv in made:
                 try:
-                    self.ops.slurm.delete_reservation(resv)
-                    self.ops.record("sweep reservation", list(group), evidence={
-                        "sweep": self.report.sweep_id, "reservation": resv, "deleted": True})
+                    self.ops.unreserve(resv)
                 except Exception as exc:  # keep deleting the others; the operator must know
                     self.progress(f"could not delete sweep reservation {resv}: {exc}")
 
@@ -330,7 +320,12 @@ def _good_partners(ops: NodeOps, settings: Settings, suspects: Sequence[str]) ->
         overlap = set(goods) & set(suspects)
         if overlap:
             raise UsageError(f"sweep.good_nodes includes swept node(s): {', '.join(overlap)}")
-        ops.status(goods)  # unknown names are a usage error
+        # Unknown names are a usage error; a partner must be in service and held by no one.
+        busy = {s.name: s.reason or s.owner for s in ops.status(goods) if s.owner != "in service"}
+        if busy:
+            detail = "; ".join(f"{n}: {why}" for n, why in busy.items())
+            raise RefusedError(f"sweep.good_nodes: partner(s) not in service ({detail}); "
+                               "nothing was changed")
         return goods
     idle = [s.name for s in ops.status() if s.owner == "in service" and s.slurm_state == "idle"
             and s.name not in suspects]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,36 @@ def test_nodes_held_by_someone_else_or_over_the_cap_are_refused(lab: Any, gsweep
     assert "guardctl_" not in reservations(lab)
     assert lab.node_state("node4")["reason"] == "hw repair by ops"
     assert not list(gsweep.store.glob("sweeps/*"))
+
+
+def test_a_sweep_killed_after_creating_its_reservation_leaks_nothing(lab: Any, gsweep: Any
+                                                                     ) -> None:
+    proc = gsweep.popen("sweep", "node1", "--kind", "multi", "--duration", "3")
+    try:
+        deadline = time.monotonic() + 90
+        while "guardctl_s_" not in reservations(lab):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no sweep reservation appeared"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)  # no finally, no outcome line: a crash
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "guardctl_s_" in reservations(lab)  # leaked, as the crash left it
+    status = json.loads(gsweep("status", "--json").stdout)
+    owners = {n["node"]: n["guardctl"] for n in status["nodes"]}
+    assert owners == {"node1": "quarantined", "node2": "in service", "node3": "in service",
+                      "node4": "in service"}
+    left = reservations(lab)
+    assert "guardctl_s_" not in left and "guardctl_q_node1" in left
+    log = [json.loads(line) for line in
+           (gsweep.store / "actions/actions.jsonl").read_text().splitlines()]
+    assert [e["phase"] for e in log if e["action"] == "sweep unreserve"] == ["intent", "done"]
+
+
+def test_a_good_node_held_by_someone_else_is_refused(lab: Any, gsweep: Any) -> None:
+    lab.sh("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=ops: firmware")
+    proc = gsweep("--set", 'sweep.good_nodes=["node4"]', "sweep", "node1", "--dry-run")
+    assert proc.returncode == 6, proc.stderr
+    assert "node4: ops: firmware" in proc.stderr and "Traceback" not in proc.stderr

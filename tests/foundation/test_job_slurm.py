@@ -1,0 +1,79 @@
+"""guardctl.slurm.job against the real local Slurm: requeue away from a node, signal, cancel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardctl.sections.slurm import SlurmSettings
+from guardctl.slurm.cli_backend import CliSlurm
+from guardctl.slurm.job import Job
+from guardctl.slurm.types import SubmitRequest
+
+pytestmark = pytest.mark.slurm
+
+
+def client(lab: Any) -> CliSlurm:
+    return CliSlurm(SlurmSettings(conf=str(lab.conf), timeout_s=20.0), environ=lab.env)
+
+
+def script(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "job.sh"
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(0o755)
+    tmp_path.chmod(0o755)
+    return str(path)
+
+
+def wait_running(job: Job, timeout: float = 60) -> None:
+    deadline = job.clock() + timeout
+    while job.refresh() != "RUNNING":
+        assert job.clock() < deadline, f"job {job.job_id} is {job.state}"
+        job.sleep(0.3)
+
+
+def test_requeued_with_a_node_excluded_lands_elsewhere(lab: Any, tmp_path: Path) -> None:
+    slurm = client(lab)
+    request = SubmitRequest(script=script(tmp_path, "sleep 300\n"), job_name="train",
+                            node_count=1, output=str(tmp_path / "out-%j"), time_limit_min=10)
+    job = Job.submit(slurm, request)
+    try:
+        wait_running(job)
+        first = job.info.nodes if job.info else ()
+        assert len(first) == 1
+        job.requeue(exclude=first)
+        assert job.refresh() in ("PENDING", "REQUEUED", "RUNNING")
+        wait_running(job, timeout=90)  # a requeued job waits out the credential (~11 s)
+        assert job.info is not None and job.info.nodes and job.info.nodes != first
+        assert job.excluded == first
+    finally:
+        job.cancel()
+    assert job.wait(60, poll_s=0.3) and job.state == "CANCELLED"
+
+
+def test_signal_reaches_the_batch_script(lab: Any, tmp_path: Path) -> None:
+    slurm = client(lab)
+    marker = tmp_path / "got-usr1"
+    body = f"trap 'touch {marker}; exit 0' USR1\nfor i in $(seq 600); do sleep 0.1; done\n"
+    job = Job.submit(slurm, SubmitRequest(script=script(tmp_path, body), job_name="sig",
+                                          nodes=("node2",), output="/dev/null"))
+    try:
+        wait_running(job)
+        job.signal("usr1")
+        assert job.wait(60, poll_s=0.3)
+    finally:
+        if not job.ended:
+            job.cancel()
+    assert marker.exists() and job.state == "COMPLETED"
+
+
+def test_wait_times_out_then_cancel(lab: Any, tmp_path: Path) -> None:
+    slurm = client(lab)
+    job = Job.submit(slurm, SubmitRequest(script=script(tmp_path, "sleep 120\n"),
+                                          nodes=("node3",), output="/dev/null"))
+    assert not job.wait(2, poll_s=0.5)
+    job.cancel()
+    assert job.wait(60, poll_s=0.3) and job.state == "CANCELLED"
+    assert slurm.job(10**9) is None
