@@ -48,4 +48,6 @@ def fleet_trace(store: Path, names: list[str], *, slow: dict[str, float] | None 
 def control_guardctl(tmp_path: Path, lab: object, *, sweep: str = "", control: str = ""
                      ) -> Guardctl:
     """guardctl with a private store on the lab: fast sweeps and a fast controller."""
-    return make_guardctl(tmp_path, lab, extra=sweep + CONTROL + control)
+    mine = {line.split("=")[0].strip() for line in control.splitlines() if "=" in line}
+    base = [line for line in CONTROL.splitlines() if line.split("=")[0].strip() not in mine]
+    return make_guardctl(tmp_path, lab, extra=sweep + "\n".join(base) + "\n" + control)

@@ -15,11 +15,14 @@ from controltools import Guardctl, control_guardctl, fleet_trace
 NODES = ["node1", "node2", "node3", "node4"]
 
 
-def held_job(lab: Any, tmp_path: Path, nodes: str, *extra: str) -> tuple[str, Path]:
-    """A running job on *nodes* that ends when its stop file appears."""
+def held_job(lab: Any, tmp_path: Path, nodes: str, *extra: str,
+             elsewhere: str = "") -> tuple[str, Path]:
+    """A running job on *nodes* that ends when its stop file appears (with *elsewhere*: kept
+    off those nodes by --exclude instead of pinned, so that it may run elsewhere later)."""
     stop = tmp_path / f"stop-{nodes}"
     script = f"#!/bin/bash\nwhile [ ! -e {stop} ]; do sleep 0.3; done\n"
-    job = lab.submit(script, "-N", str(len(nodes.split(","))), "-w", nodes, "-o", "/dev/null",
+    where = ("-x", elsewhere) if elsewhere else ("-w", nodes)
+    job = lab.submit(script, "-N", str(len(nodes.split(","))), *where, "-o", "/dev/null",
                      *extra)
     deadline = time.monotonic() + 30
     while lab.job_info(job).get("JobState") != "RUNNING":
@@ -238,7 +241,9 @@ def test_requeue_rung_moves_a_requeueable_job_off_the_slow_node(lab: Any, tmp_pa
     g = control_guardctl(tmp_path, lab, control=cheap)
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
     kept, kept_stop = held_job(lab, tmp_path, "node1")  # not requeue-able: never requeued
-    job, stop = held_job(lab, tmp_path, "node2", "--requeue", "-t", "30")
+    job, stop = held_job(lab, tmp_path, "node2", "--requeue", "-t", "30",
+                         elsewhere="node1,node3,node4")
+    assert lab.job_info(job)["NodeList"] == "node2"
     first = decision(control(g, "--act"), "node2")
     assert first["decision"] == "quarantine"
     second = decision(control(g, "--act"), "node2")
