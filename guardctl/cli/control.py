@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -65,7 +66,7 @@ def _print_explain(data: dict[str, Any]) -> None:
     for e in data["history"]:
         ev = e["evidence"]
         what = ev.get("decision") or ev.get("verdict") or ""
-        click.echo(f"  history:  {e['action']} {what}: {e['reason']}")
+        click.echo(f"  history:  {' '.join(filter(None, (e['action'], what)))}: {e['reason']}")
 
 
 @main.command("control")
@@ -113,4 +114,17 @@ def control(app: AppContext, once: bool, interval: float | None, act: bool,
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
-    serve(controller, interval or settings.control.interval_s, emit, _warn)
+    serve(controller, interval or settings.control.interval_s, _on_change(emit), _warn)
+
+
+def _on_change(emit: Callable[[PassReport], None]) -> Callable[[PassReport], None]:
+    """A daemon prints a pass only when what it saw or chose differs from the pass before."""
+    last: list[Any] = [None]
+
+    def maybe(report: PassReport) -> None:
+        now = (report.leader, report.acting, [(d["node"], d["decision"], d["why"], d["outcome"])
+                                              for d in report.decisions], report.fleet)
+        if now != last[0]:
+            emit(report)
+            last[0] = now
+    return maybe
