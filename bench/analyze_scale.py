@@ -13,10 +13,14 @@ each in a fresh process (so peak memory is that step's own):
 - ``cold JSON``: a cold pass that ignores the mirrors and parses the JSON Lines
   (``analyze.column_files = false``: a store written by foreign writers), and
   ``warm JSON``, the same again from the analyzer's own cache of parsed columns;
-- after the writers appended a sixth minute (to the files and their mirrors):
-  ``+1 min JSON``, the JSON pass again (it parses only the new tails), and
-  ``+1 min``, a pass from the mirrors (which it reads whole every time: six
-  minutes now).
+- ``incremental``: in one process, a :class:`guardctl.analyze.incremental.Analyzer`
+  judges the five minutes (its first pass, a cold one), then the writers append
+  a sixth minute (to the files and their mirrors) and it judges again: the pass
+  a minute later, which reads only that minute;
+- after that sixth minute: ``+1 min JSON``, the JSON pass again (it parses only
+  the new tails), and ``+1 min``, a cold pass from the mirrors (which it reads
+  whole every time: six minutes now). The incremental pass must return exactly
+  what this cold pass returns (checked: a digest of both analyses).
 
 Times are wall-clock seconds (with ``--rounds N``: the fastest and slowest of N
 rounds, for a shared machine); memory is the peak RSS of the process and its
@@ -33,8 +37,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
+import pickle
 import re
 import resource
 import shutil
@@ -48,7 +54,7 @@ from typing import Any
 SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
 
 
-def measure(mode: str, store: str) -> dict[str, float]:
+def measure(mode: str, store: str) -> dict[str, Any]:
     """Run one step in this process and report its time and peak memory."""
     from guardctl.analyze import analyze
     from guardctl.analyze.load import source_files
@@ -56,10 +62,12 @@ def measure(mode: str, store: str) -> dict[str, float]:
     from guardctl.config import Settings
 
     root = Path(store)
+    if mode == "incremental":
+        return _incremental(root)
     if mode in ("cold", "cold_json", "inc"):  # no cache (not timed: it is not the pass's work)
         shutil.rmtree(root / "cache", ignore_errors=True)
     t0 = time.perf_counter()
-    extra: dict[str, float] = {}
+    extra: dict[str, Any] = {}
     if mode in ("read", "read_cols"):
         total = 0
         for f in source_files(root):
@@ -77,15 +85,46 @@ def measure(mode: str, store: str) -> dict[str, float]:
         result = analyze(root, settings)
         extra["nodes"] = len(result.nodes)
         extra["records"] = result.records
+        extra["digest"] = _digest(result.to_dict())
     seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "peak_mib": _peak_mib(), **extra}
+
+
+def _digest(analysis: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(analysis, sort_keys=True).encode()).hexdigest()
+
+
+def _incremental(root: Path) -> dict[str, Any]:
+    """The incremental analyzer's first pass, then the writers' sixth minute, then its next pass."""
+    from guardctl.analyze.incremental import Analyzer
+    from guardctl.config import Settings
+
+    shutil.rmtree(root / "cache", ignore_errors=True)
+    analyzer = Analyzer(Settings(), root)
+    t0 = time.perf_counter()
+    analyzer.analyze()
+    first = time.perf_counter() - t0
+    with open(root.parent / f"{root.name}.held", "rb") as fh:
+        held, mirrors = pickle.load(fh)
+    _append(held, mirrors)  # the writers' work, not timed
+    del held, mirrors
+    os.sync()
+    t0 = time.perf_counter()
+    result = analyzer.analyze()
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "first_s": first, "peak_mib": _peak_mib(),
+            "digest": _digest(result.to_dict()), "restarts": analyzer.restarts}  # fmt: skip
+
+
+def _peak_mib() -> float:
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent.
     status = Path("/proc/self/status").read_text()
     own = int(re.search(r"VmHWM:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # forked workers
-    return {"seconds": seconds, "peak_mib": max(own, kids) / 1024, **extra}
+    return max(own, kids) / 1024
 
 
-def run_step(mode: str, store: Path) -> dict[str, float]:
+def run_step(mode: str, store: Path) -> dict[str, Any]:
     out = subprocess.run(
         [sys.executable, __file__, "--measure", mode, str(store)],
         check=True,
@@ -157,20 +196,26 @@ def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, ob
     held, mirrors = hold_back(store, 6)  # the store as it was a minute ago: 5 minutes
     os.sync()  # the simulator's gigabytes written back first, not during the timed passes
     modes = ("read", "read_cols", "cold", "warm", "cold_json", "warm_json")
-    steps: dict[str, list[dict[str, float]]] = {m: [] for m in (*modes, "inc_json", "inc")}
+    steps: dict[str, list[dict[str, Any]]] = {
+        m: [] for m in (*modes, "incremental", "inc_json", "inc")
+    }
+    with open(workdir / f"{label}.held", "wb") as fh:
+        pickle.dump((held, dict.fromkeys(mirrors, b"")), fh)  # only the names are needed
     for r in range(rounds):  # the machine may be shared: each round measures every step
         if r:
             _cut(held, mirrors)
             os.sync()
         for mode in modes:
             steps[mode].append(run_step(mode, store))
-        _append(held, mirrors)
-        os.sync()
+        steps["incremental"].append(run_step("incremental", store))  # appends the minute
         # A minute later: from the cache the JSON passes left (parsing only the new tails),
         # then from the mirrors (which never need the cache: read whole each pass).
         steps["inc_json"].append(run_step("inc_json", store))
         steps["inc"].append(run_step("inc", store))
     shutil.rmtree(store, ignore_errors=True)
+    for inc, cold in zip(steps["incremental"], steps["inc"], strict=True):
+        if inc["digest"] != cold["digest"]:
+            raise SystemExit(f"{label}: the incremental pass differs from the cold pass")
 
     def best(mode: str, key: str = "seconds") -> float:
         return min(s[key] for s in steps[mode])
@@ -188,8 +233,8 @@ def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, ob
         **{f"{m}_s": best(m) for m in steps},
         **{f"{m}_s_max": worst(m) for m in steps},
         **{f"{m}_mib": worst(m, "peak_mib") for m in steps},
-        "incremental_s": best("inc"),
-        "incremental_mib": worst("inc", "peak_mib"),
+        "incremental_first_s": min(s["first_s"] for s in steps["incremental"]),
+        "incremental_x": best("incremental") / best("inc"),
         "cold_x": best("cold") / best("read"),
         "warm_x": best("warm") / best("read"),
         "cold_json_x": best("cold_json") / best("read"),
@@ -207,8 +252,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| fleet | records | JSON MiB / cols MiB | read s / read cols s | cold s (x read) "
         "| warm s | +1 min s | cold JSON s (x read) | warm JSON s | +1 min JSON s "
-        "| peak MiB cold / warm / +1 min / cold JSON |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| peak MiB cold / warm / +1 min / cold JSON "
+        "| incremental: first s / +1 min s (x cold +1 min) / peak MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -219,7 +265,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {_range(r, 'cold_json')} ({r['cold_json_x']:.1f}x) | {_range(r, 'warm_json')} "
             f"| {_range(r, 'inc_json')} "
             f"| {r['cold_mib']:.0f} / {r['warm_mib']:.0f} / {r['inc_mib']:.0f} "
-            f"/ {r['cold_json_mib']:.0f} |"
+            f"/ {r['cold_json_mib']:.0f} "
+            f"| {r['incremental_first_s']:.2f} / {_range(r, 'incremental')} "
+            f"({r['incremental_x']:.2f}x) / {r['incremental_mib']:.0f} |"
         )
     return "\n".join(lines)
 

@@ -301,28 +301,41 @@ def _evidence(
     """Evidence from the newest window in which the node was flagged, strongest first."""
     w = int(np.flatnonzero(hit[:, node])[0])
     start, end = f.window_bounds(w)
-    out = []
-    for fl in flags:
+    out: list[tuple[tuple[Any, ...], Evidence]] = []
+    for position, fl in enumerate(flags):
         rows = np.flatnonzero((fl.node == node) & (fl.w == w))
         for r in rows:
-            out.append(
-                Evidence(
-                    fl.detector,
-                    fl.metric,
-                    fl.unit,
-                    float(fl.value[r]),
-                    float(fl.reference[r]),
-                    None if math.isnan(fl.deviation[r]) else float(fl.deviation[r]),
-                    round(float(fl.severity[r]), 2),
-                    start,
-                    end,
-                    gpu=None if fl.gpu is None else int(fl.gpu[r]),
-                    device=None if fl.port is None else f.ports[int(fl.port[r])],
-                    rank=None if fl.rank is None else int(fl.rank[r]),
-                )
+            e = Evidence(
+                fl.detector,
+                fl.metric,
+                fl.unit,
+                float(fl.value[r]),
+                float(fl.reference[r]),
+                None if math.isnan(fl.deviation[r]) else float(fl.deviation[r]),
+                round(float(fl.severity[r]), 2),
+                start,
+                end,
+                gpu=None if fl.gpu is None else int(fl.gpu[r]),
+                device=None if fl.port is None else f.ports[int(fl.port[r])],
+                rank=None if fl.rank is None else int(fl.rank[r]),
             )
-    out.sort(key=lambda e: -e.severity)
-    return out[:limit]
+            out.append((_evidence_order(e, position), e))
+    out.sort(key=lambda item: item[0])
+    return [e for _, e in out[:limit]]
+
+
+def _evidence_order(e: Evidence, position: int) -> tuple[Any, ...]:
+    """Strongest first; ties by detector, then by port name, rank and GPU.
+
+    Names, not table indices: the order must not depend on the order in which
+    the files were read (a pass that carries its tables over from earlier passes
+    numbers ports and jobs differently from a cold pass).
+    """
+    return (-e.severity, position, e.device or "", _or(e.rank), _or(e.gpu))
+
+
+def _or(x: int | None) -> int:
+    return -1 if x is None else x
 
 
 def _reasons(evidence: list[Evidence]) -> tuple[str, ...]:

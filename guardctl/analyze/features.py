@@ -274,7 +274,10 @@ def _node_jobs(frame: Frame, win: np.ndarray, n_windows: int) -> np.ndarray:
     if not keep.any():
         return out
     _, cnt, (w, node, job) = _groups(win[keep], cols["node"][keep], cols["job"][keep])
-    order = np.argsort(cnt, kind="stable")  # the most frequent job is written last and wins
+    # The most frequent job is written last and wins; a tie goes to the later job name, so
+    # that the choice does not depend on the order in which the files were read.
+    by_name = np.argsort(np.argsort(np.array(frame.jobs, dtype=object), kind="stable"))
+    order = np.lexsort((by_name[job], cnt))
     out[w[order], node[order]] = job[order]
     return out
 
@@ -429,16 +432,22 @@ def rank_table(
     return t
 
 
-def _interval(frame: Frame) -> float:
-    """The agents' sampling interval: median gap between a node's host (or GPU) samples."""
+def _interval(frame: Frame, wins: dict[str, np.ndarray]) -> float:
+    """The agents' sampling interval: median gap between a node's host (or GPU) samples.
+
+    Taken from the samples in the windows, whatever order the files were read in, so
+    that a pass that keeps its records from pass to pass finds the same figure.
+    """
     for kind, extra in (("host", None), ("gpu", "gpu")):
-        c = {k: v[:200_000] for k, v in frame.cols[kind].items()}  # a sample is plenty
-        if c["ts"].size < 2:
+        c = frame.cols[kind]
+        keep = wins[kind] >= 0
+        if int(np.count_nonzero(keep)) < 2:
             continue
-        series = c["node"].astype(np.int64) * 4096 + (c[extra] if extra else 0)
-        order = np.lexsort((c["ts"], series))
+        ts = c["ts"][keep]
+        series = c["node"][keep].astype(np.int64) * 4096 + (c[extra][keep] if extra else 0)
+        order = np.lexsort((ts, series))
         same = series[order][1:] == series[order][:-1]
-        gaps = np.diff(c["ts"][order])[same]
+        gaps = np.diff(ts[order])[same]
         gaps = gaps[gaps > 0]
         if gaps.size:
             return float(np.median(gaps))
@@ -527,7 +536,9 @@ def extract(
         futures = {name: pool.submit(fn) for name, fn in work.items()}
         tables = {name: future.result() for name, future in futures.items()}
     shape = (n_windows, len(frame.nodes))
-    has_data, seen = coverage(tables, shape, _interval(frame), window_s, min_samples, min_coverage)
+    has_data, seen = coverage(
+        tables, shape, _interval(frame, wins), window_s, min_samples, min_coverage
+    )
     return Features(
         at=at,
         window_s=window_s,

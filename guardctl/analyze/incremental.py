@@ -1,0 +1,558 @@
+"""The analyzer as a lasting object: each pass reads only what was written since the last one.
+
+The mitigation controller judges the fleet every minute. A cold pass
+(:func:`guardctl.analyze.engine.analyze`) lists the store, reads every column
+mirror whole and parses whatever they do not cover: at 100k GPUs that is most
+of its cost, and a minute later it does it all again for one more minute of
+records. :class:`Analyzer` keeps, from pass to pass:
+
+- per source file, how far it has read it (bytes of the JSON Lines file, rows of
+  its column mirror, the mirror's string rows and its last mark row), so that a
+  pass reads only the rows written since, with one read per file;
+- the records of the hours a pass still needs, as growing numpy columns (with
+  the hour bucket each came from), and per hour the input counts and every
+  node's newest timestamp (for where the newest window ends);
+
+and then judges those records with :func:`~guardctl.analyze.engine.analyze_frame`,
+exactly as a cold pass judges its own. The result is what
+``engine.analyze(path, settings, at)`` returns for the same files.
+
+What it cannot carry over, it reads again: a file that shrank or was replaced
+(another inode), a file deleted from an hour still in use, or a mirror rewritten
+behind its last mark start the state over (a pass that reads everything, as a
+cold pass does). Bytes a mirror does not cover yet (a batch being written) are
+parsed for that pass only, as a cold pass parses them, and read from the mirror
+once it has them; files without a usable mirror are parsed, tail by tail.
+Records older than the oldest window are let go (step records a window later,
+because a step is placed by the median time of its job's ranks, whose clocks
+may differ); a pass asked for a time before what is kept runs cold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import struct
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from guardctl import colfile, schema
+from guardctl.analyze.engine import Analysis, analyze, analyze_frame, default_at, history_needed
+from guardctl.analyze.frame import Frame
+from guardctl.analyze.load import (
+    _Tail,
+    group_by_hour,
+    hours_needed,
+    latest_hour_end,
+    parse_tails,
+    source_files,
+)
+from guardctl.config import Settings
+
+_TABLES = ("nodes", "jobs", "ports", "states")
+_TABLE_OF = {"node": "nodes", "job": "jobs", "port": "ports", "state": "states"}
+_ROW = colfile.row_dtype(colfile.WIDTH)
+# A mark row: kind, then its slots (start = 0, end, lines = 0, checksum); see guardctl.colfile.
+_MARK = struct.Struct(f"<B15xqqqq{colfile.WIDTH - 48}x")
+
+
+class _Restart(Exception):
+    """Something read earlier changed under the analyzer: start the state over."""
+
+
+@dataclass
+class _File:
+    """How far one source file has been read into the kept records."""
+
+    hour: int
+    ino: int
+    offset: int = 0  # bytes of the JSON Lines file whose records are kept
+    mirror: bool = True  # read from its column mirror (else parsed)
+    rows: int = 0  # mirror rows consumed, after the preamble
+    strings: bytes = b""  # the mirror's string rows so far: its string tables
+    strings_sum: int = 0  # their checksum, for the mark that stands for them
+    mark: bytes = b""  # the last mark row consumed (a rewritten mirror differs)
+    pending: bool = False  # parsed file: a last line still being written
+
+
+@dataclass
+class _Hour:
+    """Counts of one hourly bucket's kept input, and each node's newest record in it."""
+
+    records: int = 0
+    bad: Counter[str] = field(default_factory=Counter)
+    newest: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+
+class _Names:
+    """The kept records' string tables: append-only, so kept indices stay valid."""
+
+    def __init__(self) -> None:
+        self.lists: dict[str, list[str]] = {t: [] for t in _TABLES}
+        self.ids: dict[str, dict[str, int]] = {t: {} for t in _TABLES}
+
+    def lut(self, table: str, names: Sequence[str]) -> np.ndarray:
+        """Kept index of each of *names* (appending new ones); index -1 maps to -1."""
+        ids, out = self.ids[table], self.lists[table]
+        idx = []
+        for name in names:
+            found = ids.get(name)
+            if found is None:
+                found = ids[name] = len(out)
+                out.append(name)
+            idx.append(found)
+        return np.array([*idx, -1], np.int32)
+
+
+class _Columns:
+    """One kind's kept records: numpy columns with room to grow, and each record's hour."""
+
+    def __init__(self, kind: str) -> None:
+        self.data = dict(Frame().cols[kind])
+        self.data["hour"] = np.empty(0, np.int32)
+        self.n = 0
+
+    def append(self, cols: dict[str, np.ndarray]) -> None:
+        m = int(cols["ts"].size)
+        if not m:
+            return
+        if self.n + m > self.data["ts"].size:
+            # room for a few more passes' minutes: growing copies everything kept
+            room = max(2 * self.data["ts"].size, (self.n + m) * 5 // 4, 1024)
+            for name, col in self.data.items():
+                grown = np.empty(room, col.dtype)
+                grown[: self.n] = col[: self.n]
+                self.data[name] = grown
+        for name, col in cols.items():
+            self.data[name][self.n : self.n + m] = col
+        self.n += m
+
+    def view(self) -> dict[str, np.ndarray]:
+        return {name: col[: self.n] for name, col in self.data.items() if name != "hour"}
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the records where *mask* (compacted, with room for what comes next)."""
+        kept = int(np.count_nonzero(mask))
+        room = max(kept + kept // 2, 1024)
+        for name, col in self.data.items():
+            fresh = np.empty(room, col.dtype)
+            fresh[:kept] = col[: self.n][mask]
+            self.data[name] = fresh
+        self.n = kept
+
+
+@dataclass
+class _Pass:
+    """What one pass read besides the kept records: counts of the transient tails."""
+
+    files: int = 0
+    records: int = 0
+    bad: Counter[str] = field(default_factory=Counter)
+    newest: dict[int, np.ndarray] = field(default_factory=dict)
+
+
+class Analyzer:
+    """Analysis passes over one store (or *path*) that carry their state from pass to pass.
+
+    ``Analyzer(settings).analyze(at)`` returns what
+    ``guardctl.analyze.engine.analyze(None, settings, at)`` returns, reading only
+    what was written since the previous pass. Not thread-safe: one pass at a time.
+    """
+
+    def __init__(self, settings: Settings, path: Path | None = None) -> None:
+        self.settings = settings
+        self.path = path
+        self.root = path if path is not None else settings.store.root
+        self.restarts = 0  # times the state was started over (for tests and logs)
+        self.cold_passes = 0  # passes asked for a time before the kept records
+        self._reset()
+
+    def _reset(self) -> None:
+        self._files: dict[str, _File] = {}
+        self._hours: dict[str, int] = {}
+        self._next_hour = 0
+        self._counts: dict[int, _Hour] = {}
+        self._names = _Names()
+        self._kept = {kind: _Columns(kind) for kind in schema.KINDS}
+        # Records before this time were let go: a pass needing them runs cold.
+        self._floor = -math.inf
+
+    # --- one pass --------------------------------------------------------------------------
+
+    def analyze(self, at: float | None = None, *, window_s: float | None = None) -> Analysis:
+        """One analysis pass: the windows ending at *at* (default: the newest records)."""
+        cfg = self.settings.analyze
+        span = history_needed(cfg, window_s)
+        if at is not None and at - span < self._floor:
+            return self._cold(at, window_s)
+        for attempt in range(2):
+            try:
+                return self._pass(at, span, window_s)
+            except _Restart:
+                if attempt:
+                    raise
+                self.restarts += 1
+                self._reset()
+        raise AssertionError("unreachable")
+
+    def _cold(self, at: float | None, window_s: float | None) -> Analysis:
+        self.cold_passes += 1
+        return analyze(self.path, self.settings, at, window_s=window_s)
+
+    def _pass(self, at: float | None, span: float, window_s: float | None) -> Analysis:
+        cfg = self.settings.analyze
+        wanted = self._wanted(at, span)
+        files = [(name, self._hour_id(hour)) for hour, names in wanted.items() for name in names]
+        self._forget({name for name, _ in files}, {self._hours[h] for h in wanted})
+        extra = _Pass()
+        uncovered = self._refresh(files, extra)
+        marks = {kind: cols.n for kind, cols in self._kept.items()}
+        try:
+            self._parse(uncovered, keep=False, extra=extra)
+            hours = [self._hours[h] for h in wanted]
+            newest = default_at(self._newest_frame(hours, extra), window_s or cfg.window_s)
+            end = at if at is not None else newest
+            counts = self._input(hours, extra)
+            if end is None:
+                return Analysis(math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n))
+            if end - span < self._floor:  # the newest window moved back past what is kept
+                return self._cold(at, window_s)
+            frame = self._frame()
+            result = analyze_frame(frame, cfg, at=end, window_s=window_s)
+        finally:
+            for kind, cols in self._kept.items():
+                cols.n = marks[kind]  # the tails read for this pass only go
+        self._prune(end - span, window_s or cfg.window_s)
+        files_n, records, bad = counts
+        return dataclasses.replace(result, files=files_n, records=records, bad=bad)
+
+    def _wanted(self, at: float | None, span: float) -> dict[str, list[str]]:
+        """The hourly buckets (and their files) a cold pass at *at* would read."""
+        groups = group_by_hour(source_files(self.root))
+        if at is not None:
+            hours = hours_needed(list(groups), at - span, at)
+        else:
+            end = latest_hour_end(list(groups))
+            hours = (
+                sorted(groups)
+                if end is None
+                else hours_needed(list(groups), end - 3600 - span, None)
+            )
+        return {h: groups[h] for h in hours}
+
+    def _hour_id(self, hour: str) -> int:
+        found = self._hours.get(hour)
+        if found is None:
+            found = self._hours[hour] = self._next_hour
+            self._next_hour += 1
+            self._counts[found] = _Hour()
+        return found
+
+    def _forget(self, files: set[str], hours: set[int]) -> None:
+        """Let go of hours no longer read; a file gone from an hour still read restarts."""
+        for name, state in list(self._files.items()):
+            if name in files:
+                continue
+            if state.hour in hours:
+                raise _Restart(name)  # its records cannot be told from its hour's others
+            del self._files[name]
+        gone = [h for h in self._counts if h not in hours]
+        if any(self._counts[h].records for h in gone):
+            for cols in self._kept.values():
+                cols.keep(~np.isin(cols.data["hour"][: cols.n], gone))
+        for h in gone:
+            del self._counts[h]
+        self._hours = {name: h for name, h in self._hours.items() if h not in gone}
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def _refresh(
+        self, files: Sequence[tuple[str, int]], extra: _Pass
+    ) -> list[tuple[str, _File, int]]:
+        """Read what is new in *files* into the kept records; return what no mirror covers yet.
+
+        Those bytes (a batch whose mirror rows are not written yet) are parsed for
+        one pass only, as a cold pass parses them, and read from the mirror later.
+        """
+        mirrored: list[tuple[str, _File, int]] = []
+        parsed: list[tuple[str, _File, int]] = []
+        column_files = self.settings.analyze.column_files
+        for name, hour in files:
+            try:
+                st = os.stat(name)
+            except OSError:
+                continue  # vanished since it was listed: a cold pass skips it too
+            extra.files += 1
+            state = self._files.get(name)
+            if state is None:
+                state = self._files[name] = _File(hour, st.st_ino, mirror=column_files)
+            elif state.ino != st.st_ino or st.st_size < state.offset:
+                raise _Restart(name)  # replaced or cut short
+            if st.st_size > state.offset:
+                (mirrored if state.mirror else parsed).append((name, state, st.st_size))
+            elif state.pending:
+                state.pending = False
+        uncovered = self._read_mirrors(mirrored, parsed)
+        self._parse(parsed, keep=True, extra=extra)
+        return uncovered
+
+    def _parse(self, todo: Sequence[tuple[str, _File, int]], *, keep: bool, extra: _Pass) -> None:
+        """Parse the unread bytes of *todo*, hour by hour (kept, or for this pass only)."""
+        by_hour: dict[int, list[tuple[str, _File, int]]] = {}
+        for item in todo:
+            by_hour.setdefault(item[1].hour, []).append(item)
+        workers = self.settings.analyze.workers or os.cpu_count() or 1
+        for hour, items in by_hour.items():
+            tails = [_Tail(name, name, st.offset, size, 0) for name, st, size in items]
+            frame, offsets, pending = parse_tails(tails, workers)
+            if keep:
+                for name, st, _ in items:
+                    st.offset, st.pending = offsets[name], pending[name]
+                self._counts[hour].bad.update(frame.bad)
+            else:
+                extra.bad.update(frame.bad)
+                extra.bad["truncated"] += sum(pending.values())
+            self._add(frame.cols, _tables(frame), np.full(1, hour, np.int32), None, keep, extra)
+
+    def _read_mirrors(
+        self, todo: Sequence[tuple[str, _File, int]], parsed: list[tuple[str, _File, int]]
+    ) -> list[tuple[str, _File, int]]:
+        """Read the mirror rows written since the last pass; return the bytes still uncovered.
+
+        Each file's rows go into one buffer behind its string rows so far and a
+        mark row standing for everything already read, so that the column file
+        reader checks and decodes them as if it had read the file whole.
+        """
+        reader = _TailReader(sum(size - st.offset for _, st, size in todo))
+        files: list[tuple[str, _File, int, int]] = []  # name, state, size, prefix rows
+        for name, state, size in todo:
+            got = reader.read(name, state)
+            if got is None:
+                state.mirror = False  # no mirror of this file: parsed from here on
+                parsed.append((name, state, size))
+            else:
+                files.append((name, state, size, got))
+        if not files:
+            return []
+        counts = reader.counts
+        decoded = colfile._decode(reader.rows(), counts, [f[2] for f in files])
+        rows = reader.rows().view(_ROW)
+        first = np.zeros(len(files), np.int64)
+        np.cumsum(counts[:-1], out=first[1:])
+        used_end = first + decoded.rows_used
+        file_of = np.repeat(np.arange(len(files)), counts)
+        used = (np.arange(rows.size) < used_end[file_of]) & decoded.usable[file_of]
+        hours = np.array([f[1].hour for f in files], np.int32)
+        per_kind = {
+            kind: np.bincount(file_of[used & (rows["kind"] == code)], minlength=len(files))
+            for kind, code in colfile.KIND_CODE.items()
+        }
+        self._add(decoded.cols, decoded.frame_tables, hours, per_kind, True, None)
+        uncovered = []
+        prefixes = np.repeat(np.array([f[3] for f in files], np.int64), counts)
+        fresh = np.arange(rows.size) >= np.repeat(first, counts) + prefixes
+        strings = np.flatnonzero(used & fresh & (rows["kind"] == colfile.STRING))
+        new_strings: dict[int, list[int]] = {}
+        for r in strings.tolist():  # new string table entries: rare after a file's first read
+            new_strings.setdefault(int(file_of[r]), []).append(r)
+        raw = reader.view
+        width = colfile.WIDTH
+        for j, (name, state, size, prefix) in enumerate(files):
+            if not decoded.usable[j]:
+                state.mirror = False  # as a cold pass, parse what the mirror cannot give
+                parsed.append((name, state, size))
+                continue
+            lo, hi = int(first[j]), int(used_end[j])
+            if j in new_strings:
+                added = b"".join(raw[r * width : (r + 1) * width] for r in new_strings[j])
+                state.strings += added
+                state.strings_sum = colfile.checksum(state.strings)
+            consumed = hi - lo - prefix  # rows of the mirror from where this read began
+            if consumed > (1 if state.rows else 0):
+                state.mark = bytes(raw[(hi - 1) * width : hi * width])
+            state.rows += consumed - (1 if state.rows else 0)
+            state.offset = int(decoded.covered[j])
+            if decoded.stopped[j]:
+                state.mirror = False  # a line the parser rejects: the rest is parsed
+                parsed.append((name, state, size))
+            elif state.offset < size:
+                uncovered.append((name, state, size))
+        return uncovered
+
+    def _add(
+        self,
+        cols: dict[str, dict[str, np.ndarray]],
+        tables: dict[str, list[str]],
+        hours: np.ndarray,
+        per_kind: dict[str, np.ndarray] | None,
+        keep: bool,
+        extra: _Pass | None,
+    ) -> None:
+        """Append decoded columns, their string indices mapped to the kept tables."""
+        luts = {t: self._names.lut(t, tables[t]) for t in _TABLES}
+        for kind, kcols in cols.items():
+            n = int(kcols["ts"].size)
+            if not n:
+                continue
+            out = dict(kcols)
+            for name, table in _TABLE_OF.items():
+                if name in out:
+                    out[name] = luts[table][out[name]]
+            hour = hours if per_kind is None else np.repeat(hours, per_kind[kind])
+            out["hour"] = np.broadcast_to(hour, (n,)) if hour.size == 1 else hour
+            self._kept[kind].append(out)
+            self._note(out, keep, extra)
+
+    def _note(self, cols: dict[str, np.ndarray], keep: bool, extra: _Pass | None) -> None:
+        """Count appended records and each node's newest, per hour."""
+        size = len(self._names.lists["nodes"])
+        hour = cols["hour"]
+        for h in np.unique(hour).tolist():
+            mine = hour == h
+            if keep:
+                counts = self._counts[h]
+                counts.records += int(np.count_nonzero(mine))
+                counts.newest = _grown(counts.newest, size)
+                newest = counts.newest
+            else:
+                assert extra is not None
+                extra.records += int(np.count_nonzero(mine))
+                newest = extra.newest[h] = _grown(extra.newest.get(h, np.empty(0)), size)
+            np.maximum.at(newest, cols["node"][mine], cols["ts"][mine])
+
+    # --- what a pass judges ----------------------------------------------------------------
+
+    def _input(self, hours: Sequence[int], extra: _Pass) -> tuple[int, int, dict[str, int]]:
+        """Files, records and bad lines, counted as a cold pass counts them."""
+        bad: Counter[str] = Counter(extra.bad)
+        records = extra.records
+        for h in hours:
+            bad.update(self._counts[h].bad)
+            records += self._counts[h].records
+        pending = sum(1 for st in self._files.values() if st.pending and st.hour in hours)
+        if pending:
+            bad["truncated"] += pending
+        return extra.files, records, dict(bad)
+
+    def _newest_frame(self, hours: Sequence[int], extra: _Pass) -> Frame:
+        """A frame of one record per node: its newest time (what :func:`default_at` reads)."""
+        size = len(self._names.lists["nodes"])
+        per = np.full(size, -np.inf)
+        for h in hours:
+            per = np.maximum(per, _grown(self._counts[h].newest, size))
+            if h in extra.newest:
+                per = np.maximum(per, _grown(extra.newest[h], size))
+        frame = Frame(nodes=self._names.lists["nodes"])
+        seen = np.flatnonzero(np.isfinite(per))
+        frame.cols["host"] = dict(frame.cols["host"])
+        frame.cols["host"]["ts"] = per[seen]
+        frame.cols["host"]["node"] = seen.astype(np.int32)
+        return frame
+
+    def _frame(self) -> Frame:
+        names = self._names.lists
+        frame = Frame(nodes=names["nodes"], jobs=names["jobs"], ports=names["ports"],
+                      states=names["states"])  # fmt: skip
+        for kind, cols in self._kept.items():
+            frame.cols[kind] = cols.view()  # every hour kept is one this pass reads
+        return frame
+
+    def _prune(self, start: float, window_s: float) -> None:
+        """Let go of records no later pass needs, once they are a good share of the kept."""
+        cutoffs = {kind: start for kind in schema.KINDS}
+        cutoffs["step"] = start - window_s  # steps are placed by their job's median time
+        masks = {}
+        for kind, cols in self._kept.items():
+            old = cols.data["ts"][: cols.n] < cutoffs[kind]
+            if int(np.count_nonzero(old)) * 4 > cols.n:
+                masks[kind] = ~old
+        for kind, mask in masks.items():
+            self._kept[kind].keep(mask)
+        if masks:
+            self._floor = max(self._floor, start)
+
+
+def _tables(frame: Frame) -> dict[str, list[str]]:
+    return {t: getattr(frame, t) for t in _TABLES}
+
+
+def _grown(a: np.ndarray, size: int) -> np.ndarray:
+    if a.size >= size:
+        return a
+    out = np.full(size, -np.inf)
+    out[: a.size] = a
+    return out
+
+
+class _TailReader:
+    """Reads the new rows of many column mirrors into one buffer, one system call each."""
+
+    def __init__(self, expected: int) -> None:
+        self.buf = np.empty(expected + (1 << 20), np.uint8)
+        self.view = self.buf.data
+        self.head = memoryview(bytearray(colfile.PREAMBLE_SIZE))
+        self.end = 0
+        self.counts: list[int] = []
+
+    def read(self, name: str, state: _File) -> int | None:
+        """Add *name*'s new rows behind its prefix; return the prefix's rows, None: no mirror."""
+        try:
+            fd = os.open(colfile.mirror_path(name), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            if not state.rows:
+                return self._whole(fd, state)
+            return self._tail(fd, state)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def _whole(self, fd: int, state: _File) -> int | None:
+        n = os.preadv(fd, [self.head, self.view[self.end :]], 0)
+        while n - colfile.PREAMBLE_SIZE >= self.buf.size - self.end:
+            self._grow()
+            n = os.preadv(fd, [self.head, self.view[self.end :]], 0)
+        if n < colfile.PREAMBLE_SIZE or colfile._check_preamble(self.head, state.ino) is None:
+            return None
+        self._done((n - colfile.PREAMBLE_SIZE) // colfile.WIDTH)
+        return 0
+
+    def _tail(self, fd: int, state: _File) -> int:
+        width = colfile.WIDTH
+        prefix = len(state.strings) // width
+        offset = colfile.PREAMBLE_SIZE + (state.rows - 1) * width  # from the last mark read
+        at = self.end + len(state.strings)
+        while True:
+            while at + width >= self.buf.size:
+                self._grow()
+            self.view[self.end : at] = state.strings
+            n = os.preadv(fd, [self.view[at:]], offset)
+            if n < self.buf.size - at:
+                break
+            self._grow()
+        if n < width or self.view[at : at + width] != state.mark:
+            raise _Restart("mirror rewritten")
+        # The mark that ends what was read stands for all of it, from byte 0 of the file.
+        self.view[at : at + width] = _MARK.pack(colfile.MARK, 0, state.offset, 0, state.strings_sum)
+        self._done(prefix + n // width)
+        return prefix
+
+    def _done(self, rows: int) -> None:
+        self.counts.append(rows)
+        self.end += rows * colfile.WIDTH
+
+    def _grow(self) -> None:
+        bigger = np.empty(self.buf.size * 2, np.uint8)
+        bigger[: self.end] = self.buf[: self.end]
+        self.view.release()
+        self.buf, self.view = bigger, bigger.data
+
+    def rows(self) -> np.ndarray:
+        return self.buf[: self.end]
