@@ -26,7 +26,8 @@ from typing import Any
 
 from guardctl import layout
 from guardctl.actionlog import Entry
-from guardctl.analyze.engine import Analysis, analyze
+from guardctl.analyze.engine import Analysis
+from guardctl.analyze.incremental import Analyzer
 from guardctl.config import Settings
 from guardctl.controller import policy, record
 from guardctl.controller.classify import Classified, classify
@@ -43,9 +44,13 @@ Progress = Callable[[str], None]
 LIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
 
 
-def newest_analysis(settings: Settings) -> Analysis:
-    """The analysis the controller decides on: the one place to swap in another analyzer."""
-    return analyze(None, settings)
+def newest_analysis(analyzer: Analyzer) -> Analysis:
+    """The analysis the controller decides on (the one place the controller reads it).
+
+    The incremental analyzer gives what ``analyze.engine.analyze`` gives, reading only what
+    was written since the previous pass: a daemon keeps one and each pass costs what is new.
+    """
+    return analyzer.analyze()
 
 
 @dataclass
@@ -86,9 +91,9 @@ def running_jobs(jobs: list[JobInfo]) -> dict[str, list[JobInfo]]:
     return out
 
 
-def gather(settings: Settings, ops: NodeOps, now: float) -> Gathered:
+def gather(settings: Settings, ops: NodeOps, analyzer: Analyzer, now: float) -> Gathered:
     """Read the analysis, Slurm and the action log; build the policy's view."""
-    analysis = newest_analysis(settings)
+    analysis = newest_analysis(analyzer)
     classified = classify(analysis, settings.control)
     snap = ops.snapshot()
     jobs = ops.slurm.jobs()
@@ -123,6 +128,7 @@ class Controller:
         self.acting = act and not settings.safety.observe_only
         self.ops = NodeOps(settings, slurm)
         self.lease = Lease(settings.store.root, self.cfg.lease_s)
+        self.analyzer = Analyzer(settings)
         self.progress = progress
 
     # -- the lease -------------------------------------------------------------------------
@@ -145,7 +151,7 @@ class Controller:
                 return PassReport(False, False, holder.as_dict() if holder else None)
         now = time.time()
         reconciled = [] if dry_run else self.ops.reconcile()
-        g = gather(self.settings, self.ops, now)
+        g = gather(self.settings, self.ops, self.analyzer, now)
         report = PassReport(True, self.acting and not dry_run, reconciled=len(reconciled),
                             window=(g.analysis.window_start, g.analysis.window_end),
                             findings=[f.as_dict() for f in g.classified.findings],
@@ -187,7 +193,7 @@ class Controller:
         if d.action == "quarantine":
             self.ops.quarantine([d.node], f"control: {d.why}", evidence=evidence)
             if not d.jobs:  # free already: straight on to the sweep
-                fresh = gather(self.settings, self.ops, time.time())
+                fresh = gather(self.settings, self.ops, self.analyzer, time.time())
                 ladder = fresh.ladders.get(d.node, NodeLadder(d.node))
                 duration, relapse = policy.sweep_duration(fresh.view, self.cfg, ladder)
                 return self._sweep(d.node, duration, relapse)
@@ -243,7 +249,7 @@ class Controller:
     def explain(self, node: str) -> dict[str, Any]:
         """Why the controller chooses what it chooses for *node*, from a read-only round."""
         self.ops.snapshot().known([node])
-        g = gather(self.settings, self.ops, time.time())
+        g = gather(self.settings, self.ops, self.analyzer, time.time())
         decision = next((d for d in policy.decide(g.view, self.cfg) if d.node == node), None)
         finding = g.classified.of(node)
         verdict = g.analysis.verdict_of(node)

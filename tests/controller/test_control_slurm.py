@@ -240,7 +240,7 @@ def test_requeue_rung_moves_a_requeueable_job_off_the_slow_node(lab: Any, tmp_pa
              "queue_wait_s = 0.0\n")
     g = control_guardctl(tmp_path, lab, control=cheap)
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
-    kept, kept_stop = held_job(lab, tmp_path, "node1")  # not requeue-able: never requeued
+    kept, kept_stop = held_job(lab, tmp_path, "node1")  # on a healthy node: left alone
     job, stop = held_job(lab, tmp_path, "node2", "--requeue", "-t", "30",
                          elsewhere="node1,node3,node4")
     assert lab.job_info(job)["NodeList"] == "node2"
