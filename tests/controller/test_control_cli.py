@@ -31,7 +31,7 @@ def test_history_control_shows_only_decisions_with_their_evidence(tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     assert "sweep jobs" not in proc.stdout
     assert "decision=quarantine rung=b outcome=done impact=14.0% 860.0 GPU-h/day" in proc.stdout
-    assert "quarantine" in proc.stdout.split("\n")[-1]
+    assert "quarantine" in proc.stdout.splitlines()[-1]
     entries = json.loads(guardctl(tmp_path, "history", "--control", "--json").stdout)["entries"]
     assert [e["action"] for e in entries] == ["control decision", "quarantine"]
 
