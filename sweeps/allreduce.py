@@ -14,8 +14,8 @@ defines it: algbw = bytes / time, busbw = algbw * 2(n-1)/n, in GB/s (1e9).
 Ranks meet through a rendezvous directory on the shared filesystem (each rank
 writes its address there), authenticated with ``GUARDCTL_SWEEP_AUTHKEY``. Rank 0
 prints JSON lines: ``allreduce_sample`` per message size and one
-``allreduce_result``. ``GUARDCTL_SWEEP_INJECT="node3=0.5"`` slows the ranks on
-node3 so that the measured bandwidth drops (tests and demos).
+``allreduce_result``. ``GUARDCTL_SWEEP_INJECT="node3=0.5"`` (on a lab cluster only, see
+gemm_burn.py) slows the ranks on node3 so that the measured bandwidth drops (tests and demos).
 """
 
 from __future__ import annotations
@@ -216,9 +216,9 @@ def main(argv: list[str] | None = None) -> int:
             backend = "torch"
         except ImportError:
             backend = "ring"
+    factor = injected_factor(node_name())  # first: a refused test hook does nothing at all
     make = torch_backend if backend == "torch" else ring_backend
     allreduce, nodes, name, close = make(args, rank, world)
-    factor = injected_factor(node_name())
     results = []
     for size in sizes(args.min_bytes, args.max_bytes):
         sample = measure(allreduce, size, world, rank, args.iters, args.warmup, factor)

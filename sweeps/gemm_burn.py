@@ -12,7 +12,9 @@ inside Slurm jobs and on machines without guardctl.
 
 Fault injection for tests and demos: ``GUARDCTL_SWEEP_INJECT="node3=0.5"``
 makes this program, when running on node3 (``SLURMD_NODENAME``), idle after
-each multiply so that its real measured rate drops to 0.5 of normal.
+each multiply so that its real measured rate drops to 0.5 of normal. It is
+honoured only on a local lab cluster (guardctl.testhooks decides, from the
+slurm.conf in use); anywhere else the program refuses to run (exit 6).
 """
 
 from __future__ import annotations
@@ -35,9 +37,28 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
+def require_lab() -> None:
+    """Exit 6 unless this job runs on a guardctl lab cluster: the hook must never act elsewhere."""
+    try:
+        from guardctl.testhooks import NotALab
+        from guardctl.testhooks import require_lab as check
+    except ImportError:
+        sys.stderr.write("sweep: error: GUARDCTL_SWEEP_INJECT is a test hook honoured only on a "
+                         "guardctl lab cluster, and guardctl is not importable here to tell; "
+                         "nothing was done\n")
+        sys.exit(6)
+    try:
+        check("GUARDCTL_SWEEP_INJECT")
+    except NotALab as exc:
+        sys.stderr.write(f"sweep: error: {exc}\n")
+        sys.exit(6)
+
+
 def injected_factor(node: str, spec: str | None = None) -> float:
     """The slowdown factor injected for *node* (1.0: none), from GUARDCTL_SWEEP_INJECT."""
     text = os.environ.get("GUARDCTL_SWEEP_INJECT", "") if spec is None else spec
+    if text.strip():
+        require_lab()
     for item in text.split(","):
         name, _, value = item.partition("=")
         if name.strip() == node and value:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+from guardctl import runner
 
 # Achievable dense BF16 GEMM TFLOP/s (not peak), by a substring of the NVML/torch name.
 EXPECTED = {
@@ -47,9 +48,8 @@ def main() -> int:
     args = parser.parse_args()
     argv = [sys.executable, str(GEMM), "--duration", str(args.duration), "--size",
             str(args.size), "--backend", args.backend]
-    proc = subprocess.run(argv, capture_output=True, text=True,
-                          timeout=args.duration * 4 + 300)
-    if proc.returncode != 0:
+    proc = runner.run(argv, timeout=args.duration * 4 + 300, check=False)
+    if proc.rc != 0:
         print(f"gpu_truth_gemm: gemm_burn.py failed: {proc.stderr.strip()}", file=sys.stderr)
         return 2
     results = [json.loads(line) for line in proc.stdout.splitlines() if '"gemm_result"' in line]

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from guardctl import testhooks
 from guardctl.actionlog import ActionLog, Entry
 from guardctl.config import Settings
 from guardctl.errors import RefusedError, SlurmError, UsageError
@@ -46,8 +47,6 @@ from guardctl.nodeops.ownership import (
 from guardctl.slurm import make_client
 from guardctl.slurm.types import SlurmClient
 
-CRASH_ENV = "GUARDCTL_TEST_CRASH"  # fault injection for the crash-reconciliation tests
-
 
 @dataclass(frozen=True)
 class Action:
@@ -63,16 +62,12 @@ class Action:
                 "message": self.message}
 
 
-def _crash_point(name: str) -> None:
-    # Lets the tests kill guardctl between two steps of an action, as a crash would.
-    if os.environ.get(CRASH_ENV) == name:
-        os._exit(99)
-
-
 class NodeOps:
     """The one door for node actions: ownership, caps, rate limit and an action log."""
 
     def __init__(self, settings: Settings, slurm: SlurmClient | None = None) -> None:
+        if os.environ.get(testhooks.CRASH_ENV):  # crash points exist for the lab's tests only
+            testhooks.require_lab(testhooks.CRASH_ENV, settings.slurm.conf)
         self.settings = settings
         self.slurm = slurm if slurm is not None else make_client(settings)
         self.log = ActionLog(settings.store.root)
@@ -137,14 +132,14 @@ class NodeOps:
     ) -> None:
         nodes = [node] if isinstance(node, str) else list(node)
         intent = self.log.record(action, "intent", nodes, reason=reason, evidence=evidence)
-        _crash_point(f"{action}:before-slurm")
+        testhooks.crash_point(f"{action}:before-slurm")
         try:
             step()
         except SlurmError as exc:
             self.log.record(action, "failed", nodes, reason=reason,
                             evidence={**(evidence or {}), "error": str(exc)}, entry_id=intent.id)
             raise
-        _crash_point(f"{action}:after-slurm")
+        testhooks.crash_point(f"{action}:after-slurm")
         self.log.record(action, "done", nodes, reason=reason, evidence=evidence,
                         entry_id=intent.id)
 

@@ -7,6 +7,24 @@ from typing import Literal
 
 
 @dataclass(frozen=True)
+class SweepReference:
+    """A reference for one baseline key or key prefix, ReFrame-style: a value with bounds."""
+
+    value: float = 0.0  # a fixed reference figure; 0: the learnt baseline (or the fleet median)
+    lower: float | None = None  # pass at >= (1 + lower) x reference, e.g. -0.05; None: tolerance
+    upper: float | None = None  # fail above (1 + upper) x reference (too good to be true)
+    floor: float = 0.0  # the reference never goes below this, however low the fleet drifts
+
+    def __post_init__(self) -> None:
+        if self.value < 0 or self.floor < 0:
+            raise ValueError("value and floor: must be >= 0")
+        if self.lower is not None and not -1.0 < self.lower <= 0.0:
+            raise ValueError("lower: must be in (-1, 0]")
+        if self.upper is not None and self.upper < 0.0:
+            raise ValueError("upper: must be >= 0")
+
+
+@dataclass(frozen=True)
 class SweepSettings:
     """Durations, tolerances, pairing and where the sweep job scripts live."""
 
@@ -35,6 +53,15 @@ class SweepSettings:
     # Baselines.
     learn_baselines: bool = True  # passing figures update the baselines
     baseline_history: int = 20  # passing figures a baseline is the median of
+    # Per key (gemm|NVIDIA H200|8x) or key prefix (gemm|NVIDIA H200, gemm): a fixed reference,
+    # its bounds and a floor, e.g. "gemm|NVIDIA H200" = { lower = -0.05, floor = 700 }.
+    references: dict[str, SweepReference] = field(
+        default_factory=dict)  # {value, lower, upper, floor} per key or key prefix (longest wins)
+    # Qualification (guardctl qualify): nodes back from someone else's repair are swept before
+    # production work lands on them, and a sample of idle healthy nodes keeps the baselines
+    # honest.
+    qualify_sample: int = 0  # idle in-service nodes swept per qualify pass; 0: none
+    qualify_interval_s: float = 7 * 86400.0  # a sampled node is swept again after this long
     # Slurm hooks (prolog, epilog, HealthCheckProgram): quick checks only.
     hook_gpus: int = 0  # GPUs every node should show; 0: do not check the count
     hook_xid_window_s: float = 600.0  # a hardware XID this recent fails the node
@@ -66,6 +93,8 @@ class SweepSettings:
             raise ValueError("baseline_history: must be >= 1")
         if self.hook_gpus < 0 or self.hook_xid_window_s <= 0 or self.hook_ib_min_rate_gbps < 0:
             raise ValueError("hook_gpus, hook_xid_window_s, hook_ib_min_rate_gbps: out of range")
+        if self.qualify_sample < 0 or self.qualify_interval_s <= 0:
+            raise ValueError("qualify_sample: must be >= 0; qualify_interval_s: positive")
         for node, factor in self.inject.items():
             if not 0.0 < factor <= 1.0:
                 raise ValueError(f"inject.{node}: must be in (0, 1]")

@@ -28,8 +28,9 @@ callable given to the constructor said how long it takes. Signals are recorded o
 (:meth:`MemorySlurm.signals`); KILL ends it as CANCELLED, as ``scancel`` does, and what a program
 does on any other signal is for the caller to model with :meth:`~MemorySlurm.finish`.
 
-Every lookup is a dict or set operation and one scheduling pass costs O(pending jobs x free
-nodes), so fleets of thousands of nodes run at the speed of Python dicts.
+Every lookup is a dict or set operation and free nodes wait in a heap by position, so placing a
+job costs O(its nodes x log fleet) (plus the free nodes it may not use, such as reserved ones):
+fleets of thousands of nodes run at the speed of Python dicts (``bench/memory_slurm.py``).
 """
 
 from __future__ import annotations
@@ -123,6 +124,10 @@ class MemorySlurm:
         self._nodes: dict[str, _Node] = {}
         self._pos: dict[str, int] = {}  # the order nodes were added in: scheduling order
         self._free: set[str] = set()  # up, not drained, no job
+        # The free nodes by position, lowest first, for placing jobs without sorting the fleet:
+        # entries of nodes that are no longer free are dropped when they come up.
+        self._heap: list[tuple[int, str]] = []
+        self._in_heap: set[str] = set()
         self._resv: dict[str, _Reservation] = {}
         self._node_resv: dict[str, set[str]] = {}
         self._jobs: dict[int, _Job] = {}
@@ -173,7 +178,7 @@ class MemorySlurm:
         self._pos[name] = len(self._pos)
         self._nodes[name] = _Node(name, (partition,), cpus, gres)
         self.partitions.add(partition)
-        self._free.add(name)
+        self._set_free(name)
 
     def set_down(self, name: str, reason: str = "Not responding") -> None:
         """The node stops answering (slurmd died, the machine hung): its job fails."""
@@ -235,7 +240,7 @@ class MemorySlurm:
             node.drain = node.down = False
             node.reason, node.reason_user, node.reason_time = "", "", None
             if node.job is None:
-                self._free.add(node.name)
+                self._set_free(node.name)
         self._schedule()
 
     def create_reservation(
@@ -398,7 +403,7 @@ class MemorySlurm:
             node = self._nodes[n]
             node.job = None
             if not (node.drain or node.down):
-                self._free.add(n)
+                self._set_free(n)
         self._pending.pop(job.job_id, None)
         job.state, job.exit_code, job.end_time = state, exit_code, self.now
         if state != "REQUEUED":
@@ -418,22 +423,41 @@ class MemorySlurm:
                     "PENDING", "RUNNING") and job.end_time + self.min_job_age_s <= self.now:
                 del self._jobs[job_id]
 
+    def _set_free(self, name: str) -> None:
+        self._free.add(name)
+        if name not in self._in_heap:
+            self._in_heap.add(name)
+            heapq.heappush(self._heap, (self._pos[name], name))
+
     def _schedule(self) -> None:
         """Start every pending job that can start now, first come, first served."""
         if not self._pending or not self._free:
             return
-        free = sorted(self._free, key=self._pos.__getitem__)
         for job_id in list(self._pending):
-            if not free:
+            if not self._free:
                 break
             job = self._jobs[job_id]
-            chosen = self._place(job, free)
+            chosen = self._place(job)
             if chosen:
-                taken = set(chosen)
-                free = [n for n in free if n not in taken]
                 self._start(job, chosen)
 
-    def _place(self, job: _Job, free: list[str]) -> tuple[str, ...]:
+    def _lowest_free(self, job: _Job) -> tuple[str, ...]:
+        """The lowest free nodes *job* may use, as many as it wants, or () if too few."""
+        picked: list[tuple[int, str]] = []
+        skipped: list[tuple[int, str]] = []
+        while self._heap and len(picked) < job.wanted:
+            entry = heapq.heappop(self._heap)
+            self._in_heap.discard(entry[1])
+            if entry[1] not in self._free:
+                continue  # it got a job or was drained since: dropped until it is free again
+            (picked if self._eligible(job, entry[1]) else skipped).append(entry)
+        back = skipped if len(picked) == job.wanted else skipped + picked
+        for entry in back:
+            self._in_heap.add(entry[1])
+            heapq.heappush(self._heap, entry)
+        return tuple(n for _, n in picked) if len(picked) == job.wanted else ()
+
+    def _place(self, job: _Job) -> tuple[str, ...]:
         if job.held or job.begin > self.now:
             job.reason = "JobHeldAdmin" if job.held else "BeginTime"
             return ()
@@ -446,14 +470,10 @@ class MemorySlurm:
             ok = all(n in self._free and self._eligible(job, n) for n in wanted)
             job.reason = "None" if ok else "ReqNodeNotAvail"
             return tuple(wanted) if ok else ()
-        picked = []
-        for n in free:
-            if self._eligible(job, n):
-                picked.append(n)
-                if len(picked) == job.wanted:
-                    return tuple(picked)
-        job.reason = "Resources"
-        return ()
+        picked = self._lowest_free(job)
+        if not picked:
+            job.reason = "Resources"
+        return picked
 
     def _eligible(self, job: _Job, name: str) -> bool:
         if name in job.excluded:

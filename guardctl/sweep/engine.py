@@ -8,8 +8,10 @@ and the action log hold:
 2. single-node sweeps (gemm, nccl) on each node in its quarantine reservation;
 3. multi-node sweeps (pairwise): a job may name one reservation only, so each
    group (suspects plus known-good partners) gets a short-lived sweep
-   reservation over all its nodes (MAINT lets it overlap the quarantine ones);
-   the pairing strategy chooses the groups round after round;
+   reservation over all its nodes (MAINT lets it overlap the quarantine ones),
+   made through the door too (partners in service, their own cap, the rate
+   limit, an intent naming this process so a crash leaks nothing); the pairing
+   strategy chooses the groups round after round;
 4. a failure is repeated ``sweep.repeat_failures`` times before it counts,
    against the reference of the first attempt;
 5. pass: release; fail: drain with the evidence as reason; passing figures
@@ -33,13 +35,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import guardctl
-from guardctl import layout
+from guardctl import layout, testhooks
 from guardctl.config import Settings
 from guardctl.errors import RefusedError, StoreError, UsageError
 from guardctl.nodeops import NodeOps
 from guardctl.slurm.job import Job, wait_all
 from guardctl.sweep import baseline, pairing
-from guardctl.sweep.judge import Judgement, Reference, judge_all, references
+from guardctl.sweep.judge import (
+    Judgement,
+    Reference,
+    configured_for,
+    floored,
+    judge_all,
+    references,
+)
 from guardctl.sweep.registry import JobSpec, Measurement, SweepPlugin, get, names
 
 Kind = Literal["single", "multi", "all"]
@@ -156,7 +165,7 @@ class SweepRun:
         env = {"GUARDCTL_PYTHON": self.cfg.python or sys.executable,
                "GUARDCTL_SWEEPS_DIR": str(self.scripts)}
         if self.cfg.inject:
-            env["GUARDCTL_SWEEP_INJECT"] = ",".join(f"{n}={f:g}" for n, f in
+            env[testhooks.INJECT_ENV] = ",".join(f"{n}={f:g}" for n, f in
                                                     sorted(self.cfg.inject.items()))
         self.env = env
 
@@ -231,6 +240,14 @@ class SweepRun:
                             else "group", "", 0.0, f"{job.plugin.name}|error",
                             error=f"{why}; see {path.name}")]
 
+    # -- judging -----------------------------------------------------------------------------
+    def _refs(self, found: Sequence[Measurement]) -> dict[str, Reference]:
+        return references(found, self.baselines, self.cfg.references)
+
+    def _judge(self, found: Sequence[Measurement], refs: dict[str, Reference],
+               attempt: int = 1) -> list[Judgement]:
+        return judge_all(found, refs, self.cfg.tolerance, attempt, self.cfg.references)
+
     # -- single-node sweeps ------------------------------------------------------------------
     def single(self, nodes: Sequence[str]) -> list[Judgement]:
         plugins = [get(n) for n in names("single")]
@@ -238,8 +255,8 @@ class SweepRun:
             (p, (n,), self.ops.reservation_name(n)) for n in nodes for p in plugins]
         found = self.run_batch(batch, attempt=1)
         flat = [m for ms in found for m in ms]
-        refs = references(flat, self.baselines)
-        judged = judge_all(flat, refs, self.cfg.tolerance)
+        refs = self._refs(flat)
+        judged = self._judge(flat, refs)
         for attempt in range(2, 2 + self.cfg.repeat_failures):
             failing = {(j.measurement.sweep, j.measurement.nodes) for j in judged if not j.passed}
             if not failing:
@@ -250,9 +267,9 @@ class SweepRun:
                                     for s, n in sorted(failing)], attempt)
             retried = [m for ms in again for m in ms]
             # The same reference as the first attempt: a rerun alone has no fleet to compare to.
-            new_refs = {**references(retried, self.baselines), **refs}
+            new_refs = {**self._refs(retried), **refs}
             judged = [j for j in judged if (j.measurement.sweep, j.measurement.nodes)
-                      not in failing] + judge_all(retried, new_refs, self.cfg.tolerance, attempt)
+                      not in failing] + self._judge(retried, new_refs, attempt)
         return judged
 
     # -- multi-node sweeps -------------------------------------------------------------------
@@ -266,22 +283,22 @@ class SweepRun:
             ms = self._groups(plugin, [ref_group], attempt=0)[0]
             for m in ms:
                 if not m.error and not m.wrong and m.key not in self.baselines:
-                    known_good[m.key] = Reference(m.value, "known-good group",
-                                                  f"{'+'.join(ref_group)}, no baseline")
+                    known_good[m.key] = floored(Reference(
+                        m.value, "known-good group", f"{'+'.join(ref_group)}, no baseline"),
+                        configured_for(m.key, self.cfg.references))
 
         def oracle(groups: list[pairing.Group]) -> list[bool]:
             found = [m for ms in self._groups(plugin, groups, 1) for m in ms]
-            refs = {**references(found, self.baselines), **known_good}
-            results = judge_all(found, refs, self.cfg.tolerance)
+            refs = {**self._refs(found), **known_good}
+            results = self._judge(found, refs)
             for attempt in range(2, 2 + self.cfg.repeat_failures):
                 failing = [j.measurement.nodes for j in results if not j.passed]
                 if not failing:
                     break
                 self.progress(f"repeating {len(failing)} failed group(s) before they count")
                 again = [m for ms in self._groups(plugin, failing, attempt) for m in ms]
-                results = [j for j in results if j.measurement.nodes not in failing] + judge_all(
-                    again, {**references(again, self.baselines), **refs}, self.cfg.tolerance,
-                    attempt)
+                results = [j for j in results if j.measurement.nodes not in failing] + self._judge(
+                    again, {**self._refs(again), **refs}, attempt)
             for j in results:
                 judged[j.measurement.nodes] = j
             return [judged[g].passed if g in judged else False for g in groups]
@@ -359,6 +376,11 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
     """Qualify *nodes*: quarantine, sweep, judge, then drain failures and release passes."""
     if not nodes:
         raise UsageError("no nodes to sweep")
+    # Fault injection makes a healthy node fail its sweep and be drained: only on the lab.
+    if settings.sweep.inject:
+        testhooks.require_lab("sweep.inject", settings.slurm.conf)
+    if os.environ.get(testhooks.INJECT_ENV):  # sbatch --export=ALL would hand it to the jobs
+        testhooks.require_lab(testhooks.INJECT_ENV, settings.slurm.conf)
     ops = ops or NodeOps(settings)
     duration = options.duration_s or settings.sweep.gemm_duration_s
     if duration <= 0:

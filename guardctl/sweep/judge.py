@@ -3,6 +3,12 @@
 Pure functions, tested by handing them values. With no learnt baseline for a
 measurement's key, the reference is the median of the same key's figures in the
 same run (fleet-relative), and the evidence says so.
+
+``sweep.references`` (per key or key prefix, the most specific wins) can fix a
+reference value, set ReFrame-style bounds (``lower``: pass at >= (1 + lower) x
+reference instead of ``sweep.tolerance``; ``upper``: fail above (1 + upper) x
+reference) and a ``floor``: however far a fleet of slowly degrading nodes pulls
+its learnt baseline (or its median) down, the reference never goes below it.
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from guardctl.sections.sweep import SweepReference
 from guardctl.sweep.registry import Measurement
+
+Configured = Mapping[str, SweepReference]
 
 
 @dataclass(frozen=True)
@@ -64,31 +73,56 @@ def subject(m: Measurement) -> str:
     return f"{m.sweep} {m.unit}"
 
 
+def configured_for(key: str, configured: Configured | None) -> SweepReference | None:
+    """The ``sweep.references`` entry for *key*: the key itself or its longest prefix."""
+    if not configured:
+        return None
+    parts = key.split("|")
+    for n in range(len(parts), 0, -1):
+        found = configured.get("|".join(parts[:n]))
+        if found is not None:
+            return found
+    return None
+
+
+def floored(ref: Reference, conf: SweepReference | None) -> Reference:
+    if conf is None or not conf.floor or ref.value >= conf.floor:
+        return ref
+    return Reference(conf.floor, "floor", f"{ref.source} {fmt(ref.value)} is below it")
+
+
 def references(
-    measurements: Iterable[Measurement], baselines: Mapping[str, float]
+    measurements: Iterable[Measurement], baselines: Mapping[str, float],
+    configured: Configured | None = None,
 ) -> dict[str, Reference]:
-    """The reference of every key measured: its baseline, else the run's median for that key."""
+    """The reference of every key measured: a configured one, else its baseline, else the run's
+    median for that key; never below the key's floor."""
     by_key: dict[str, list[Measurement]] = defaultdict(list)
     for m in measurements:
         if not m.error and not m.wrong:
             by_key[m.key].append(m)
     refs = {}
     for key, group in by_key.items():
-        if key in baselines:
-            refs[key] = Reference(baselines[key], "baseline")
+        conf = configured_for(key, configured)
+        if conf is not None and conf.value:
+            refs[key] = Reference(conf.value, "reference", "sweep.references")
+        elif key in baselines:
+            refs[key] = floored(Reference(baselines[key], "baseline"), conf)
         else:
             nodes = {n for m in group for n in m.nodes}
-            refs[key] = Reference(
+            refs[key] = floored(Reference(
                 statistics.median(m.value for m in group), "fleet median",
                 f"no baseline, {len(group)} figure(s) from {len(nodes)} node(s)",
-            )  # fmt: skip
+            ), conf)  # fmt: skip
     return refs
 
 
 def judge(
-    m: Measurement, reference: Reference | None, tolerance: float, attempt: int = 1
+    m: Measurement, reference: Reference | None, tolerance: float, attempt: int = 1,
+    upper: float | None = None,
 ) -> Judgement:
-    """Pass when the figure is correct and at least ``tolerance`` x the reference."""
+    """Pass when the figure is correct, at least ``tolerance`` x the reference and, with an
+    *upper* bound, at most (1 + upper) x the reference."""
     head = f"sweep {subject(m)}"
     if m.wrong:
         return Judgement(m, False, reference, f"{head}: {m.wrong} wrong result(s)", attempt)
@@ -97,6 +131,10 @@ def judge(
     if reference is None:
         # Nothing comparable measured (every other figure of this key was wrong or missing).
         return Judgement(m, True, None, f"{head} {fmt(m.value)} {m.metric} (no reference)",
+                         attempt)
+    if upper is not None and m.value > (1 + upper) * reference.value:
+        return Judgement(m, False, reference, f"{head} {fmt(m.value)} {m.metric} > "
+                         f"{1 + upper:g} x {reference.describe()} (above the upper bound)",
                          attempt)
     passed = m.value >= tolerance * reference.value
     sign = ">=" if passed else "<"
@@ -110,5 +148,13 @@ def judge_all(
     refs: Mapping[str, Reference],
     tolerance: float,
     attempt: int = 1,
+    configured: Configured | None = None,
 ) -> list[Judgement]:
-    return [judge(m, refs.get(m.key), tolerance, attempt) for m in measurements]
+    """Judge each figure against its key's reference, with the key's own bounds if it has any."""
+    out = []
+    for m in measurements:
+        conf = configured_for(m.key, configured)
+        tol = 1 + conf.lower if conf is not None and conf.lower is not None else tolerance
+        out.append(judge(m, refs.get(m.key), tol, attempt,
+                         conf.upper if conf is not None else None))
+    return out

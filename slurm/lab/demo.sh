@@ -80,7 +80,8 @@ while [[ $(squeue -h -j "$train" -o %T) != RUNNING ]]; do sleep 0.5; done
 echo "training job $train runs on node[3-4]"
 # The controller runs as a daemon (as the systemd unit in contrib/ would); from here on
 # nobody types a command: it quarantines node3 at once (the job goes on), waits for the job,
-# sweeps node3 (made really slow: a demo-only setting) and drains it, and only watches node6.
+# sweeps node3 (made really slow: a demo-only setting, honoured only because SLURM_CONF is the
+# lab's: guardctl refuses it on any other cluster) and drains it, and only watches node6.
 g control --act --interval 3 >"$DEMO_DIR/controller.log" 2>&1 &
 ctl=$!
 trap 'kill "$ctl" 2>/dev/null || true' EXIT
