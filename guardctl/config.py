@@ -29,6 +29,7 @@ from typing import Any
 from guardctl.errors import ConfigError
 from guardctl.sections.agent import AgentSettings
 from guardctl.sections.analyze import AnalyzeSettings
+from guardctl.sections.control import ControlSettings
 from guardctl.sections.dds import DdsSettings
 from guardctl.sections.quarantine import QuarantineSettings
 from guardctl.sections.safety import SafetySettings
@@ -56,6 +57,7 @@ class Settings:
     sweep: SweepSettings = field(default_factory=SweepSettings)
     dds: DdsSettings = field(default_factory=DdsSettings)
     source: SourceSettings = field(default_factory=SourceSettings)
+    control: ControlSettings = field(default_factory=ControlSettings)
     sources: tuple[str, ...] = ()  # the layers that were read, for `guardctl config`
 
 

@@ -33,6 +33,7 @@ from guardctl.analyze.load import (
     source_files,
 )
 from guardctl.config import Settings
+from guardctl.controller.impact import job_impact
 from guardctl.errors import ConfigError, InputError
 from guardctl.sections.analyze import AnalyzeSettings
 
@@ -85,6 +86,7 @@ class NodeVerdict:
     evidence: tuple[Evidence, ...] = ()
     flagged_windows: int = 0
     job: str | None = None
+    impact: dict[str, Any] | None = None  # what the node costs its job (controller.impact)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +98,7 @@ class NodeVerdict:
             "evidence": [e.to_dict() for e in self.evidence],
             "flagged_windows": self.flagged_windows,
             "job": self.job,
+            "impact": self.impact,
         }
 
 
@@ -275,7 +278,22 @@ def _verdict(
             *reasons,
         )
     gpus = tuple(sorted({e.gpu for e in evidence if e.gpu is not None}))
-    return NodeVerdict(name, verdict, score, reasons, gpus, tuple(evidence), count, job)
+    impact = _impact(f, node, job_idx, job) if verdict == SUSPECT else None
+    return NodeVerdict(name, verdict, score, reasons, gpus, tuple(evidence), count, job, impact)
+
+
+def _impact(f: feat.Features, node: int, job_idx: int, job: str | None) -> dict[str, Any] | None:
+    """What *node* costs its job in the newest window (None without step records)."""
+    t = f.rank
+    if job is None or not len(t):
+        return None
+    rows = (t["w"] == 0) & (t["job"] == job_idx)
+    mine = rows & (t["node"] == node)
+    others = rows & (t["node"] != node)
+    found = job_impact(job, t["compute_med"][mine].tolist(), t["compute_med"][others].tolist(),
+                       float(np.median(t["step_med"][rows])) if rows.any() else 0.0,
+                       int(rows.sum()))
+    return found.as_dict() if found is not None else None
 
 
 NOT_COMPARED = "ranks not judged"

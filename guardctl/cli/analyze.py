@@ -11,6 +11,7 @@ from guardctl.analyze import SUSPECT
 from guardctl.analyze.engine import NOT_COMPARED, bad_summary, build_cache
 from guardctl.analyze.timespec import iso, parse_duration, parse_time
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
+from guardctl.controller.impact import describe
 from guardctl.errors import ExitCode, InputError
 from guardctl.sources import Source, analyze_source, open_source
 
@@ -113,6 +114,9 @@ def _print_table(result: object) -> None:
         gpus = ",".join(map(str, n.gpus))
         rows.append((n.node, n.verdict, f"{n.score:.2f}", n.job or "-", gpus or "-", reason))
     echo_table(rows, ("NODE", "VERDICT", "SCORE", "JOB", "GPUS", "REASON"))
+    costs = [describe(n.node, n.impact) for n in result.suspects if n.impact]
+    if costs:
+        click.echo("\nimpact: " + "; ".join(costs))
     counts = {
         v: sum(1 for n in result.nodes if n.verdict == v) for v in (SUSPECT, "unknown", "healthy")
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from guardctl.actionlog import ActionLog
@@ -13,19 +15,39 @@ from guardctl.nodes import expand_all
 @main.command("history")
 @click.argument("nodes", nargs=-1)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--control", "control_only", is_flag=True,
+              help="Only the controller's decisions, findings and sweeps, with their evidence.")
 @json_option
 @pass_app
-def history(app: AppContext, nodes: tuple[str, ...], limit: int, as_json: bool) -> None:
+def history(app: AppContext, nodes: tuple[str, ...], limit: int, control_only: bool,
+            as_json: bool) -> None:
     """Show what guardctl did (and to NODES, if given): who, when, why, with what evidence."""
     names = expand_all(nodes) if nodes else None
-    entries = ActionLog(app.settings.store.root).history(names, limit)
+    entries = ActionLog(app.settings.store.root).history(names, 100_000 if control_only
+                                                         else limit)
+    if control_only:
+        entries = [e for e in entries if e.action.startswith("control")
+                   or e.evidence.get("by") == "control"][-limit:]
     if as_json:
         echo_json({"entries": [e.as_dict() for e in entries]})
         return
     echo_table(
         [
-            (format_since(e.ts), e.action, e.phase, ",".join(e.nodes), e.actor, e.reason or "-")
+            (format_since(e.ts), e.action, e.phase, ",".join(e.nodes), e.actor, e.reason or "-",
+             evidence_line(e.evidence))
             for e in entries
         ],
-        headers=("WHEN", "ACTION", "PHASE", "NODES", "WHO", "REASON"),
+        headers=("WHEN", "ACTION", "PHASE", "NODES", "WHO", "REASON", "EVIDENCE"),
     )
+
+
+def evidence_line(evidence: dict[str, Any]) -> str:
+    """The evidence an operator reads first: a decision, its outcome, a verdict, a cost."""
+    parts = []
+    for key in ("decision", "rung", "outcome", "verdict", "kind", "sweep", "job"):
+        if evidence.get(key) not in (None, "", []):
+            parts.append(f"{key}={evidence[key]}")
+    impact = evidence.get("impact")
+    if isinstance(impact, dict) and "pct" in impact:
+        parts.append(f"impact={impact['pct']}% {impact.get('gpu_h_per_day')} GPU-h/day")
+    return " ".join(parts) or "-"

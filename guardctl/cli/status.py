@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 
+from guardctl.actionlog import Entry
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
+from guardctl.controller.impact import describe
 from guardctl.nodeops import NodeOps
 from guardctl.nodes import expand_all
 
@@ -26,11 +29,23 @@ def status(app: AppContext, nodes: tuple[str, ...], as_json: bool) -> None:
     NODES are hostlist expressions (node[1-4,7]); default: every node.
     """
     names = expand_all(nodes) if nodes else None
-    rows = NodeOps(app.settings).status(names)
+    ops = NodeOps(app.settings)
+    rows = ops.status(names)
+    costs = last_impacts(ops.log.entries())
     if as_json:
-        echo_json({"nodes": [r.as_dict() for r in rows]})
+        echo_json({"nodes": [{**r.as_dict(), "impact": costs.get(r.name)} for r in rows]})
         return
     echo_table(
-        [(r.name, r.slurm_state, r.owner, r.reason or "-", format_since(r.since)) for r in rows],
-        headers=("NODE", "SLURM STATE", "GUARDCTL", "REASON", "SINCE"),
+        [(r.name, r.slurm_state, r.owner, r.reason or "-", format_since(r.since),
+          describe(r.name, costs.get(r.name)) or "-") for r in rows],
+        headers=("NODE", "SLURM STATE", "GUARDCTL", "REASON", "SINCE", "IMPACT"),
     )
+
+
+def last_impacts(entries: list[Entry]) -> dict[str, dict[str, Any]]:
+    """What each node at fault cost its job when the controller last looked (its last pass)."""
+    last = next((e for e in reversed(entries) if e.action == "control pass"), None)
+    if last is None:
+        return {}
+    return {str(f["node"]): f["impact"] for f in last.evidence.get("findings", [])
+            if isinstance(f, dict) and f.get("impact")}

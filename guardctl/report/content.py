@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from guardctl.analyze import SUSPECT, UNKNOWN
 from guardctl.analyze.engine import bad_summary
 from guardctl.analyze.timespec import iso
+from guardctl.controller.impact import describe
 from guardctl.report.timeline import Timeline
 
 
@@ -42,6 +43,7 @@ def sections(tl: Timeline) -> list[Section]:
             n.job or "-",
             ",".join(map(str, n.gpus)) or "-",
             iso(tl.first_suspect(n.node) or tl.end),
+            describe(n.node, n.impact) or "-",
             "; ".join(n.reasons[:3]),
         )
         for n in latest.suspects
@@ -57,7 +59,7 @@ def sections(tl: Timeline) -> list[Section]:
         Section(
             "Act on these: suspect now",
             "Flagged in enough recent windows; drain and sweep them (guardctl sweep).",
-            ("node", "score", "job", "GPUs", "suspect since", "reasons"),
+            ("node", "score", "job", "GPUs", "suspect since", "impact", "reasons"),
             act,
         ),
         Section(

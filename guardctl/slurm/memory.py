@@ -396,7 +396,7 @@ class MemorySlurm:
         return JobInfo(job.job_id, r.job_name, job.user, job.state, job.nodes, r.reservation,
                        r.partition or self.default_partition, job.exit_code,
                        job.reason if job.state == "PENDING" else "None", job.submit_time,
-                       job.start_time, job.end_time)
+                       job.start_time, job.end_time, requeue=job.requeue_allowed)
 
     def _end(self, job: _Job, state: str, exit_code: int) -> None:
         for n in job.nodes:

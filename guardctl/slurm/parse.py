@@ -197,6 +197,7 @@ def job_from_json(raw: Mapping[str, Any]) -> JobInfo:
         submit_time=_time(raw.get("submit_time")),
         start_time=_time(raw.get("start_time")),
         end_time=_time(raw.get("end_time")),
+        requeue=raw.get("requeue") is True,
     )
 
 

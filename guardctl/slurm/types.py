@@ -52,7 +52,8 @@ class JobInfo:
     reason: str = ""  # why it is pending
     submit_time: float | None = None
     start_time: float | None = None
-    end_time: float | None = None
+    end_time: float | None = None  # of a running job: when its time limit ends it
+    requeue: bool = False  # Slurm may requeue it (sbatch --requeue or JobRequeue=1)
 
     @property
     def finished(self) -> bool:

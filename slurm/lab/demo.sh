@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# guardctl end to end on the local test cluster: telemetry, analysis, sweep, drain or release.
+# guardctl end to end on the local test cluster: telemetry, and the controller closing the loop
+# by itself (analysis, quarantine, sweep, drain or release) with nobody in it.
 #
 # Run as root on a Debian 12 machine (a fresh one is fine: it installs what it needs).
 # It starts an 8-node Slurm lab on loopback under $DEMO_DIR (default /var/tmp/guardctl-demo),
@@ -41,6 +42,10 @@ max_out_nodes = 3
 gemm_threads = 1
 allreduce_max_bytes = 4194304
 tolerance = 0.7
+inject = { node3 = 0.3 }  # demo only: node3's burn-in really runs slow
+[control]
+sweep_kind = "all"
+sweep_duration_s = 5.0
 END
 run sinfo
 
@@ -61,41 +66,56 @@ for _ in range(50):
 while squeue -h -j "$job" 2>/dev/null | grep -q .; do sleep 0.5; done
 run g store check "$DEMO_DIR/live"
 
-step "2. A fleet's telemetry with faults: 8 nodes x 8 GPUs, several jobs, benign confounders"
-# The trace is simulated (no GPUs here) but follows schema v1 exactly, like the agent's.
-# Two faults land on lab nodes: a GPU that is silently slow (node3) and rising link errors (node6).
+step "2. Baselines: sweep two healthy nodes once, so that a lone node's sweep has a reference"
+findings_ok g sweep 'node[7-8]' --kind single --duration 5
+
+step "3. The loop with nobody in it: a grey node inside a running job, and a benign confounder"
+# The fleet's telemetry (simulated: no GPUs here, but schema v1 exactly, like the agent's):
+# node3 has a silently slow GPU; node6 carries someone else's CPU load (a benign confounder).
 run g simulate --out "$STORE" --names 'node[1-8]' --duration 30m --seed 1 \
-    --faults 'slow_gpu@node3,link_errors@node6' --start "$(($(date +%s) - 1800))"
-
-step "3. Analysis: compare every node with its peers, with persistence"
-findings_ok g analyze
-findings_ok g analyze --json >"$DEMO_DIR/analysis.json"
-suspects=$(python3 -c '
+    --faults 'slow_gpu@node3,host_contention@node6' --start "$(($(date +%s) - 1800))"
+# A training job runs on node3 and node4 for 40 s.
+train=$(sbatch --parsable -N2 -w 'node[3-4]' -J train -o /dev/null --wrap 'sleep 40')
+while [[ $(squeue -h -j "$train" -o %T) != RUNNING ]]; do sleep 0.5; done
+echo "training job $train runs on node[3-4]"
+# The controller runs as a daemon (as the systemd unit in contrib/ would); from here on
+# nobody types a command: it quarantines node3 at once (the job goes on), waits for the job,
+# sweeps node3 (made really slow: a demo-only setting, honoured only because SLURM_CONF is the
+# lab's: guardctl refuses it on any other cluster) and drains it, and only watches node6.
+g control --act --interval 3 >"$DEMO_DIR/controller.log" 2>&1 &
+ctl=$!
+trap 'kill "$ctl" 2>/dev/null || true' EXIT
+last=""
+for _ in $(seq 300); do
+    now=$(g status node3 --json | python3 -c '
 import json, sys
-nodes = json.load(open(sys.argv[1]))["nodes"]
-print(",".join(n["node"] for n in nodes if n["verdict"] == "suspect"))' "$DEMO_DIR/analysis.json")
-echo "suspects: $suspects"
-[[ -n $suspects ]] || { echo "no suspects: nothing to sweep" >&2; exit 1; }
-
-step "4. Sweep the suspects: quarantine, GEMM + all-reduce + pairwise jobs through sbatch, judge"
-# Only node3 has the hardware fault: make its burn-in really run slow (a demo-only setting,
-# honoured only because SLURM_CONF is the lab's: guardctl refuses it on any other cluster).
-# node6's link errors were transient: its sweep passes and it goes back to production.
-findings_ok g --set 'sweep.inject={node3=0.3}' sweep "node[${suspects//node/}]" --duration 5
+n = json.load(sys.stdin)["nodes"][0]
+print(n["guardctl"], n["slurm_state"], n["reason"] or "")')
+    [[ $now != "$last" ]] && echo "$(date +%T) node3: $now" && last=$now
+    [[ $now == "drained by guardctl"* ]] && break
+    sleep 1
+done
+kill "$ctl"; wait "$ctl" || true; trap - EXIT
+echo "training job $train: $(scontrol show job -o "$train" 2>/dev/null | grep -o 'JobState=[A-Z]*' || echo ended)"
+run tail -n 12 "$DEMO_DIR/controller.log"
+step "   What the controller did, and why"
+run g history --control
+run g control --explain node3
+run g control --explain node6
 run sinfo -R
 
-step "5. Ownership: a node an administrator drained is never touched"
+step "4. Ownership: a node an administrator drained is never touched"
 run scontrol update NodeName=node8 State=DRAIN Reason="admin: replacing DIMM"
 rc=0; g resume node8 || rc=$?
 echo "(exit $rc: refused, node8 left exactly as the administrator set it)"
 
-step "6. The job keeps going meanwhile: dynamic data sharding in a real Slurm job"
+step "5. The job keeps going meanwhile: dynamic data sharding in a real Slurm job"
 job=$(DDS_RECORDS=20000 DDS_SHARD=500 GUARDCTL_STORE="$STORE" \
       sbatch --parsable -o "$DEMO_DIR/dds-%j.out" examples/dds_job.sbatch)
 while squeue -h -j "$job" 2>/dev/null | grep -q .; do sleep 0.5; done
 run g dds status "$job"
 
-step "7. Reports: status, the action log, a health report with plots, Prometheus metrics"
+step "6. Reports: status, the action log, a health report with plots, Prometheus metrics"
 run g status
 run g history --limit 20
 findings_ok g report --period 1h --format html --output "$DEMO_DIR/report.html"

@@ -1,0 +1,130 @@
+"""guardctl control: the mitigation controller, one pass (--once) or a daemon (--interval)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+import click
+
+from guardctl.cli.base import (
+    AppContext,
+    dry_run_option,
+    echo_json,
+    echo_table,
+    json_option,
+    main,
+    pass_app,
+)
+from guardctl.controller.impact import describe
+from guardctl.controller.loop import Controller, PassReport, holder_line, serve
+from guardctl.errors import ExitCode, UsageError
+from guardctl.nodes import validate_name
+
+
+def _warn(message: str) -> None:
+    click.echo(f"guardctl: {message}", err=True)
+
+
+def _print(report: PassReport) -> None:
+    if not report.leader:
+        click.echo(holder_line(report))
+        return
+    mode = "acting" if report.acting else "observe only (control.act = false): nothing changed"
+    click.echo(f"controller pass: {mode}; {len(report.findings)} flagged, "
+               f"{len(report.fleet)} fleet-wide finding(s)")
+    for f in report.fleet:
+        click.echo(f"fleet-wide ({f['scope']} {f['name']}): {f['why']}")
+    rows = [(d["node"], d["kind"] or "-", d["rung"], d["decision"], d["outcome"] or "-",
+             d["why"]) for d in report.decisions]
+    if rows:
+        echo_table(rows, ("NODE", "FINDING", "RUNG", "DECISION", "OUTCOME", "WHY"))
+    for f in report.findings:
+        if f.get("impact"):
+            click.echo(describe(f["node"], f["impact"]))
+
+
+def _print_explain(data: dict[str, Any]) -> None:
+    d, f = data["decision"], data["finding"]
+    click.echo(f"{data['node']}: {data['owner'][0]}" + (f" ({data['owner'][1]})"
+                                                       if data['owner'][1] else ""))
+    click.echo(f"  finding:  {f['kind']}: {f['why']}" if f else "  finding:  not flagged")
+    if data["impact"]:
+        click.echo(f"  impact:   {data['impact']}")
+    if data["jobs"]:
+        click.echo(f"  jobs:     {', '.join(map(str, data['jobs']))}")
+    for fleet in data["fleet"]:
+        click.echo(f"  fleet:    {fleet['why']}")
+    click.echo(f"  decision: {d['decision']} (rung {d['rung']}): {d['why']}" if d
+               else "  decision: nothing to decide")
+    sweeps = data["ladder"]["sweeps"]
+    if sweeps:
+        click.echo("  sweeps:   " + ", ".join(s["verdict"] for s in sweeps))
+    for e in data["history"]:
+        ev = e["evidence"]
+        what = ev.get("decision") or ev.get("verdict") or ""
+        click.echo(f"  history:  {' '.join(filter(None, (e['action'], what)))}: {e['reason']}")
+
+
+@main.command("control")
+@click.option("--once", is_flag=True, help="One pass, then exit (for a systemd timer or cron).")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="S", help="Seconds between passes of the daemon "
+              "(default: control.interval_s).")
+@click.option("--act", is_flag=True, help="Act (default: control.act; otherwise observe "
+              "only and record what it would do).")
+@click.option("--explain", "explain_node", metavar="NODE",
+              help="Say why the controller chooses what it chooses for NODE; change nothing.")
+@dry_run_option
+@json_option
+@pass_app
+def control(app: AppContext, once: bool, interval: float | None, act: bool,
+            explain_node: str | None, dry_run: bool, as_json: bool) -> None:
+    """The mitigation controller: from the newest analysis to quarantine, sweep, drain,
+    release or requeue, through guardctl's safety rules, with nobody in the loop.
+
+    One controller leads at a time (a lease in the store); another one observes and says
+    so. Observe-only unless control.act = true or --act. Exits 1 when a pass found a node at
+    fault, 5 when Slurm did not answer (--once).
+    """
+    settings = app.settings
+    controller = Controller(settings, act=act or settings.control.act, progress=_warn)
+    if explain_node is not None:
+        data = controller.explain(validate_name(explain_node))
+        echo_json(data) if as_json else _print_explain(data)
+        return
+    emit = (lambda r: echo_json(r.as_dict())) if as_json else _print
+    if once or dry_run:
+        if interval is not None:
+            raise UsageError("--interval runs a daemon: not with --once or --dry-run")
+        try:
+            report = controller.run_pass(dry_run=dry_run)
+        finally:
+            if not dry_run:
+                controller.lease.release()
+        emit(report)
+        if any(f["kind"] == "persistent" for f in report.findings):
+            sys.exit(int(ExitCode.FINDINGS))
+        return
+
+    def stop(_sig: int, _frame: FrameType | None) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    serve(controller, interval or settings.control.interval_s, _on_change(emit), _warn)
+
+
+def _on_change(emit: Callable[[PassReport], None]) -> Callable[[PassReport], None]:
+    """A daemon prints a pass only when what it saw or chose differs from the pass before."""
+    last: list[Any] = [None]
+
+    def maybe(report: PassReport) -> None:
+        now = (report.leader, report.acting, [(d["node"], d["decision"], d["why"], d["outcome"])
+                                              for d in report.decisions], report.fleet)
+        if now != last[0]:
+            emit(report)
+            last[0] = now
+    return maybe

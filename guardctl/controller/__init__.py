@@ -1,0 +1,18 @@
+"""The mitigation controller: guardctl closes the loop from the analyzer's verdicts to Slurm.
+
+One concern per module:
+
+* :mod:`~guardctl.controller.lease`: only one controller acts at a time (a leader lease);
+* :mod:`~guardctl.controller.classify`: what kind of finding each suspect is (transient,
+  persistent node fault, structural, deterministic heterogeneity);
+* :mod:`~guardctl.controller.impact`: what a finding costs its job (% and GPU-hours a day);
+* :mod:`~guardctl.controller.requeue`: the ski-rental rule for requeueing a job off a slow node;
+* :mod:`~guardctl.controller.ladder`: each node's place on the ladder, read from the action log;
+* :mod:`~guardctl.controller.policy`: the decisions, a pure function of (analysis, jobs, ladder);
+* :mod:`~guardctl.controller.record`: decisions and their evidence in the action log;
+* :mod:`~guardctl.controller.loop`: one pass (read, decide, act, record) and the daemon.
+
+The controller acts only through the node-action door (:class:`guardctl.nodeops.NodeOps`) and
+the sweep (:func:`guardctl.sweep.engine.run_sweep`), so ownership, caps, the rate limit and the
+intent-before/outcome-after log hold for it as for every other command.
+"""

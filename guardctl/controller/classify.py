@@ -1,0 +1,188 @@
+"""What kind of finding each suspect is, as AntDT and FALCON tell them apart.
+
+* **transient**: host contention or a spike, no hardware signal, or flagged but not
+  persistent: watched, never acted on;
+* **persistent**: a node fault: hardware signals, or busy time behind its peers window after
+  window: the node ladder;
+* **structural**: too many of one job's, one rack's or the fleet's nodes at once: a common
+  cause, reported once as a fleet-wide finding, never a node action;
+* **heterogeneity**: a slower device model mixed into a job: all the job's nodes of that model
+  and no others are slow: per-rank shares through the data-sharding service, no drain.
+
+Pure functions of the analysis and the ``[control]`` settings, tested by handing them values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from guardctl.analyze.engine import SUSPECT, Analysis, NodeVerdict
+from guardctl.nodes import expand
+from guardctl.sections.control import ControlSettings
+
+Kind = Literal["transient", "persistent", "structural", "heterogeneity"]
+
+# Detectors whose flags are the hardware speaking (GPU clocks, thermals, power, memory errors,
+# XIDs, links); busy_time is the job's own measurement, host_contention is someone else's load.
+HARDWARE = frozenset({"clock_events", "clocks", "thermal", "power", "ecc", "xid", "gpu_links",
+                      "link_errors", "link_flaps", "link_rate", "xmit_wait"})
+TRANSIENT_ONLY = frozenset({"host_contention"})
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One flagged node and what kind of finding it is."""
+
+    node: str
+    kind: Kind
+    why: str
+    job: str | None = None
+    detectors: tuple[str, ...] = ()
+    score: float = 0.0
+    impact: dict[str, Any] | None = None
+    newest: float = 0.0  # end of the newest window the node was flagged in
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "kind": self.kind, "why": self.why, "job": self.job,
+                "detectors": list(self.detectors), "score": self.score, "impact": self.impact,
+                "newest": self.newest}
+
+
+@dataclass(frozen=True)
+class FleetFinding:
+    """A common cause: too many nodes of one job, rack or the fleet flagged at once."""
+
+    scope: Literal["job", "rack", "fleet"]
+    name: str
+    nodes: tuple[str, ...]
+    of: int  # how many nodes the job / rack / fleet has
+    why: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"scope": self.scope, "name": self.name, "nodes": list(self.nodes),
+                "of": self.of, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Classified:
+    """Every flagged node's finding, and the fleet-wide findings that took nodes over."""
+
+    findings: tuple[Finding, ...]
+    fleet: tuple[FleetFinding, ...] = field(default=())
+
+    def of(self, node: str) -> Finding | None:
+        return next((f for f in self.findings if f.node == node), None)
+
+
+def membership(groups: Mapping[str, str]) -> dict[str, str]:
+    """node -> group name, from ``{group: hostlist}`` (racks, device models)."""
+    return {node: name for name, nodes in groups.items() for node in expand(nodes)}
+
+
+def node_kind(v: NodeVerdict) -> tuple[Kind, str]:
+    """A single node's kind on its own evidence (before job, rack and fleet are looked at)."""
+    detectors = {e.detector for e in v.evidence}
+    hardware = sorted(detectors & HARDWARE)
+    if v.verdict != SUSPECT:
+        return "transient", "flagged, but not in enough windows to be persistent"
+    if hardware:
+        return "persistent", f"hardware signals ({', '.join(hardware)}) in " \
+                             f"{v.flagged_windows} windows"
+    if detectors & TRANSIENT_ONLY:
+        # Someone else's load on the host explains the slow ranks: it passes with the load.
+        return "transient", "host contention, no hardware signal"
+    if "busy_time" in detectors:
+        return "persistent", f"busy time behind its peers in {v.flagged_windows} windows"
+    return "persistent", f"flagged in {v.flagged_windows} windows"
+
+
+def _too_many(flagged: int, size: int, fraction: float, min_group: int) -> bool:
+    # One node is never a common cause, however small the group.
+    return size >= min_group and flagged >= 2 and flagged > fraction * size
+
+
+def _groups(nodes: Iterable[str], key: Mapping[str, str | None]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for node in nodes:
+        name = key.get(node)
+        if name is not None:
+            out.setdefault(name, []).append(node)
+    return out
+
+
+def classify(analysis: Analysis, cfg: ControlSettings) -> Classified:
+    """Classify every flagged node of *analysis* (those with evidence, suspect or not)."""
+    flagged = [v for v in analysis.nodes if v.evidence or v.verdict == SUSPECT]
+    kinds = {v.node: node_kind(v) for v in flagged}
+    faults = [n for n, (k, _) in kinds.items() if k == "persistent"]
+    fleet = _fleet_wide(analysis, faults, cfg)
+    structural = {n: f for f in fleet for n in f.nodes}
+    hetero = _heterogeneous(analysis, [n for n in faults if n not in structural], cfg)
+    findings = []
+    for v in flagged:
+        kind, why = kinds[v.node]
+        if v.node in structural:
+            kind, why = "structural", structural[v.node].why
+        elif v.node in hetero:
+            kind, why = "heterogeneity", hetero[v.node]
+        findings.append(Finding(v.node, kind, why, v.job,
+                                tuple(sorted({e.detector for e in v.evidence})), v.score,
+                                v.impact, max((e.window_end for e in v.evidence),
+                                              default=analysis.window_end)))
+    return Classified(tuple(findings), tuple(fleet))
+
+
+def _fleet_wide(analysis: Analysis, faults: Sequence[str],
+                cfg: ControlSettings) -> list[FleetFinding]:
+    """Jobs, racks or the fleet with more of their nodes flagged than ``[control]`` allows."""
+    seen = [v.node for v in analysis.nodes]
+    if _too_many(len(faults), len(seen), cfg.max_fleet_fraction, cfg.min_group):
+        return [FleetFinding("fleet", "fleet", tuple(faults), len(seen),
+                             f"{len(faults)} of {len(seen)} nodes flagged at once (over "
+                             f"control.max_fleet_fraction={cfg.max_fleet_fraction:g}): "
+                             "a fleet-wide cause, not node faults")]
+    out: list[FleetFinding] = []
+    jobs = {v.node: v.job for v in analysis.nodes}
+    members = _groups(seen, jobs)
+    for job, nodes in sorted(_groups(faults, jobs).items()):
+        if _too_many(len(nodes), len(members[job]), cfg.max_job_fraction, cfg.min_group):
+            out.append(FleetFinding("job", job, tuple(nodes), len(members[job]),
+                                    f"{len(nodes)} of job {job}'s {len(members[job])} nodes "
+                                    "flagged at once: the job's cause (its input, a checkpoint,"
+                                    " its code), not node faults"))
+    racks = membership(cfg.racks)
+    taken = {n for f in out for n in f.nodes}
+    rack_members = _groups(seen, racks)
+    for rack, nodes in sorted(_groups([n for n in faults if n not in taken], racks).items()):
+        if _too_many(len(nodes), len(rack_members[rack]), cfg.max_rack_fraction, cfg.min_group):
+            out.append(FleetFinding("rack", rack, tuple(nodes), len(rack_members[rack]),
+                                    f"{len(nodes)} of rack {rack}'s {len(rack_members[rack])} "
+                                    "nodes flagged at once: the rack's cause (power, cooling, "
+                                    "its switch), not node faults"))
+    return out
+
+
+def _heterogeneous(analysis: Analysis, faults: Sequence[str],
+                   cfg: ControlSettings) -> dict[str, str]:
+    """Suspects explained by a slower device model mixed into their job."""
+    if not cfg.models:
+        return {}
+    models = membership(cfg.models)
+    verdicts = {v.node: v for v in analysis.nodes}
+    out: dict[str, str] = {}
+    for node in faults:
+        v = verdicts[node]
+        if v.job is None or node not in models or {e.detector for e in v.evidence} & HARDWARE:
+            continue
+        job_nodes = [n for n, w in verdicts.items() if w.job == v.job]
+        same = [n for n in job_nodes if models.get(n) == models[node]]
+        if len({models.get(n) for n in job_nodes}) < 2:
+            continue
+        slow = set(faults)
+        if all(n in slow for n in same) and not any(n in slow for n in job_nodes
+                                                    if n not in same):
+            out[node] = (f"every {models[node]} node of job {v.job} and no other is slower: "
+                         "a slower device model mixed into the job (shares, not a drain)")
+    return out

@@ -1,0 +1,85 @@
+"""Each node's place on the controller's ladder, read back from the action log.
+
+The controller keeps no state file of its own: what it did is in the action log (its own
+``control ...`` records beside the node actions it took through the door), so a crash loses
+nothing and any pass, on any host, reads the same ladder:
+
+* quarantined by the controller (a ``quarantine`` done or reconciled with ``by: control``,
+  not followed by a release or drain) and waiting for the node to be free;
+* the sweeps it ran and their verdicts (``control sweep``), so passes within
+  ``[control] relapse_window_s`` count the relapses;
+* suspect onsets (``control pass`` records list what was flagged), for flap suppression;
+* the last decision recorded for the node, so an unchanged decision is not logged again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from guardctl.actionlog import Entry
+
+BY = "control"  # the evidence key 'by' of node actions the controller took
+
+
+@dataclass
+class NodeLadder:
+    """What the action log says about one node's time on the ladder."""
+
+    node: str
+    quarantined_by_control: bool = False
+    quarantined_at: float | None = None
+    sweeps: list[tuple[float, str]] = field(default_factory=list)  # (ts, verdict)
+    onsets: list[float] = field(default_factory=list)  # when it became flagged
+    last_decision: dict[str, Any] = field(default_factory=dict)
+
+    def passes_since(self, since: float) -> int:
+        return sum(1 for ts, verdict in self.sweeps if verdict == "pass" and ts >= since)
+
+    def last_pass(self) -> float | None:
+        passes = [ts for ts, verdict in self.sweeps if verdict == "pass"]
+        return max(passes) if passes else None
+
+    def onsets_since(self, since: float) -> int:
+        return sum(1 for ts in self.onsets if ts >= since)
+
+    def episode_start(self) -> float | None:
+        """When the node's current time as a suspect began (its latest onset)."""
+        return self.onsets[-1] if self.onsets else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "quarantined_by_control": self.quarantined_by_control,
+                "quarantined_at": self.quarantined_at,
+                "sweeps": [{"ts": ts, "verdict": v} for ts, v in self.sweeps],
+                "onsets": self.onsets, "last_decision": self.last_decision}
+
+
+def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
+    """Every node's ladder from the action log, oldest entry first."""
+    out: dict[str, NodeLadder] = {}
+    flagged: set[str] = set()
+
+    def of(node: str) -> NodeLadder:
+        return out.setdefault(node, NodeLadder(node))
+
+    for e in entries:
+        if e.action == "control pass":
+            now = set(e.nodes)
+            for node in sorted(now - flagged):
+                of(node).onsets.append(e.ts)
+            flagged = now
+        elif e.action == "control sweep":
+            for node in e.nodes:
+                of(node).sweeps.append((e.ts, str(e.evidence.get("verdict", ""))))
+        elif e.action == "control decision":
+            for node in e.nodes:
+                of(node).last_decision = dict(e.evidence)
+        elif e.phase in ("done", "reconciled") and e.action in ("quarantine", "release",
+                                                               "drain"):
+            for node in e.nodes:
+                ladder = of(node)
+                mine = e.action == "quarantine" and e.evidence.get("by") == BY
+                ladder.quarantined_by_control = mine
+                ladder.quarantined_at = e.ts if mine else None
+    return out

@@ -1,0 +1,311 @@
+"""One controller pass (read, decide, act, record) and the daemon that repeats it.
+
+A pass: take or renew the leader lease (a second controller observes and says so); close
+intents a crash left (:meth:`NodeOps.reconcile`); read the newest analysis, Slurm's nodes,
+reservations and jobs, and the action log; classify and decide (pure, :mod:`policy`); then act
+through the node-action door and the sweep, or, observing only, record what it would do.
+
+A sweep runs inside the pass, and the sweep's progress callback renews the lease between its
+polls, so a sweep of minutes never lets the lease lapse; were the lease ever lost, the callback
+stops the sweep, which leaves the node quarantined (safe) for the next leader to sweep. This
+keeps one process and one place where the controller acts, at the price of a daemon that does
+nothing else while it sweeps (nodes flagged meanwhile wait one sweep's length).
+
+Slurm unreachable mid-pass: the pass stops with :class:`SlurmUnavailable`; each node action was
+logged as an intent first, so nothing is half done that the next pass cannot reconcile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guardctl import layout
+from guardctl.actionlog import Entry
+from guardctl.analyze.engine import Analysis
+from guardctl.analyze.incremental import Analyzer
+from guardctl.config import Settings
+from guardctl.controller import policy, record
+from guardctl.controller.classify import Classified, classify
+from guardctl.controller.impact import describe
+from guardctl.controller.ladder import BY, NodeLadder, derive
+from guardctl.controller.lease import Holder, Lease, LeaseLost
+from guardctl.errors import RefusedError, SlurmError
+from guardctl.nodeops import NodeOps
+from guardctl.nodeops.ownership import NODE_ACTIONS
+from guardctl.slurm.types import JobInfo, SlurmClient
+from guardctl.sweep.engine import SweepOptions, run_sweep
+
+Progress = Callable[[str], None]
+LIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
+
+
+def newest_analysis(analyzer: Analyzer) -> Analysis:
+    """The analysis the controller decides on (the one place the controller reads it).
+
+    The incremental analyzer gives what ``analyze.engine.analyze`` gives, reading only what
+    was written since the previous pass: a daemon keeps one and each pass costs what is new.
+    """
+    return analyzer.analyze()
+
+
+@dataclass
+class PassReport:
+    """What one pass saw, chose and did."""
+
+    leader: bool
+    acting: bool
+    holder: dict[str, Any] | None = None
+    window: tuple[float, float] | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    fleet: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    reconciled: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Gathered:
+    """The inputs of one decision round, read once."""
+
+    analysis: Analysis
+    classified: Classified
+    entries: list[Entry]
+    ladders: dict[str, NodeLadder]
+    view: policy.View
+
+
+def running_jobs(jobs: list[JobInfo]) -> dict[str, list[JobInfo]]:
+    """node -> the jobs running on it, guardctl's own sweep jobs left out."""
+    out: dict[str, list[JobInfo]] = {}
+    for job in jobs:
+        if job.state in LIVE and not job.name.startswith("guardctl-"):
+            for node in job.nodes:
+                out.setdefault(node, []).append(job)
+    return out
+
+
+def gather(settings: Settings, ops: NodeOps, analyzer: Analyzer, now: float) -> Gathered:
+    """Read the analysis, Slurm and the action log; build the policy's view."""
+    analysis = newest_analysis(analyzer)
+    classified = classify(analysis, settings.control)
+    snap = ops.snapshot()
+    jobs = ops.slurm.jobs()
+    entries = ops.log.entries()
+    ladders = derive(entries)
+    owners = {n: ops.owner(snap, n) for n in snap.nodes}
+    root = settings.store.root
+    dds = frozenset(f.job for f in classified.findings if f.job and _serves(root, f.job))
+    requeueable = {j.job_id: (j.end_time - now if j.end_time else None)
+                   for j in jobs if j.requeue and j.state == "RUNNING"}
+    duration = settings.control.sweep_duration_s or settings.sweep.gemm_duration_s
+    view = policy.View(classified, owners, running_jobs(jobs), ladders, now, duration, dds,
+                       requeueable)
+    return Gathered(analysis, classified, entries, ladders, view)
+
+
+def _serves(root: Path, job: str) -> bool:
+    """Whether the data-sharding service runs for *job* (its directory in the store)."""
+    try:
+        return layout.dds_dir(root, job).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
+class Controller:
+    """The mitigation loop over one store and one Slurm."""
+
+    def __init__(self, settings: Settings, *, act: bool, slurm: SlurmClient | None = None,
+                 progress: Progress = lambda _m: None) -> None:
+        self.settings = settings
+        self.cfg = settings.control
+        self.acting = act and not settings.safety.observe_only
+        self.ops = NodeOps(settings, slurm)
+        self.lease = Lease(settings.store.root, self.cfg.lease_s)
+        self.analyzer = Analyzer(settings)
+        self.progress = progress
+
+    # -- the lease -------------------------------------------------------------------------
+    def lead(self) -> tuple[bool, Holder | None]:
+        return self.lease.acquire()
+
+    def _renew(self, message: str) -> None:
+        held, holder = self.lease.acquire()
+        if not held:
+            raise LeaseLost(f"lost the controller lease to {_who(holder)}; stopping the sweep "
+                            "(the node stays quarantined for the next leader)")
+        self.progress(message)
+
+    # -- one pass ---------------------------------------------------------------------------
+    def run_pass(self, dry_run: bool = False) -> PassReport:
+        """Lead, read, decide, act (or record what it would do); see the module docstring."""
+        if not dry_run:
+            held, holder = self.lead()
+            if not held:
+                return PassReport(False, False, holder.as_dict() if holder else None)
+        now = time.time()
+        reconciled = [] if dry_run else self.ops.reconcile()
+        g = gather(self.settings, self.ops, self.analyzer, now)
+        report = PassReport(True, self.acting and not dry_run, reconciled=len(reconciled),
+                            window=(g.analysis.window_start, g.analysis.window_end),
+                            findings=[f.as_dict() for f in g.classified.findings],
+                            fleet=[f.as_dict() for f in g.classified.fleet])
+        if not dry_run:
+            record.record_pass(self.ops, g.entries, g.classified)
+            record.record_fleet(self.ops, g.entries, g.classified)
+        for decision in policy.decide(g.view, self.cfg):
+            outcome, extra = self._carry_out(decision, g, dry_run)
+            if not dry_run and (decision.acts or record.changed(
+                    decision, g.ladders.get(decision.node), outcome)):
+                record.record_decision(self.ops, decision, outcome, extra)
+            report.decisions.append({**decision.as_dict(), "outcome": outcome, **extra})
+        return report
+
+    def _carry_out(self, d: policy.Decision, g: Gathered,
+                   dry_run: bool) -> tuple[str, dict[str, Any]]:
+        if not d.acts:
+            return "", {}
+        if dry_run or not self.acting:
+            return "would do", {}
+        used = self._actions_last_hour()
+        if used >= self.cfg.max_actions_per_hour:
+            return (f"skipped: {used} controller action(s) in the last hour "
+                    f"(control.max_actions_per_hour={self.cfg.max_actions_per_hour})"), {}
+        try:
+            return self._act(d, g)
+        except RefusedError as exc:
+            return f"refused: {exc}", {}
+        except LeaseLost:
+            raise
+        except SlurmError:
+            raise  # the pass stops here; the intent log lets the next one reconcile
+
+    def _act(self, d: policy.Decision, g: Gathered) -> tuple[str, dict[str, Any]]:
+        evidence = {"by": BY, "decision": d.action, "rung": d.rung, "kind": d.kind,
+                    "jobs": list(d.jobs), **{k: v for k, v in d.evidence.items()
+                                             if k in ("impact", "relapse")}}
+        if d.action == "quarantine":
+            self.ops.quarantine([d.node], f"control: {d.why}", evidence=evidence)
+            if not d.jobs:  # free already: straight on to the sweep
+                fresh = gather(self.settings, self.ops, self.analyzer, time.time())
+                ladder = fresh.ladders.get(d.node, NodeLadder(d.node))
+                duration, relapse = policy.sweep_duration(fresh.view, self.cfg, ladder)
+                return self._sweep(d.node, duration, relapse)
+            return "done", {}
+        if d.action == "sweep":
+            return self._sweep(d.node, d.duration_s, int(d.evidence.get("relapse", 0)))
+        if d.action == "drain":
+            self.ops.drain([d.node], f"control: {d.why}", evidence=evidence)
+            return "done", {}
+        if d.action == "requeue" and d.job is not None:
+            return self._requeue(d)
+        return "", {}
+
+    def _sweep(self, node: str, duration: float, relapse: int) -> tuple[str, dict[str, Any]]:
+        options = SweepOptions(kind=self.cfg.sweep_kind, duration_s=duration)
+        self.progress(f"control: sweeping {node} ({self.cfg.sweep_kind}, {duration:g} s)")
+        report = run_sweep(self.settings, [node], options, ops=self.ops, progress=self._renew)
+        verdict = report.verdicts[0]
+        self.ops.record("control sweep", [node], reason=verdict.evidence, evidence={
+            "verdict": verdict.verdict, "action": verdict.action, "sweep": report.sweep_id,
+            "duration_s": duration, "relapse": relapse})
+        return f"swept: {verdict.verdict}, {verdict.action}", {"sweep": report.sweep_id}
+
+    def _requeue(self, d: policy.Decision) -> tuple[str, dict[str, Any]]:
+        from guardctl.slurm.job import Job
+
+        assert d.job is not None
+        job = Job(self.ops.slurm, d.job)
+        self.ops.record("control requeue", [d.node], reason=d.why, evidence={
+            "phase": "intent", "job": d.job, "exclude": [d.node], **d.evidence})
+        if self.cfg.signal:
+            job.signal(self.cfg.signal)
+            time.sleep(self.cfg.signal_grace_s)
+        job.requeue(exclude=[d.node])
+        self.ops.record("control requeue", [d.node], reason=d.why, evidence={
+            "phase": "done", "job": d.job, "exclude": [d.node], "signal": self.cfg.signal})
+        return "done", {}
+
+    def _actions_last_hour(self) -> int:
+        hour_ago = time.time() - 3600
+        count = 0
+        for e in self.ops.log.entries():
+            if e.ts < hour_ago:
+                continue
+            node_action = e.phase == "done" and e.action in NODE_ACTIONS
+            requeued = e.action == "control requeue" and e.evidence.get("phase") == "done"
+            if (node_action and e.evidence.get("by") == BY) or requeued or (
+                    e.action == "control sweep"):
+                count += 1
+        return count
+
+    # -- explain ----------------------------------------------------------------------------
+    def explain(self, node: str) -> dict[str, Any]:
+        """Why the controller chooses what it chooses for *node*, from a read-only round."""
+        self.ops.snapshot().known([node])
+        g = gather(self.settings, self.ops, self.analyzer, time.time())
+        decision = next((d for d in policy.decide(g.view, self.cfg) if d.node == node), None)
+        finding = g.classified.of(node)
+        verdict = g.analysis.verdict_of(node)
+        return {
+            "node": node,
+            "verdict": verdict.to_dict() if verdict else None,
+            "finding": finding.as_dict() if finding else None,
+            "impact": describe(node, finding.impact if finding else None),
+            "decision": decision.as_dict() if decision else None,
+            "owner": list(g.view.owners.get(node, ("in service", ""))),
+            "jobs": [j.job_id for j in g.view.running.get(node, ())],
+            "ladder": g.ladders.get(node, NodeLadder(node)).as_dict(),
+            "fleet": [f.as_dict() for f in g.classified.fleet if node in f.nodes],
+            "history": [e.as_dict() for e in g.entries
+                        if node in e.nodes and e.action.startswith("control")][-10:],
+        }
+
+
+def _who(holder: Holder | None) -> str:
+    if holder is None:
+        return "nobody"
+    return f"pid {holder.pid} on {holder.host}"
+
+
+def holder_line(report: PassReport) -> str:
+    """The line a controller that is not the leader prints."""
+    h = report.holder or {}
+    left = max(0.0, float(h.get("expires", 0.0)) - time.time())
+    return (f"another controller leads (pid {h.get('pid')} on {h.get('host')}, lease "
+            f"{left:.0f} s left): observing, not acting")
+
+
+def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport], None],
+          warn: Callable[[str], None]) -> None:
+    """Run passes every *interval_s* until interrupted, renewing the lease in between.
+
+    Slurm down or the store unwritable for a pass: one line, and the next pass carries on.
+    The lease is given up on the way out, so another controller need not wait for it to expire.
+    """
+    from guardctl.errors import GuardctlError
+
+    try:
+        while True:
+            leader = False
+            try:
+                report = controller.run_pass()
+                leader = report.leader
+                emit(report)
+            except LeaseLost as exc:
+                warn(str(exc))
+            except GuardctlError as exc:
+                warn(f"pass failed, the next one carries on: {' '.join(str(exc).split())}")
+            deadline = time.monotonic() + interval_s
+            while (left := deadline - time.monotonic()) > 0:
+                time.sleep(min(left, controller.cfg.lease_s / 3))
+                if leader and deadline - time.monotonic() > 0:
+                    leader = controller.lead()[0]
+    finally:
+        controller.lease.release()

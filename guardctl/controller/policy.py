@@ -1,0 +1,170 @@
+"""The controller's decisions: a pure function of (findings, Slurm's view, the ladder).
+
+Nothing here reads Slurm, the store or the clock: :func:`decide` is handed values, so the
+tests (and a fleet simulation over the in-memory Slurm) can drive it directly. The ladder, for
+a node the analysis finds at fault:
+
+a. its job uses the data-sharding service: the slow rank already gets less work; noted with
+   the job's slowdown so that recovery can be checked;
+b. quarantine: its maintenance reservation keeps new jobs off it, the running job goes on;
+c. sweep once it is free (its job ended or was requeued): pass -> release, fail -> drain;
+d. requeue (``[control] requeue = true``): a requeue-able job the ski-rental rule says is
+   cheaper to restart elsewhere is requeued with the node excluded;
+e. relapse: flagged again within ``relapse_window_s`` of a passed sweep: a longer sweep; at
+   the ``relapses``-th relapse it is drained as a lemon, without another sweep.
+
+Nodes held by someone else are left alone; structural and transient findings get no node
+action; heterogeneity is handled by shares, never a drain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from guardctl.controller import requeue
+from guardctl.controller.classify import Classified, Finding
+from guardctl.controller.ladder import NodeLadder
+from guardctl.nodeops.ownership import Owner
+from guardctl.sections.control import ControlSettings
+from guardctl.slurm.types import JobInfo
+
+Act = Literal["watch", "quarantine", "sweep", "drain", "requeue", "wait", "leave", "rebalance",
+              "hold off", "none"]
+ACTING = frozenset({"quarantine", "sweep", "drain", "requeue"})
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the controller chose for one node, on which rung, and why."""
+
+    node: str
+    action: Act
+    rung: str
+    why: str
+    kind: str = ""
+    jobs: tuple[int, ...] = ()
+    duration_s: float = 0.0  # a sweep's GEMM seconds
+    job: int | None = None  # the job a requeue is for
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def acts(self) -> bool:
+        return self.action in ACTING
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "decision": self.action, "rung": self.rung, "why": self.why,
+                "kind": self.kind, "jobs": list(self.jobs), "duration_s": self.duration_s,
+                "job": self.job, **self.evidence}
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything :func:`decide` looks at, gathered by the pass."""
+
+    classified: Classified
+    owners: Mapping[str, tuple[Owner, str]]
+    running: Mapping[str, Sequence[JobInfo]]  # node -> the non-sweep jobs running on it
+    ladders: Mapping[str, NodeLadder]
+    now: float
+    sweep_duration_s: float
+    dds_jobs: frozenset[str] = frozenset()  # analysis job ids served by the data-sharding service
+    requeueable: Mapping[int, float | None] = field(default_factory=dict)  # job -> seconds left
+
+
+def decide(view: View, cfg: ControlSettings) -> list[Decision]:
+    """One decision per node that is flagged or that the controller holds."""
+    nodes = {f.node for f in view.classified.findings}
+    nodes |= {n for n, lad in view.ladders.items() if lad.quarantined_by_control}
+    return [_node(view, cfg, node) for node in sorted(nodes)]
+
+
+def _node(view: View, cfg: ControlSettings, node: str) -> Decision:
+    finding = view.classified.of(node)
+    ladder = view.ladders.get(node, NodeLadder(node))
+    owner, owner_why = view.owners.get(node, ("in service", ""))
+    jobs = tuple(j.job_id for j in view.running.get(node, ()))
+    base: dict[str, Any] = {"kind": finding.kind if finding else "", "jobs": jobs}
+    if owner == "held by someone else":
+        return Decision(node, "leave", "-", f"held by someone else ({owner_why}): never touched",
+                        **base)
+    if owner == "drained by guardctl":
+        return Decision(node, "none", "-", f"already drained by guardctl ({owner_why})", **base)
+    if owner == "quarantined":
+        if not ladder.quarantined_by_control:
+            return Decision(node, "leave", "-", "quarantined by an operator's sweep", **base)
+        return _quarantined(view, cfg, node, finding, ladder, jobs)
+    if finding is None:
+        return Decision(node, "none", "-", "no longer flagged", **base)
+    if ladder.last_pass() is not None and finding.newest <= (ladder.last_pass() or 0.0):
+        return Decision(node, "none", "-", "flagged only on data from before its sweep passed",
+                        **base)
+    if finding.kind == "transient":
+        return Decision(node, "watch", "-", f"transient: {finding.why}", **base)
+    if finding.kind == "structural":
+        return Decision(node, "none", "-", f"structural: {finding.why}", **base)
+    if finding.kind == "heterogeneity":
+        return Decision(node, "rebalance", "a", f"heterogeneity: {finding.why}", **base,
+                        evidence={"impact": finding.impact})
+    return _fault(view, cfg, node, finding, ladder, jobs)
+
+
+def _fault(view: View, cfg: ControlSettings, node: str, finding: Finding, ladder: NodeLadder,
+           jobs: tuple[int, ...]) -> Decision:
+    """A persistent node fault on a node in service: quarantine, or a lemon's drain."""
+    base: dict[str, Any] = {"kind": finding.kind, "jobs": jobs}
+    evidence: dict[str, Any] = {"finding": finding.why, "impact": finding.impact}
+    flaps = ladder.onsets_since(view.now - cfg.flap_window_s)
+    if flaps > cfg.max_flaps:
+        return Decision(node, "hold off", "-", f"flapping: flagged anew {flaps} times in "
+                        f"{cfg.flap_window_s:g} s (control.max_flaps={cfg.max_flaps})",
+                        **base, evidence=evidence)
+    relapse = ladder.passes_since(view.now - cfg.relapse_window_s)
+    if relapse >= cfg.relapses:
+        return Decision(node, "drain", "e", f"lemon: flagged again after {relapse} passed "
+                        f"sweep(s) within {cfg.relapse_window_s:g} s: {finding.why}",
+                        **base, evidence={**evidence, "relapse": relapse})
+    if finding.job is not None and finding.job in view.dds_jobs:
+        evidence["rebalanced"] = "the data-sharding service already gives its ranks less work"
+    rung = "b" if relapse == 0 else "e"
+    why = f"persistent node fault: {finding.why}"
+    if relapse:
+        why = f"relapse {relapse} of {cfg.relapses}: {why}"
+    return Decision(node, "quarantine", rung, why + (f"; job(s) {', '.join(map(str, jobs))} "
+                    "go on undisturbed" if jobs else ""), **base,
+                    evidence={**evidence, "relapse": relapse})
+
+
+def sweep_duration(view: View, cfg: ControlSettings, ladder: NodeLadder) -> tuple[float, int]:
+    """A relapsing node's sweep is longer: ``relapse_sweep_factor`` per relapse."""
+    relapse = ladder.passes_since(view.now - cfg.relapse_window_s)
+    return view.sweep_duration_s * cfg.relapse_sweep_factor ** relapse, relapse
+
+
+def _quarantined(view: View, cfg: ControlSettings, node: str, finding: Finding | None,
+                 ladder: NodeLadder, jobs: tuple[int, ...]) -> Decision:
+    """A node the controller quarantined: sweep it when free, else wait (or requeue)."""
+    base: dict[str, Any] = {"kind": finding.kind if finding else "", "jobs": jobs}
+    duration, relapse = sweep_duration(view, cfg, ladder)
+    if not jobs:
+        rung = "e" if relapse else "c"
+        return Decision(node, "sweep", rung, f"quarantined and free: sweep ({duration:g} s"
+                        + (f", relapse {relapse}" if relapse else "") + ")", **base,
+                        duration_s=duration, evidence={"relapse": relapse})
+    impact = finding.impact if finding else None
+    if cfg.requeue and impact:
+        for job in jobs:
+            if job not in view.requeueable:
+                continue
+            since = ladder.episode_start() or ladder.quarantined_at or view.now
+            rental = requeue.decide(float(impact["pct"]) / 100, int(impact["gpus"]),
+                                    view.now - since, view.requeueable[job], cfg)
+            if rental.requeue:
+                return Decision(node, "requeue", "d", f"job {job}: {rental.why}", **base,
+                                job=job, evidence={"rental": rental.as_dict(), "impact": impact})
+            return Decision(node, "wait", "b", f"quarantined, job {job} runs on: {rental.why}",
+                            **base, evidence={"rental": rental.as_dict(), "impact": impact})
+    return Decision(node, "wait", "b", "quarantined: waiting for job(s) "
+                    f"{', '.join(map(str, jobs))} to end before the sweep", **base,
+                    evidence={"impact": impact} if impact else {})

@@ -1,0 +1,68 @@
+"""The controller's records in the action log: each decision once, with its evidence.
+
+Everything goes through :meth:`guardctl.nodeops.NodeOps.record` as ``control ...`` notes:
+
+* ``control pass``: the nodes found at fault, written when that set changes (the ladder reads
+  suspect onsets, for flap suppression and the ski-rental rule, from these);
+* ``control fleet``: a fleet-wide finding (a job, a rack or the fleet), written when new;
+* ``control decision``: a node's decision, its rung, why and its evidence, written when it
+  differs from the node's last one (an unchanged wait is not logged every pass);
+* ``control sweep``: a sweep's verdict; ``control requeue``: a job requeued off a node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from guardctl.actionlog import Entry
+from guardctl.controller.classify import Classified
+from guardctl.controller.ladder import NodeLadder
+from guardctl.controller.policy import Decision
+from guardctl.nodeops import NodeOps
+
+
+def _last(entries: Sequence[Entry], action: str) -> Entry | None:
+    return next((e for e in reversed(entries) if e.action == action), None)
+
+
+def faults(classified: Classified) -> list[str]:
+    return sorted(f.node for f in classified.findings if f.kind == "persistent")
+
+
+def record_pass(ops: NodeOps, entries: Sequence[Entry], classified: Classified) -> None:
+    """Note the set of nodes at fault when it changed since the last pass."""
+    now = faults(classified)
+    last = _last(entries, "control pass")
+    if last is not None and sorted(last.nodes) == now:
+        return
+    if last is None and not now:
+        return
+    ops.record("control pass", now, reason=f"{len(now)} node(s) at fault",
+               evidence={"findings": [f.as_dict() for f in classified.findings
+                                      if f.node in now]})
+
+
+def record_fleet(ops: NodeOps, entries: Sequence[Entry], classified: Classified) -> None:
+    """Note each fleet-wide finding once (again only when its nodes change)."""
+    for finding in classified.fleet:
+        same = [e for e in entries if e.action == "control fleet"
+                and e.evidence.get("scope") == finding.scope
+                and e.evidence.get("name") == finding.name]
+        if same and sorted(same[-1].nodes) == sorted(finding.nodes):
+            continue
+        ops.record("control fleet", list(finding.nodes), reason=finding.why,
+                   evidence=finding.as_dict())
+
+
+def changed(decision: Decision, ladder: NodeLadder | None, outcome: str) -> bool:
+    """Whether the decision (or what came of it) differs from the node's last record."""
+    last = ladder.last_decision if ladder else {}
+    return (last.get("decision"), last.get("why"), last.get("outcome")) != (
+        decision.action, decision.why, outcome)
+
+
+def record_decision(ops: NodeOps, decision: Decision, outcome: str,
+                    extra: dict[str, Any] | None = None) -> Entry:
+    return ops.record("control decision", [decision.node], reason=decision.why,
+                      evidence={**decision.as_dict(), "outcome": outcome, **(extra or {})})

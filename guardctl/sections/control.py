@@ -1,0 +1,59 @@
+"""[control]: the mitigation controller (``guardctl control``): when it acts, and its limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ControlSettings:
+    """The controller's switches, its ladder, its fleet-wide-cause limits and its cost model."""
+
+    act: bool = False  # observe only (record what it would do) unless true or --act
+    interval_s: float = 60.0  # a daemon's pause between passes
+    lease_s: float = 180.0  # the leader lease lasts this long unless renewed
+    # The ladder.
+    sweep_kind: Literal["single", "multi", "all"] = "all"  # a freed node's sweep
+    sweep_duration_s: float = 0.0  # GEMM burn-in seconds; 0: sweep.gemm_duration_s
+    relapse_window_s: float = 7 * 86400.0  # flagged again this soon after a pass: a relapse
+    relapse_sweep_factor: float = 3.0  # a relapse's sweep is this many times longer
+    relapses: int = 2  # after this many relapses a node is drained as a lemon, pass or not
+    # Safety, on top of [safety].
+    max_actions_per_hour: int = 20  # the controller's own node actions
+    max_job_fraction: float = 0.5  # more of one job's nodes suspect at once: the job's cause
+    max_rack_fraction: float = 0.5  # more of one rack's nodes suspect at once: the rack's cause
+    max_fleet_fraction: float = 0.2  # more of the fleet suspect at once: a fleet-wide cause
+    min_group: int = 3  # the fractions apply to a job or rack of at least this many nodes
+    racks: dict[str, str] = field(default_factory=dict)  # rack -> hostlist, e.g. {r1="n[1-16]"}
+    models: dict[str, str] = field(default_factory=dict)  # device model -> hostlist
+    flap_window_s: float = 3600.0
+    max_flaps: int = 3  # suspect onsets in flap_window_s past which a node is left alone
+    # Requeue (ski rental): restart cost against the loss of running slow.
+    requeue: bool = False  # may requeue a requeue-able job off its slow node
+    checkpoint_interval_s: float = 1800.0  # work lost on a restart is half of it on average
+    restart_s: float = 300.0  # start-up and checkpoint load of a restarted job
+    queue_wait_s: float = 300.0  # expected wait in the queue before it runs again
+    signal: str = ""  # sent to the job before a requeue (e.g. USR1: checkpoint now); empty: none
+    signal_grace_s: float = 60.0  # how long the job gets to act on the signal
+    gpus_per_node: int = 8  # a node's GPUs where Slurm does not say
+    recovery: float = 0.5  # a rebalanced job must win back this share of its slowdown
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0 or self.lease_s <= 0:
+            raise ValueError("interval_s, lease_s: must be positive")
+        if self.sweep_duration_s < 0 or self.relapse_window_s < 0 or self.flap_window_s < 0:
+            raise ValueError("sweep_duration_s, relapse_window_s, flap_window_s: must be >= 0")
+        if self.relapse_sweep_factor < 1 or self.relapses < 1 or self.max_flaps < 1:
+            raise ValueError("relapse_sweep_factor, relapses, max_flaps: must be >= 1")
+        if self.max_actions_per_hour < 1 or self.min_group < 1:
+            raise ValueError("max_actions_per_hour, min_group: must be >= 1")
+        for name in ("max_job_fraction", "max_rack_fraction", "max_fleet_fraction", "recovery"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: must be in (0, 1]")
+        if min(self.checkpoint_interval_s, self.restart_s, self.queue_wait_s,
+               self.signal_grace_s) < 0:
+            raise ValueError("checkpoint_interval_s, restart_s, queue_wait_s, signal_grace_s: "
+                             "must be >= 0")
+        if self.gpus_per_node < 1:
+            raise ValueError("gpus_per_node: must be >= 1")

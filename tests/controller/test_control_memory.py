@@ -1,0 +1,54 @@
+"""The real controller code over the in-memory Slurm: fast, and what a fleet simulation drives."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from controltools import fleet_trace
+
+from guardctl.config import load_settings
+from guardctl.controller.loop import Controller
+from guardctl.slurm.memory import MemorySlurm
+from guardctl.slurm.types import SubmitRequest
+
+NODES = ["node1", "node2", "node3", "node4"]
+
+
+def controller(tmp_path: Path, slurm: MemorySlurm, **control: object) -> Controller:
+    settings = load_settings(environ={"GUARDCTL_STORE": str(tmp_path)})
+    settings = dataclasses.replace(
+        settings, control=dataclasses.replace(settings.control, **control))  # type: ignore[arg-type]
+    return Controller(settings, act=True, slurm=slurm)
+
+
+def decision(c: Controller, node: str) -> dict[str, object]:
+    return next(d for d in c.run_pass().decisions if d["node"] == node)
+
+
+def test_quarantine_wait_then_requeue_off_the_node(tmp_path: Path) -> None:
+    fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
+    slurm = MemorySlurm(NODES, start=time.time())
+    job = slurm.submit(SubmitRequest("train.sbatch", nodes=("node2",), job_name="train"))
+    slurm.advance(1)
+    c = controller(tmp_path, slurm, requeue=True, checkpoint_interval_s=0.0, restart_s=0.0,
+                   queue_wait_s=0.0)
+    first = decision(c, "node2")
+    assert (first["decision"], first["outcome"]) == ("quarantine", "done")
+    assert "node2" in slurm.reservations()[0].nodes
+    assert slurm.job(job).state == "RUNNING"  # type: ignore[union-attr]
+    second = decision(c, "node2")
+    assert (second["decision"], second["outcome"]) == ("requeue", "done")
+    assert slurm.restarts(job) == 1 and slurm.excluded(job) == frozenset({"node2"})
+
+
+def test_observe_only_leaves_the_memory_slurm_as_it_was(tmp_path: Path) -> None:
+    fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
+    slurm = MemorySlurm(NODES, start=time.time())
+    c = controller(tmp_path, slurm)
+    c.acting = False
+    report = c.run_pass()
+    (d,) = report.decisions
+    assert (d["decision"], d["outcome"]) == ("quarantine", "would do")
+    assert slurm.reservations() == [] and not any(n.drained for n in slurm.nodes())

@@ -1,0 +1,171 @@
+"""Fast tests of the controller's pure parts: classification, the ladder, the decisions."""
+
+from __future__ import annotations
+
+from guardctl.actionlog import Entry
+from guardctl.analyze.engine import Analysis, Evidence, NodeVerdict
+from guardctl.controller.classify import classify, node_kind
+from guardctl.controller.ladder import derive
+from guardctl.controller.policy import View, decide
+from guardctl.sections.control import ControlSettings
+from guardctl.slurm.types import JobInfo
+
+NOW = 1_800_000_000.0
+
+
+def ev(detector: str, end: float = NOW) -> Evidence:
+    return Evidence(detector, "m", "u", 2.0, 1.0, 1.0, 2.0, end - 300, end)
+
+
+def verdict(node: str, *detectors: str, job: str = "j1", suspect: bool = True,
+            impact: dict | None = None) -> NodeVerdict:
+    return NodeVerdict(node, "suspect" if suspect else "healthy", 2.0, (),
+                       evidence=tuple(ev(d) for d in detectors), flagged_windows=3, job=job,
+                       impact=impact)
+
+
+def analysis(*flagged: NodeVerdict, nodes: int = 8, job: str = "j1") -> Analysis:
+    names = {v.node for v in flagged}
+    rest = [NodeVerdict(f"n{i}", "healthy", 0.0, job=job) for i in range(1, nodes + 1)
+            if f"n{i}" not in names]
+    return Analysis(NOW - 300, NOW, (*flagged, *rest))
+
+
+def entry(action: str, nodes: list[str], ts: float, phase: str = "note",
+          **evidence: object) -> Entry:
+    return Entry(f"{action}{ts}", ts, action, phase, tuple(nodes), evidence=dict(evidence))
+
+
+def view(a: Analysis, cfg: ControlSettings, *, entries: list[Entry] = (),  # type: ignore[assignment]
+         owners: dict | None = None, running: dict | None = None, **kw: object) -> View:
+    return View(classify(a, cfg), owners or {}, running or {}, derive(entries), NOW, 10.0,
+                **kw)  # type: ignore[arg-type]
+
+
+CFG = ControlSettings()
+
+
+def test_kinds_of_single_nodes() -> None:
+    assert node_kind(verdict("n1", "thermal"))[0] == "persistent"
+    assert node_kind(verdict("n1", "busy_time"))[0] == "persistent"
+    assert node_kind(verdict("n1", "host_contention"))[0] == "transient"
+    assert node_kind(verdict("n1", "busy_time", suspect=False))[0] == "transient"
+    assert node_kind(verdict("n1", "host_contention", "xid"))[0] == "persistent"
+
+
+def test_too_many_of_a_job_rack_or_fleet_is_structural() -> None:
+    fleet = classify(analysis(*(verdict(f"n{i}", "thermal") for i in range(1, 4))), CFG)
+    assert [f.scope for f in fleet.fleet] == ["fleet"]
+    assert {f.kind for f in fleet.findings} == {"structural"}
+    # One job of 4 among 20 nodes: 3 of its 4 flagged is the job's cause, not the fleet's.
+    job = [verdict(f"n{i}", "busy_time", job="big") for i in range(1, 4)]
+    a = Analysis(NOW - 300, NOW, (*job, NodeVerdict("n4", "healthy", 0.0, job="big"),
+                                  *(NodeVerdict(f"m{i}", "healthy", 0.0, job="other")
+                                    for i in range(16))))
+    cfg = ControlSettings(max_fleet_fraction=0.5)
+    assert [(f.scope, f.name) for f in classify(a, cfg).fleet] == [("job", "big")]
+    rack = ControlSettings(max_fleet_fraction=0.5, racks={"r1": "n[1-4]"})
+    spread = [verdict(f"n{i}", "thermal", job=f"j{i}") for i in range(1, 4)]
+    a = Analysis(NOW - 300, NOW, (*spread, NodeVerdict("n4", "healthy", 0.0, job="j9"),
+                                  *(NodeVerdict(f"m{i}", "healthy", 0.0, job="x")
+                                    for i in range(16))))
+    assert [(f.scope, f.name) for f in classify(a, rack).fleet] == [("rack", "r1")]
+    # One node alone is never a common cause.
+    assert classify(analysis(verdict("n1", "thermal"), nodes=2), CFG).fleet == ()
+
+
+def test_a_slower_model_mixed_into_a_job_is_heterogeneity() -> None:
+    cfg = ControlSettings(models={"A100": "n[1-2]", "H100": "n[3-8]"})
+    c = classify(analysis(verdict("n1", "busy_time"), verdict("n2", "busy_time"), nodes=8),
+                 ControlSettings(max_fleet_fraction=1.0, max_job_fraction=1.0,
+                                 models=cfg.models))
+    assert {f.kind for f in c.findings} == {"heterogeneity"}
+    d = decide(view(analysis(verdict("n1", "busy_time"), verdict("n2", "busy_time")),
+                    ControlSettings(max_fleet_fraction=1.0, max_job_fraction=1.0,
+                                    models=cfg.models)), cfg)
+    assert {x.action for x in d} == {"rebalance"}
+
+
+def test_ladder_quarantine_wait_sweep_from_values() -> None:
+    a = analysis(verdict("n2", "busy_time"))
+    job = JobInfo(41, "train", "u", "RUNNING", ("n1", "n2"))
+    (d,) = decide(view(a, CFG, running={"n2": [job]}), CFG)
+    assert (d.action, d.rung, d.jobs) == ("quarantine", "b", (41,))
+    log = [entry("quarantine", ["n2"], NOW - 60, "done", by="control")]
+    owners = {"n2": ("quarantined", "reservation guardctl_q_n2")}
+    (d,) = decide(view(a, CFG, entries=log, owners=owners, running={"n2": [job]}), CFG)
+    assert d.action == "wait" and "41" in d.why
+    (d,) = decide(view(a, CFG, entries=log, owners=owners), CFG)
+    assert (d.action, d.rung, d.duration_s) == ("sweep", "c", 10.0)
+
+
+def test_relapses_lengthen_the_sweep_then_drain_a_lemon() -> None:
+    cfg = ControlSettings(relapses=2, relapse_sweep_factor=3.0)
+    a = analysis(verdict("n2", "busy_time"))
+    passed = [entry("control sweep", ["n2"], NOW - 900, verdict="pass")]
+    (d,) = decide(view(a, cfg, entries=passed), cfg)
+    assert (d.action, d.rung) == ("quarantine", "e") and "relapse 1" in d.why
+    log = [*passed, entry("quarantine", ["n2"], NOW - 60, "done", by="control")]
+    owners = {"n2": ("quarantined", "")}
+    (d,) = decide(view(a, cfg, entries=log, owners=owners), cfg)
+    assert d.action == "sweep" and d.duration_s == 30.0
+    twice = [*passed, entry("control sweep", ["n2"], NOW - 600, verdict="pass")]
+    (d,) = decide(view(a, cfg, entries=twice), cfg)
+    assert d.action == "drain" and "lemon" in d.why
+    # A pass outside the relapse window does not count.
+    old = [entry("control sweep", ["n2"], NOW - 8 * 86400, verdict="pass")]
+    (d,) = decide(view(a, cfg, entries=old), cfg)
+    assert (d.action, d.rung) == ("quarantine", "b")
+
+
+def test_data_from_before_a_pass_is_no_relapse() -> None:
+    a = analysis(verdict("n2", "busy_time"))
+    later = [entry("control sweep", ["n2"], NOW + 10, verdict="pass")]
+    (d,) = decide(view(a, CFG, entries=later), CFG)
+    assert d.action == "none" and "before its sweep passed" in d.why
+
+
+def test_someone_elses_node_is_left_alone_and_transients_watched() -> None:
+    a = analysis(verdict("n2", "thermal"), verdict("n3", "host_contention"))
+    owners = {"n2": ("held by someone else", "admin: DIMM")}
+    d = {x.node: x for x in decide(view(a, CFG, owners=owners), CFG)}
+    assert d["n2"].action == "leave" and "admin: DIMM" in d["n2"].why
+    assert d["n3"].action == "watch"
+
+
+def test_flapping_node_is_held_off() -> None:
+    cfg = ControlSettings(max_flaps=2)
+    log = []
+    for k in range(3):
+        log += [entry("control pass", ["n2"], NOW - 900 + 200 * k),
+                entry("control pass", [], NOW - 800 + 200 * k)]
+    (d,) = decide(view(analysis(verdict("n2", "busy_time")), cfg, entries=log), cfg)
+    assert d.action == "hold off" and "flapping" in d.why
+
+
+def test_requeue_only_when_the_rule_says_so() -> None:
+    impact = {"job": "j1", "pct": 20.0, "gpu_h_per_day": 38.4, "gpus": 8}
+    a = analysis(verdict("n2", "busy_time", impact=impact))
+    job = JobInfo(41, "train", "u", "RUNNING", ("n2",), requeue=True)
+    owners = {"n2": ("quarantined", "")}
+    cfg = ControlSettings(requeue=True)  # a restart: 900+300+300 s of 8 GPUs = 3.33 GPU-h
+    early = [entry("control pass", ["n2"], NOW - 7200),  # 2 h x 20% x 8 GPUs = 3.2 GPU-h
+             entry("quarantine", ["n2"], NOW - 7000, "done", by="control")]
+    (d,) = decide(view(a, cfg, entries=early, owners=owners, running={"n2": [job]},
+                       requeueable={41: 36000.0}), cfg)
+    assert d.action == "wait" and "keep renting" in d.why
+    log = [entry("control pass", ["n2"], NOW - 9000),  # 2.5 h: 4.0 GPU-h, past the price
+           entry("quarantine", ["n2"], NOW - 7000, "done", by="control")]
+    (d,) = decide(view(a, cfg, entries=log, owners=owners, running={"n2": [job]},
+                       requeueable={41: 36000.0}), cfg)
+    assert (d.action, d.job, d.rung) == ("requeue", 41, "d")
+    assert d.evidence["rental"]["price_gpu_h"] == 3.333
+    (d,) = decide(view(a, cfg, entries=log, owners=owners, running={"n2": [job]},
+                       requeueable={41: 600.0}), cfg)
+    assert d.action == "wait" and "let it finish" in d.why
+    (d,) = decide(view(a, cfg, entries=log, owners=owners, running={"n2": [job]}), cfg)
+    assert d.action == "wait"  # not requeue-able
+    off = ControlSettings(requeue=False)
+    (d,) = decide(view(a, off, entries=log, owners=owners, running={"n2": [job]},
+                       requeueable={41: 36000.0}), off)
+    assert d.action == "wait"
