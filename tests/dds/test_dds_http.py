@@ -352,8 +352,9 @@ def test_a_trickling_request_gets_408_and_trickling_blank_lines_count_as_idle(
     async def test(_server: Server, port: int, _recorder: _Recorder) -> None:
         reader, writer = await _open(port)
         blank_reader, blank_writer = await _open(port)
-        slow = asyncio.ensure_future(trickle(writer, b"GET /now HTTP/1.1\r\nX-Slow: " + b"a" * 60))
-        blanks = asyncio.ensure_future(trickle(blank_writer, b"\r\n" * 30))
+        # Each would go on trickling for 10 s: far past both limits (0.5 s).
+        slow = asyncio.ensure_future(trickle(writer, b"GET /now HTTP/1.1\r\nX-Slow: " + b"a" * 200))
+        blanks = asyncio.ensure_future(trickle(blank_writer, b"\r\n" * 100))
         [(status, _, head)] = await _read_answers(reader, 1)
         assert status == 408 and b"Connection: close" in head
         assert await asyncio.wait_for(blank_reader.read(), 2) == b""  # closed as idle
