@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from guardctl.nodes import expand
-from guardctl.schema import read_path
+from guardctl.telemetry.schema import read_path
 
 pytestmark = pytest.mark.slurm
 
