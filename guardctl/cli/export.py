@@ -1,4 +1,4 @@
-"""``guardctl export``: the analyzer's verdicts for other systems (Prometheus textfile)."""
+"""``guardctl export``: the analyzer's verdicts and the agents' health for other systems."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ from pathlib import Path
 
 import click
 
-from guardctl.analyze import analyze
 from guardctl.cli.base import AppContext, dry_run_option, main, pass_app
 from guardctl.errors import UsageError
-from guardctl.export import prometheus_text, write_prometheus
+from guardctl.export import collect, prometheus_text, write_prometheus
 
 
 @main.command("export")
@@ -29,10 +28,10 @@ from guardctl.export import prometheus_text, write_prometheus
 @dry_run_option
 @pass_app
 def export_cmd(app: AppContext, prom: Path | None, input_path: Path | None, dry_run: bool) -> None:
-    """Run one analysis pass and export its verdicts (written atomically)."""
+    """Run one analysis pass; export its verdicts and each node's collectors (atomically)."""
     if prom is None:
         raise UsageError("export: say where to write, e.g. --prometheus FILE")
-    result = analyze(input_path, app.settings)
+    result = collect(input_path, app.settings)
     if dry_run:
         click.echo(prometheus_text(result), nl=False)
         return
