@@ -65,7 +65,8 @@ def _verdicts(result: Analysis) -> Iterator[GaugeMetricFamily]:
     per_node = [
         ("guardctl_node_suspect", "1 when the analyzer holds the node suspect.",
          lambda n: float(n.verdict == SUSPECT)),
-        ("guardctl_node_unknown", "1 when the node had too little telemetry in the newest window.",
+        ("guardctl_node_unknown",
+         "1 when the node had too little telemetry in the newest window, or a failing collector.",
          lambda n: float(n.verdict == UNKNOWN)),
         ("guardctl_node_score",
          "Largest severity among the node's findings (1 = at a detector threshold).",
