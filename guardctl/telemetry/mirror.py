@@ -43,8 +43,10 @@ import logging
 import math
 import os
 import struct
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from guardctl.telemetry import schema
@@ -107,11 +109,23 @@ def checksum(rows: bytes | memoryview) -> int:
 # --- encoding --------------------------------------------------------------------------------
 
 
+class _Missing:
+    """Stands for a field absent from a record (``None`` is a null written in it)."""
+
+
+_MISSING = _Missing()
+_FLOAT_MAX = sys.float_info.max
+
+
 class _Kind:
     """How one kind's validated records become rows."""
 
-    def __init__(self, code: int, kl: KindLayout) -> None:
+    def __init__(self, kind: str, code: int, kl: KindLayout) -> None:
         self.code = code
+        self.keys = ("v", "ts", "node", *schema.FIELDS[kind])
+        # Shapes (the type of every field, or absent) that schema.validate accepted: a
+        # record of such a shape needs only the checks its types cannot express.
+        self.good: set[tuple[type, ...]] = set()
         self.floats = kl.floats
         self.ints = kl.ints
         self.strings = tuple((c, TABLE_OF[c], kl.sources[c]) for c in kl.strings)
@@ -135,7 +149,7 @@ class Encoder:
         self.layout = layout
         self.tables: dict[str, dict[str, int]] = {t: {} for t in layout.tables}
         self._table_no = {t: i for i, t in enumerate(layout.tables)}
-        self._kinds = {k: _Kind(KIND_CODE[k], kl) for k, kl in layout.kinds.items()}
+        self._kinds = {k: _Kind(k, KIND_CODE[k], kl) for k, kl in layout.kinds.items()}
 
     def encode(self, lines: Iterable[bytes], start: int, end: int) -> bytes | None:
         """One batch's rows and its mark, or None when the rows cannot mirror it.
@@ -152,7 +166,8 @@ class Encoder:
                 if not raw.strip():
                     continue  # the parser skips blank lines without counting them
                 count += 1
-                rows.append(self._row(_decode(raw), strings))
+                obj, checked = _decode(raw)
+                rows.append(self._row(self._valid(obj, checked), strings))
         except (schema.BadRecord, OverflowError, ValueError, TypeError, struct.error):
             self.tables = saved
             return None
@@ -164,8 +179,25 @@ class Encoder:
     def snapshot(self) -> dict[str, dict[str, int]]:
         return {t: dict(ids) for t, ids in self.tables.items()}
 
-    def _row(self, obj: Any, strings: list[bytes]) -> bytes:
-        record = schema.validate(obj)
+    def _valid(self, obj: Any, checked: bool) -> dict[str, Any]:
+        """*obj* if the schema accepts it, else raise :class:`schema.BadRecord`.
+
+        *checked*: decoded by orjson, which yields no NaN or infinite number.
+        """
+        name = obj.get("kind") if checked and type(obj) is dict else None
+        kind = self._kinds.get(name) if type(name) is str else None
+        if kind is None:
+            return schema.validate(obj)
+        values = tuple(map(obj.get, kind.keys, repeat(_MISSING)))
+        shape = tuple(map(type, values))
+        if shape not in kind.good:
+            schema.validate(obj)
+            kind.good.add(shape)
+        elif values[0] != 1 or not values[2] or not 0 <= values[1] <= _FLOAT_MAX:
+            return schema.validate(obj)  # raises, with the schema's own reason
+        return obj  # (an integer beyond any float where a number goes fails float() below)
+
+    def _row(self, record: dict[str, Any], strings: list[bytes]) -> bytes:
         kind = self._kinds[record["kind"]]
         get = record.get
         values: list[Any] = [math.nan if (v := get(n)) is None else float(v) for n in kind.floats]
@@ -193,11 +225,12 @@ class Encoder:
         return index
 
 
-def _decode(raw: bytes) -> Any:
+def _decode(raw: bytes) -> tuple[Any, bool]:
+    """The decoded line, and whether orjson decoded it (then no NaN or infinity is in it)."""
     try:
-        return _fast_loads(raw)
+        return _fast_loads(raw), _fast_loads is not json.loads
     except ValueError:  # e.g. a lone surrogate escape, which json (and the schema) accept
-        return json.loads(raw)
+        return json.loads(raw), False
 
 
 def string_rows(table: int, index: int, text: str) -> list[bytes]:

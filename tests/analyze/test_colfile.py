@@ -8,7 +8,9 @@ pass slower, never different.
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_fast_paths import _corrupt, _good_records
 
 from guardctl import store
 from guardctl.analyze import analyze, mirrors
@@ -392,3 +395,25 @@ def test_agent_health_records_are_mirrored(tmp_path: Path) -> None:
     assert agent["ok"].tolist() == [0, 1, 1]
     assert [frame.errors[i] if i >= 0 else None for i in agent["error"]] == [
         "NVMLError_Unknown: Unknown Error", "", None]
+
+
+def test_batches_with_corrupted_records_mirror_what_parsing_reads(tmp_path: Path) -> None:
+    """Valid records of every shape, and JSON-valid corruptions of them, batch by batch."""
+    rng = random.Random(11)
+    path = _agent_file(tmp_path)
+    writer = LineWriter(mirror=mirror_format.Mirror())
+    records = _good_records(rng, 3000)
+    for r in records:  # counters beyond 64 bits stop a mirror (the parser saturates them)
+        if r["kind"] == "nic":
+            r["xmit_wait"] -= 2**63
+    for lo in range(0, len(records), 50):
+        batch = [json.dumps(r) for r in records[lo : lo + 50]]
+        if lo and rng.random() < 0.2:  # now and then one broken line, late in the file
+            batch[rng.randrange(len(batch))] = json.dumps(_corrupt(rng, records[lo]))
+        writer.append(path, ("\n".join(batch) + "\n").encode())
+    writer.close()
+    frame = _same_as_parsed(tmp_path)
+    assert frame.records > 2500
+    found = _found(path)
+    assert found.usable == [True] and found.covered[0] > path.stat().st_size // 10
+    assert mirrors.verify(path) == "partial"  # up to the first broken line
