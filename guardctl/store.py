@@ -3,7 +3,7 @@
 :func:`check` tells an operator what a file or directory of records holds
 (good records per kind, bad lines per reason); :func:`prune` deletes the
 hourly telemetry and step files that are older than the retention. Writing
-lives in :mod:`guardctl.agent.writer`; the layout in :mod:`guardctl.layout`.
+lives in :mod:`guardctl.telemetry.writer`; the layout in :mod:`guardctl.layout`.
 """
 
 from __future__ import annotations
