@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from guardctl import colfile
 from guardctl.analyze import analyze
 from guardctl.analyze.incremental import Analyzer
 from guardctl.config import Settings, load_settings
 from guardctl.simulate import simulate
+from guardctl.telemetry import mirror
 
 # 10 minutes before an hour starts: the replay crosses into a new hour's files.
 START = 1_764_547_200.0 - 600
@@ -41,7 +41,7 @@ class Replay:
         self.held: dict[str, float] = {}  # file -> until when its lines are held back
         names = sorted(self.lines)
         self.plain = set(names[1 : 1 + unmirrored * 7 : 7])  # written without a mirror
-        self.mirror = colfile.Mirror()
+        self.mirror = mirror.Mirror()
         self.appended = {}
 
     def advance(self, t: float) -> None:
@@ -124,7 +124,7 @@ def test_passes_a_minute_apart_equal_cold_passes(trace: Path, tmp_path: Path) ->
     unmirrored = replay.plain | {telemetry[0], cut, replaced}
     parse = sum(n for rel, n in replay.appended.items() if rel in unmirrored)
     assert 0 < read["parsed_bytes"] <= parse
-    assert read["mirror_rows"] * colfile.WIDTH > 10 * parse
+    assert read["mirror_rows"] * mirror.WIDTH > 10 * parse
     assert inc.restarts == 2  # the cut and the replaced file, each once
     assert any("T00" in name for name in os.listdir(store / telemetry[0].rsplit("/", 1)[0]))
 
