@@ -462,8 +462,9 @@ class Analyzer:
 
     def _frame(self) -> Frame:
         names = self._names.lists
-        frame = Frame(nodes=names["nodes"], jobs=names["jobs"], ports=names["ports"],
-                      states=names["states"])  # fmt: skip
+        frame = Frame()
+        for table in TABLES:  # every string table the layout has (agent records' too)
+            setattr(frame, table, names[table])
         for kind, cols in self._kept.items():
             frame.cols[kind] = cols.view()  # every hour kept is one this pass reads
         return frame

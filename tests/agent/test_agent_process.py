@@ -100,14 +100,17 @@ def _wait_clear_of_hour_end(margin_s: float) -> None:
 def test_sigkill_mid_run_leaves_nothing_torn(tmp_path: Path) -> None:
     store = tmp_path / "store"
     rng = random.Random(7)
-    _wait_clear_of_hour_end(30)
     for _ in range(3):
         proc = start(agent_argv(store, "", SYSFS_IB8, "--interval", "1"))
-        time.sleep(rng.uniform(1.3, 2.6))
+        # Killed at a random moment once it is sampling (a busy machine may be slow to start it).
+        assert _wait_for(lambda: any(store.rglob("*.jsonl")), 30)
+        time.sleep(rng.uniform(1.0, 2.0))
         proc.kill()
         proc.communicate(timeout=20)
     # What a kill inside write() can leave: half a line at the end of the file.
+    _wait_clear_of_hour_end(30)
     current = layout.node_telemetry_file(store, "node1", time.time())
+    current.parent.mkdir(parents=True, exist_ok=True)
     fragment = b'{"v":1,"kind":"nic","ts":1796040000.0,"node":"node1","dev'
     with current.open("ab") as fh:
         fh.write(fragment)

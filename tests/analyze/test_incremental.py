@@ -22,6 +22,7 @@ from guardctl.analyze.incremental import Analyzer
 from guardctl.config import Settings, load_settings
 from guardctl.simulate import simulate
 from guardctl.telemetry import mirror
+from guardctl.telemetry.schema import dumps, make_record
 
 # 10 minutes before an hour starts: the replay crosses into a new hour's files.
 START = 1_764_547_200.0 - 600
@@ -139,3 +140,27 @@ def test_a_pass_before_what_is_kept_runs_cold(trace: Path, tmp_path: Path) -> No
         _same(inc, store, settings)
     _same(inc, store, settings, at=START + 400)
     assert inc.cold_passes == 1
+
+
+def test_agent_records_pass_as_in_a_cold_pass(trace: Path, tmp_path: Path) -> None:
+    """Collector health records (one collector failing) reach the verdicts as a cold pass's."""
+    store = tmp_path / "store"
+    replay = Replay(trace, store)
+    settings = load_settings(environ={})
+    inc = Analyzer(settings, store)
+    telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
+    node = json.loads(replay.lines[telemetry[2]][0][1])["node"]
+    unknown = set()
+    for minute in (5, 10, 15, 20):
+        t = START + 60 * minute
+        replay.advance(t)
+        lines = [
+            dumps(make_record("agent", node, t - s, collector="nvml", state="error", ok=False,
+                              duration_s=0.01, error="NVML_ERROR_GPU_IS_LOST"))
+            + "\n"
+            for s in (20.0, 10.0)
+        ]  # fmt: skip
+        replay.append(telemetry[2], "".join(lines).encode())
+        got = _same(inc, store, settings)
+        unknown |= {n["node"] for n in got["nodes"] if n["verdict"] == "unknown"}
+    assert node in unknown, "the failing collector shows in the verdicts"
