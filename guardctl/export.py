@@ -4,7 +4,7 @@ The metrics are built with prometheus_client (its metric families and text
 exposition, escaping included). node_exporter's textfile collector reads every
 ``*.prom`` file in its directory at each scrape and would scrape a half-written
 one as garbage, so the file is written beside its final name, synced, made
-readable to node_exporter's user and renamed over it (:func:`write_atomic`;
+readable to node_exporter's user and renamed over it (:func:`guardctl.fileio.atomic_write`;
 prometheus_client's ``write_to_textfile`` renames too, but neither syncs nor
 sets the mode first). Beside the verdicts come each node's collectors
 as node_exporter reports its own (``..._collector_success``,
@@ -13,8 +13,6 @@ as node_exporter reports its own (``..._collector_success``,
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from guardctl.analyze import SUSPECT, UNKNOWN, Analysis, analyze_frame, health
 from guardctl.analyze.engine import history_needed, load_recent
-from guardctl.errors import StoreError
+from guardctl.fileio import atomic_write
 from guardctl.sources import Source, prometheus_frame
 
 _VERDICTS = ("healthy", UNKNOWN, SUSPECT)
@@ -153,25 +151,6 @@ def prometheus_text(export: Export | Analysis) -> str:
     return generate_latest(_registry(export)).decode("utf-8")
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write *text* to *path* via a temporary file in the same directory and a rename."""
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot write: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # node_exporter usually runs as another user
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise StoreError(f"{path}: cannot write: {exc.strerror}") from None
-
-
 def write_prometheus(export: Export | Analysis, path: Path) -> None:
     """Export to the textfile *path* atomically."""
-    write_atomic(path, prometheus_text(export))
+    atomic_write(path, prometheus_text(export))

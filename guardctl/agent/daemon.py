@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import socket
 import threading
@@ -26,6 +25,8 @@ from typing import Any
 from guardctl import collectors, layout
 from guardctl.agent.slot import CollectorSlot
 from guardctl.collectors import Collector, Record
+from guardctl.errors import StoreError
+from guardctl.fileio import atomic_write
 from guardctl.nodes import validate_name
 from guardctl.sections.agent import AgentSettings
 from guardctl.telemetry.mirror import Mirror
@@ -119,14 +120,14 @@ class Agent:
         if not target:
             return
         path = Path(target)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self.status(), indent=1) + "\n")
-            os.replace(tmp, path)
+            atomic_write(path, json.dumps(self.status(), indent=1) + "\n")
             error = ""
         except OSError as exc:
             error = f"{path}: {exc.strerror or exc}"
+        except StoreError as exc:
+            error = str(exc)
         if error != self._status_error:
             if error:
                 log.warning("cannot write status file %s", error)
