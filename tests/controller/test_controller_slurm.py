@@ -209,6 +209,12 @@ def test_a_crash_between_quarantine_and_sweep_is_reconciled_next_pass(
     assert "guardctl_" not in reservations(lab)
 
 
+def _running(job: dict[str, Any]) -> bool:
+    # squeue --json gives the state as a word on 22.05 and as a list of flags from 23.02 on.
+    state = job["job_state"]
+    return "RUNNING" in (state if isinstance(state, list) else [state])
+
+
 def test_slurm_controller_stopped_mid_pass_exits_5_and_the_next_pass_carries_on(
         lab: Any, tmp_path: Path) -> None:
     g = control_guardctl(tmp_path, lab, control="sweep_duration_s = 15.0\n")
@@ -216,7 +222,7 @@ def test_slurm_controller_stopped_mid_pass_exits_5_and_the_next_pass_carries_on(
     proc = g.popen("control", "--once", "--act")
     try:
         deadline = time.monotonic() + 60
-        while not any(j["job_state"] == "RUNNING" and j["name"].startswith("guardctl-")
+        while not any(_running(j) and j["name"].startswith("guardctl-")
                       for j in lab.squeue_json()["jobs"]):
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.3)

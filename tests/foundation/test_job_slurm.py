@@ -16,7 +16,9 @@ pytestmark = pytest.mark.slurm
 
 
 def client(lab: Any) -> CliSlurm:
-    return CliSlurm(SlurmSettings(conf=str(lab.conf), timeout_s=20.0), environ=lab.env)
+    # On another release the lab's own commands: the host's sbatch cannot talk to its controller.
+    settings = SlurmSettings(conf=str(lab.conf), timeout_s=20.0, bin_dir=str(lab.bin_dir or ""))
+    return CliSlurm(settings, environ=lab.env)
 
 
 def script(tmp_path: Path, body: str) -> str:

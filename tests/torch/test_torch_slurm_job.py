@@ -13,7 +13,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from labtools import Lab
+from labtools import Lab, in_root
+
+pytestmark = pytest.mark.skipif(
+    in_root(), reason="torch is installed for the host's Python only, not in the lab's roots")
 
 REPO = Path(__file__).resolve().parents[2]
 SBATCH = REPO / "examples" / "torch_ddp_job.sbatch"
