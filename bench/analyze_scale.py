@@ -58,8 +58,8 @@ def measure(mode: str, store: str) -> dict[str, Any]:
     """Run one step in this process and report its time and peak memory."""
     from guardctl.analyze import analyze
     from guardctl.analyze.load import source_files
-    from guardctl.colfile import mirror_path
     from guardctl.config import Settings
+    from guardctl.telemetry.mirror import mirror_path
 
     root = Path(store)
     if mode == "incremental":
@@ -141,7 +141,7 @@ def hold_back(store: Path, parts: int) -> tuple[dict[str, bytes], dict[str, byte
     would have kept it a minute earlier); those mirrors are returned too, to
     restore between rounds.
     """
-    from guardctl.colfile import Mirror, mirror_path
+    from guardctl.telemetry.mirror import Mirror, mirror_path
 
     held, mirrors = {}, {}
     mirror = Mirror(fsync=False)
@@ -166,7 +166,7 @@ def hold_back(store: Path, parts: int) -> tuple[dict[str, bytes], dict[str, byte
 
 
 def _append(held: dict[str, bytes], mirrors: dict[str, bytes]) -> None:
-    from guardctl.colfile import Mirror, mirror_path
+    from guardctl.telemetry.mirror import Mirror, mirror_path
 
     mirror = Mirror(fsync=False)
     for name, data in held.items():  # the writers append the sixth minute

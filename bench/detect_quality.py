@@ -38,11 +38,11 @@ import numpy as np
 from guardctl.analyze import Frame, load
 from guardctl.analyze.frame import concat
 from guardctl.config import Settings
-from guardctl.schema import read_path
 from guardctl.simulate import Truth, simulate
 from guardctl.simulate.score import Score, score_trace
 from guardctl.sources.dcgm_fields import exporter_series
 from guardctl.sources.prometheus import matrices, to_frame
+from guardctl.telemetry.schema import read_path
 
 
 def labels(scrapes: list[float]) -> list[str]:

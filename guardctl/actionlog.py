@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from guardctl.errors import StoreError
+from guardctl.fileio import locked
 from guardctl.layout import actions_log
 
 OUTCOMES = frozenset({"done", "failed", "reconciled", "abandoned"})
@@ -93,16 +94,8 @@ class ActionLog:
     def locked(self) -> Iterator[None]:
         """Hold the store's action lock: one acting guardctl at a time decides and acts."""
         self._ensure_dir()
-        lock_path = self.path.with_name("lock")
-        try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StoreError(f"cannot open {lock_path}: {exc.strerror}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with locked(self.path.with_name("lock")):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def append(self, entry: Entry) -> Entry:
         self._ensure_dir()

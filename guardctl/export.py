@@ -1,140 +1,156 @@
-"""Analyzer verdicts as a node-exporter textfile (``guardctl_*`` metrics), written atomically.
+"""Analyzer verdicts and the agents' health as a node-exporter textfile (``guardctl_*`` metrics).
 
-node_exporter's textfile collector reads every ``*.prom`` file in its
-directory at each scrape; a half-written file would be scraped as garbage, so
-the file is written beside its final name and renamed over it.
+The metrics are built with prometheus_client (its metric families and text
+exposition, escaping included). node_exporter's textfile collector reads every
+``*.prom`` file in its directory at each scrape and would scrape a half-written
+one as garbage, so the file is written beside its final name, synced, made
+readable to node_exporter's user and renamed over it (:func:`guardctl.fileio.atomic_write`;
+prometheus_client's ``write_to_textfile`` renames too, but neither syncs nor
+sets the mode first). Beside the verdicts come each node's collectors
+as node_exporter reports its own (``..._collector_success``,
+``..._collector_duration_seconds``), from the agents' health records.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from guardctl.analyze import SUSPECT, UNKNOWN, Analysis
-from guardctl.errors import StoreError
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from guardctl.analyze import SUSPECT, UNKNOWN, Analysis, analyze_frame, health
+from guardctl.analyze.engine import history_needed, load_recent
+from guardctl.fileio import atomic_write
+from guardctl.sources import Source, prometheus_frame
 
 _VERDICTS = ("healthy", UNKNOWN, SUSPECT)
 
 
-def _label(value: object) -> str:
-    text = str(value)
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+@dataclass(frozen=True)
+class Export:
+    """What one export holds: an analysis pass and the newest health of every collector."""
+
+    analysis: Analysis
+    collectors: Sequence[health.CollectorStatus] = ()
 
 
-def _labels(**labels: object) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in labels.items()) + "}"
+def collect(source: Source) -> Export:
+    """One analysis pass over *source*, and the collectors' health it read."""
+    settings = source.settings
+    if source.url:
+        frame = prometheus_frame(source)
+    else:
+        frame = load_recent(source.store, settings, history_needed(settings.analyze))
+    return Export(analyze_frame(frame, settings.analyze), health.latest(frame))
 
 
-def _value(x: float) -> str:
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "+Inf" if x > 0 else "-Inf"
-    return repr(float(x))
+def _gauge(name: str, doc: str, labels: Sequence[str] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
 
 
-class _Text:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
+class _Metrics(Collector):
+    """The families of one export, for a registry of its own (never the process's global one)."""
 
-    def family(self, name: str, kind: str, help_text: str) -> None:
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} {kind}")
+    def __init__(self, export: Export) -> None:
+        self.export = export
 
-    def sample(self, name: str, value: float, **labels: object) -> None:
-        self.lines.append(f"{name}{_labels(**labels)} {_value(value)}")
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield from _verdicts(self.export.analysis)
+        yield from _pass(self.export.analysis)
+        yield from _collectors(self.export.collectors)
 
 
-def prometheus_text(result: Analysis) -> str:
-    """The analysis as Prometheus text exposition format."""
-    t = _Text()
-    t.family("guardctl_node_suspect", "gauge", "1 when the analyzer holds the node suspect.")
-    for n in result.nodes:
-        t.sample("guardctl_node_suspect", float(n.verdict == SUSPECT), node=n.node)
-    t.family(
-        "guardctl_node_unknown",
-        "gauge",
-        "1 when the node had too little telemetry in the newest window.",
-    )
-    for n in result.nodes:
-        t.sample("guardctl_node_unknown", float(n.verdict == UNKNOWN), node=n.node)
-    t.family(
-        "guardctl_node_score",
-        "gauge",
-        "Largest severity among the node's findings (1 = at a detector threshold).",
-    )
-    for n in result.nodes:
-        t.sample("guardctl_node_score", n.score, node=n.node)
-    t.family(
-        "guardctl_node_flagged_windows",
-        "gauge",
-        "Recent windows in which a detector flagged the node.",
-    )
-    for n in result.nodes:
-        t.sample("guardctl_node_flagged_windows", float(n.flagged_windows), node=n.node)
-    t.family(
+def _verdicts(result: Analysis) -> Iterator[GaugeMetricFamily]:
+    per_node = [
+        ("guardctl_node_suspect", "1 when the analyzer holds the node suspect.",
+         lambda n: float(n.verdict == SUSPECT)),
+        ("guardctl_node_unknown",
+         "1 when the node had too little telemetry in the newest window, or a failing collector.",
+         lambda n: float(n.verdict == UNKNOWN)),
+        ("guardctl_node_score",
+         "Largest severity among the node's findings (1 = at a detector threshold).",
+         lambda n: n.score),
+        ("guardctl_node_flagged_windows", "Recent windows in which a detector flagged the node.",
+         lambda n: float(n.flagged_windows)),
+    ]  # fmt: skip
+    for name, doc, value in per_node:
+        family = _gauge(name, doc, ["node"])
+        for n in result.nodes:
+            family.add_metric([n.node], value(n))
+        yield family
+    gpu = _gauge(
         "guardctl_gpu_finding_severity",
-        "gauge",
         "Severity of a finding on one GPU, per detector (newest flagged window).",
+        ["node", "gpu", "detector"],
     )
     for n in result.nodes:
         seen: set[tuple[int, str]] = set()
         for e in n.evidence:
             if e.gpu is not None and (e.gpu, e.detector) not in seen:
                 seen.add((e.gpu, e.detector))
-                t.sample(
-                    "guardctl_gpu_finding_severity",
-                    e.severity,
-                    node=n.node,
-                    gpu=e.gpu,
-                    detector=e.detector,
-                )
-    t.family("guardctl_analyze_nodes", "gauge", "Nodes per verdict in the last analysis.")
+                gpu.add_metric([n.node, str(e.gpu), e.detector], e.severity)
+    yield gpu
+
+
+def _pass(result: Analysis) -> Iterator[GaugeMetricFamily]:
+    nodes = _gauge("guardctl_analyze_nodes", "Nodes per verdict in the last analysis.", ["verdict"])
     for verdict in _VERDICTS:
-        t.sample(
-            "guardctl_analyze_nodes",
-            float(sum(n.verdict == verdict for n in result.nodes)),
-            verdict=verdict,
-        )
-    t.family(
-        "guardctl_analyze_window_end_seconds",
-        "gauge",
-        "End of the newest analysis window (Unix time).",
-    )
-    t.sample("guardctl_analyze_window_end_seconds", result.window_end)
-    t.family("guardctl_analyze_input_records", "gauge", "Valid records read by the last pass.")
-    t.sample("guardctl_analyze_input_records", float(result.records))
-    t.family(
-        "guardctl_analyze_bad_lines", "gauge", "Input lines skipped by the last pass, per reason."
-    )
+        nodes.add_metric([verdict], float(sum(n.verdict == verdict for n in result.nodes)))
+    yield nodes
+    end = _gauge("guardctl_analyze_window_end_seconds",
+                 "End of the newest analysis window (Unix time).")  # fmt: skip
+    end.add_metric([], result.window_end)
+    yield end
+    records = _gauge("guardctl_analyze_input_records", "Valid records read by the last pass.")
+    records.add_metric([], float(result.records))
+    yield records
+    bad = _gauge("guardctl_analyze_bad_lines", "Input lines skipped by the last pass, per reason.",
+                 ["reason"])  # fmt: skip
     for reason, count in sorted(result.bad.items()):
-        t.sample("guardctl_analyze_bad_lines", float(count), reason=reason)
-    return "\n".join(t.lines) + "\n"
+        bad.add_metric([reason], float(count))
+    yield bad
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write *text* to *path* via a temporary file in the same directory and a rename."""
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot write: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)  # node_exporter usually runs as another user
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise StoreError(f"{path}: cannot write: {exc.strerror}") from None
+def _collectors(statuses: Sequence[health.CollectorStatus]) -> Iterator[GaugeMetricFamily]:
+    success = _gauge(
+        "guardctl_agent_collector_success",
+        "1 when the collector's last sample on the node succeeded (from the agent's records).",
+        ["node", "collector"],
+    )
+    duration = _gauge(
+        "guardctl_agent_collector_duration_seconds",
+        "How long the collector's last sample on the node took.",
+        ["node", "collector"],
+    )
+    last = _gauge(
+        "guardctl_agent_collector_last_sample_seconds",
+        "When the agent last reported on the collector (Unix time).",
+        ["node", "collector"],
+    )
+    for s in statuses:
+        labels = [s.node, s.collector]
+        success.add_metric(labels, float(s.ok))
+        duration.add_metric(labels, s.duration_s)
+        last.add_metric(labels, s.ts)
+    yield from (success, duration, last)
 
 
-def write_prometheus(result: Analysis, path: Path) -> None:
-    """Export *result* to the textfile *path* atomically."""
-    write_atomic(path, prometheus_text(result))
+def _registry(export: Export | Analysis) -> CollectorRegistry:
+    if isinstance(export, Analysis):
+        export = Export(export)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Metrics(export))
+    return registry
+
+
+def prometheus_text(export: Export | Analysis) -> str:
+    """The export (or an analysis alone) in Prometheus text exposition format."""
+    return generate_latest(_registry(export)).decode("utf-8")
+
+
+def write_prometheus(export: Export | Analysis, path: Path) -> None:
+    """Export to the textfile *path* atomically."""
+    atomic_write(path, prometheus_text(export))

@@ -51,9 +51,9 @@ from types import TracebackType
 from typing import Any
 
 from guardctl import identity, layout
-from guardctl.agent.writer import BufferedStore, LineWriter
-from guardctl.colfile import Mirror  # (imports numpy: at exit, importing is too late)
-from guardctl.schema import dumps, make_record, parse_line
+from guardctl.telemetry.mirror import Mirror
+from guardctl.telemetry.schema import dumps, make_record, parse_line
+from guardctl.telemetry.writer import BufferedStore, LineWriter
 
 log = logging.getLogger("guardctl.probe")
 

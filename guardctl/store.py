@@ -3,7 +3,7 @@
 :func:`check` tells an operator what a file or directory of records holds
 (good records per kind, bad lines per reason); :func:`prune` deletes the
 hourly telemetry and step files that are older than the retention. Writing
-lives in :mod:`guardctl.agent.writer`; the layout in :mod:`guardctl.layout`.
+lives in :mod:`guardctl.telemetry.writer`; the layout in :mod:`guardctl.layout`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 from guardctl import layout
 from guardctl.errors import InputError, StoreError, UsageError
-from guardctl.schema import input_files, iter_file
+from guardctl.telemetry.schema import input_files, iter_file
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -48,7 +48,7 @@ class CheckReport:
     good: Counter[str] = field(default_factory=Counter)  # kind -> records
     bad: Counter[str] = field(default_factory=Counter)  # reason -> lines
     bad_files: dict[str, dict[str, int]] = field(default_factory=dict)
-    # column mirrors (guardctl.colfile): files per state, and those whose mirror differs
+    # column mirrors (guardctl.telemetry.mirror): files per state, and those whose mirror differs
     mirrors: Counter[str] = field(default_factory=Counter)
     mirror_differs: list[str] = field(default_factory=list)
 
@@ -101,10 +101,10 @@ def check(path: Path) -> CheckReport:
 
 
 def _check_mirror(file: Path, report: CheckReport) -> None:
-    from guardctl import colfile  # numpy and the parser: only here
+    from guardctl.analyze import mirrors  # numpy and the parser: only here
 
     try:
-        state = colfile.verify(file)
+        state = mirrors.verify(file)
     except OSError:
         return  # the file itself was unreadable: counted above
     report.mirrors[state] += 1

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from guardctl import runner
-from guardctl.schema import read_path
+from guardctl.telemetry.schema import read_path
 
 QUERY = ("index,clocks.sm,power.draw,power.limit,temperature.gpu,utilization.gpu,"
          "clocks_event_reasons.active")

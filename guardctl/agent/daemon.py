@@ -2,7 +2,8 @@
 
 The agent is a foreground process (systemd runs it; see
 ``contrib/guardctl-agent.service``). One sample: start every collector in its
-own thread, wait for each until its timeout, write what came back as one batch
+own thread, wait for each until its timeout, write what came back, and one health
+record (kind ``agent``) per collector, as one batch
 to ``<store>/telemetry/<node>/<hour>.jsonl`` and rewrite the local status file
 with each collector's health. SIGTERM or SIGINT ends it after the sample in
 progress, writing what is buffered if the store lets it.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import socket
 import threading
@@ -20,18 +20,18 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from guardctl import collectors, layout
 from guardctl.agent.slot import CollectorSlot
-from guardctl.agent.writer import BufferedStore, LineWriter
 from guardctl.collectors import Collector, Record
+from guardctl.errors import StoreError
+from guardctl.fileio import atomic_write
 from guardctl.nodes import validate_name
-from guardctl.schema import dumps
 from guardctl.sections.agent import AgentSettings
-
-if TYPE_CHECKING:
-    from guardctl import colfile
+from guardctl.telemetry.mirror import Mirror
+from guardctl.telemetry.schema import dumps
+from guardctl.telemetry.writer import BufferedStore, LineWriter
 
 log = logging.getLogger("guardctl.agent")
 
@@ -39,13 +39,6 @@ log = logging.getLogger("guardctl.agent")
 def node_name(configured: str = "") -> str:
     """The node's name in records: the configured one, else the short hostname."""
     return validate_name(configured or socket.gethostname().split(".")[0])
-
-
-def _mirror() -> colfile.Mirror:
-    # Imported only when used: it brings numpy and the analyzer's parser (~17 MiB).
-    from guardctl import colfile
-
-    return colfile.Mirror()
 
 
 class Agent:
@@ -64,7 +57,7 @@ class Agent:
         self.root = store_root
         self.node = validate_name(node)
         if writer is None:
-            writer = LineWriter(mirror=_mirror() if settings.column_files else None)
+            writer = LineWriter(mirror=Mirror() if settings.column_files else None)
         self.store = BufferedStore(settings.buffer_records, log, writer)
         self.slots = [
             CollectorSlot(
@@ -81,13 +74,19 @@ class Agent:
         self._states: tuple[object, ...] = ()
 
     def collect(self, ts: float) -> list[Record]:
-        """One sample of every collector, run side by side, each under its timeout."""
+        """One sample of every collector, run side by side, each under its timeout.
+
+        After the collectors' records come their health records (kind ``agent``,
+        one per collector), so that the analyzer can tell a collector that
+        failed from a node that sent nothing.
+        """
         started = time.perf_counter()
         for slot in self.slots:
             slot.start(self.node, ts)
         records: list[Record] = []
         for slot in self.slots:
             records.extend(slot.finish(started + slot.timeout_s))
+        records.extend(slot.health.record(self.node, ts) for slot in self.slots)
         return records
 
     def sample(self, ts: float | None = None) -> bool:
@@ -121,14 +120,14 @@ class Agent:
         if not target:
             return
         path = Path(target)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(self.status(), indent=1) + "\n")
-            os.replace(tmp, path)
+            atomic_write(path, json.dumps(self.status(), indent=1) + "\n")
             error = ""
         except OSError as exc:
             error = f"{path}: {exc.strerror or exc}"
+        except StoreError as exc:
+            error = str(exc)
         if error != self._status_error:
             if error:
                 log.warning("cannot write status file %s", error)

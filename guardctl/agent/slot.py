@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from guardctl.collectors import Collector, CollectorUnavailable, Record
+from guardctl.telemetry.schema import make_record
 
 
 @dataclass
@@ -34,6 +35,19 @@ class CollectorHealth:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def record(self, node: str, ts: float) -> Record:
+        """This sample's health as a schema-v1 ``agent`` record, for the store."""
+        return make_record(
+            "agent",
+            node,
+            ts,
+            collector=self.name,
+            state=self.state,
+            ok=self.ok,
+            duration_s=round(self.duration_s, 6),
+            error=self.error,
+        )
 
 
 class _Call:

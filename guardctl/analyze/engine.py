@@ -2,7 +2,8 @@
 
 A node is ``suspect`` when some detector flagged it in at least ``persist_k``
 of the last ``persist_n`` windows (windows without enough of its data do not
-count), ``unknown`` when the newest window holds too little of its data, and
+count), ``unknown`` when the newest window holds too little of its data or
+one of its agent's collectors fails there (:mod:`guardctl.analyze.health`), and
 ``healthy`` otherwise. Its ``score`` is the largest severity among its flags
 (>= 1 means past a threshold), so reports can rank nodes.
 """
@@ -21,6 +22,7 @@ import numpy as np
 
 from guardctl import layout
 from guardctl.analyze import features as feat
+from guardctl.analyze import health
 from guardctl.analyze.detectors import Flags, load_all
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
@@ -231,9 +233,14 @@ def analyze_frame(
     flags = run_detectors(f, cfg)
     hit = _node_flags(flags, len(f.nodes), n, f.has_data)
     count = hit.sum(axis=0)
+    has_data = dict(zip(f.nodes, f.has_data[0].tolist(), strict=True))
+    broken = health.failing(frame, at - window_s, at, has_data)
+    seen = np.array(f.seen.any(axis=0), bool)  # and nodes only their agents' health is from
+    seen[[i for i, name in enumerate(f.nodes) if name in broken]] = True
     verdicts = []
-    for node in np.flatnonzero(f.seen.any(axis=0)):
-        verdicts.append(_verdict(f, flags, hit, int(node), int(count[node]), cfg))
+    for node in np.flatnonzero(seen):
+        why = broken.get(f.nodes[node], [])
+        verdicts.append(_verdict(f, flags, hit, int(node), int(count[node]), cfg, why))
     verdicts.sort(key=lambda v: (v.verdict != SUSPECT, -v.score, v.node))
     return Analysis(
         at - window_s,
@@ -253,16 +260,17 @@ def _verdict(
     node: int,
     count: int,
     cfg: AnalyzeSettings,
+    failing: list[str],
 ) -> NodeVerdict:
     name = f.nodes[node]
     job_idx = int(f.node_job[0, node])
     job = f.jobs[job_idx] if job_idx >= 0 else None
-    if not f.has_data[0, node]:
+    if failing or not f.has_data[0, node]:  # a broken collector is a gap that has a cause
         return NodeVerdict(
             name,
             UNKNOWN,
             0.0,
-            ("too little data in the newest window",),
+            tuple(failing) or ("too little data in the newest window",),
             flagged_windows=count,
             job=job,
         )

@@ -3,7 +3,7 @@
 The analyzer never walks records one by one: it reads each file once into a
 :class:`Frame` (one array per field, node/job/port names as small string
 tables) and works on whole columns. Parsing keeps the schema's semantics
-exactly (what :func:`guardctl.schema.parse_line` rejects is skipped and counted
+exactly (what :func:`guardctl.telemetry.schema.parse_line` rejects is skipped and counted
 under the same reason) but checks batches of records a column at a time, and a
 record shape once, not every line, where it must go record by record.
 """
@@ -20,7 +20,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from guardctl import schema
+from guardctl.telemetry import schema
+from guardctl.telemetry.columns import (
+    FLOATS,
+    INT_MAX,
+    INT_MISSING,
+    INTS,
+    LAYOUT,
+    NO_XID,
+    STRINGS,
+    TABLE_OF,
+    TABLES,
+)
 
 try:  # an optional accelerator: same results, about 5x faster JSON decoding
     import orjson
@@ -29,38 +40,10 @@ try:  # an optional accelerator: same results, about 5x faster JSON decoding
 except ImportError:  # pragma: no cover - depends on the installation
     _loads = json.loads
 
-INT_MISSING = np.iinfo(np.int64).min  # an integer field absent from the record
-NO_XID = -1  # "xid": null, no XID in the interval
-
-# Columns per kind, in the order they are extracted. "F" float64, "I" int64,
-# "S" a string-table index (node, job, port), "X" special (state, port).
-GPU_FLOATS = ("sm_clock_mhz", "power_w", "power_limit_w", "temp_c", "util_pct")
-GPU_INTS = (
-    "gpu",
-    "clock_event_reasons",
-    "ecc_sbe_volatile",
-    "ecc_dbe_volatile",
-    "pcie_replay",
-    "nvlink_crc_errors",
-    "xid",
-)
-HOST_FLOATS = ("cpu_pct", "load1", "mem_used_pct")
-NIC_FLOATS = ("rate_gbps",)
-NIC_INTS = (
-    "symbol_errors",
-    "link_error_recovery",
-    "link_downed",
-    "rcv_errors",
-    "xmit_wait",
-    "xmit_bytes",
-)
-STEP_FLOATS = ("step_s", "compute_s", "comm_s")
-STEP_INTS = ("rank", "step", "samples", "pp_stage")
-
-FLOATS = {"gpu": GPU_FLOATS, "host": HOST_FLOATS, "nic": NIC_FLOATS, "step": STEP_FLOATS}
-INTS = {"gpu": GPU_INTS, "host": (), "nic": NIC_INTS, "step": STEP_INTS}
-# string fields that become an index into a table of the frame
-STRINGS = {"gpu": (), "host": (), "nic": ("port", "state"), "step": ("job",)}
+# The columns of each kind (floats, integers, string-table indices) come from the
+# schema's field list, through guardctl.telemetry.columns; INT_MISSING and NO_XID
+# stand for an absent integer and a null xid there too.
+_FLOAT_MAX = float(np.finfo(np.float64).max)
 
 
 def _empty_kind(kind: str) -> dict[str, np.ndarray]:
@@ -84,7 +67,9 @@ class Frame:
     nodes: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
     ports: list[str] = field(default_factory=list)  # "<device>:<port>"
-    states: list[str] = field(default_factory=list)  # NIC port states, as written
+    states: list[str] = field(default_factory=list)  # NIC port and collector states, as written
+    collectors: list[str] = field(default_factory=list)  # agent records: collector names
+    errors: list[str] = field(default_factory=list)  # agent records: collector errors
     cols: dict[str, dict[str, np.ndarray]] = field(
         default_factory=lambda: {k: _empty_kind(k) for k in schema.KINDS}
     )
@@ -113,12 +98,7 @@ class _Tables:
     """Interning of strings into per-frame tables while parsing."""
 
     def __init__(self) -> None:
-        self.index: dict[str, dict[str, int]] = {
-            "nodes": {},
-            "jobs": {},
-            "ports": {},
-            "states": {},
-        }
+        self.index: dict[str, dict[str, int]] = {t: {} for t in TABLES}
         # raw value (a string, or a (device, port) pair) -> index, per table
         self.keys: dict[str, dict[Any, int]] = {}
 
@@ -227,7 +207,7 @@ class Parser:
         """Keep the valid records among decoded *objs*, one at a time."""
         # Hot loop where it runs: locals only, one validation per record shape.
         keys_of, good, rows = _KEYS, self._good, self.rows
-        missing, inf = _MISSING, math.inf
+        missing, fmax = _MISSING, _FLOAT_MAX
         for obj in objs:
             if type(obj) is not dict:
                 self._reject(obj)
@@ -244,7 +224,7 @@ class Parser:
                     continue
                 good.add(signature)
                 self._note_sparse(kind, signature)
-            elif values[0] != 1 or not values[2] or not 0 <= values[1] < inf:
+            elif values[0] != 1 or not values[2] or not 0 <= values[1] <= fmax:
                 self._reject(obj)  # counted under the schema's own reason
                 continue
             rows[kind].append(values)
@@ -301,10 +281,8 @@ class Parser:
         for kind, pieces in self.pieces.items():
             if pieces:
                 frame.cols[kind] = self._columns(kind, pieces, frame.bad)
-        frame.nodes = self.tables.names("nodes")
-        frame.jobs = self.tables.names("jobs")
-        frame.ports = self.tables.names("ports")
-        frame.states = self.tables.names("states")
+        for table in TABLES:
+            setattr(frame, table, self.tables.names(table))
         return frame
 
     def _row_piece(self, kind: str, rows: list[tuple[Any, ...]]) -> _Piece:
@@ -352,12 +330,14 @@ class Parser:
         }
         for name in (*FLOATS[kind], *INTS[kind]):
             cols[name] = joined(name)
-        if kind == "nic":
-            ports = zip(joined("device"), joined("port"), strict=True)
-            cols["port"] = self.tables.intern_all("ports", ports, lambda k: f"{k[0]}:{k[1]}")
-            cols["state"] = self.tables.intern_all("states", joined("state"))
-        if kind == "step":
-            cols["job"] = self.tables.intern_all("jobs", joined("job"))
+        kl = LAYOUT.kinds[kind]
+        for name in kl.strings:
+            table, sources = TABLE_OF[name], kl.sources[name]
+            if len(sources) == 1:
+                cols[name] = self.tables.intern_all(table, joined(name))
+            else:  # one name made of several fields: a NIC port is "<device>:<port>"
+                parts = zip(*map(joined, sources), strict=True)
+                cols[name] = self.tables.intern_all(table, parts, _join_name)
         keep = joined("keep")
         if not keep.all():
             bad["not_finite"] += int((~keep).sum())
@@ -365,8 +345,12 @@ class Parser:
         return cols
 
 
+def _join_name(parts: tuple[Any, ...]) -> str:
+    return ":".join(map(str, parts))
+
+
 # fields kept as values until the string tables are built
-_RAW = {"gpu": (), "host": (), "nic": ("device", "port", "state"), "step": ("job",)}
+_RAW = {kind: kl.raw for kind, kl in LAYOUT.kinds.items()}
 
 
 def _batch_pieces(objs: list[Any]) -> dict[str, _Piece] | None:
@@ -456,7 +440,7 @@ def _int_column(values: Sequence[int]) -> np.ndarray:
     try:
         return np.array(values, np.int64)
     except OverflowError:  # a counter beyond 64 bits: valid JSON, saturate it
-        top, low = int(np.iinfo(np.int64).max), INT_MISSING + 1
+        top, low = INT_MAX, INT_MISSING + 1
         return np.array([min(max(v, low), top) for v in values], np.int64)
 
 
@@ -475,13 +459,34 @@ def _remap(table: list[str], names: Sequence[str], merged: dict[str, int]) -> np
     return np.array([merged[n] for n in names], np.int32)
 
 
+# Per kind: (string column, its table, whether it may be absent, i.e. hold -1).
+_STRING_COLS = {
+    kind: [("node", "nodes", False)]
+    + [
+        (c, TABLE_OF[c], not set(kl.sources[c]) <= set(schema.REQUIRED[kind]))
+        for c in kl.strings
+    ]
+    for kind, kl in LAYOUT.kinds.items()
+}
+
+
+def _renumber(col: np.ndarray, lut: np.ndarray, optional: bool) -> np.ndarray:
+    """String indices of one part as indices into the merged table (-1, absent, kept)."""
+    if not optional:
+        return lut[col]
+    out = np.full(col.shape, -1, np.int32)
+    known = col >= 0
+    out[known] = lut[col[known]]
+    return out
+
+
 def concat(frames: Sequence[Frame]) -> Frame:
     """Join frames (one per file) into one, merging their string tables."""
     if len(frames) == 1:  # nothing to merge: no copy (a pass over 100k GPUs reads one segment)
         return frames[0]
     out = Frame()
     tables: dict[str, tuple[list[str], dict[str, int]]] = {
-        t: (getattr(out, t), {}) for t in ("nodes", "jobs", "ports", "states")
+        t: (getattr(out, t), {}) for t in TABLES
     }
     parts: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in schema.KINDS}
     for frame in frames:
@@ -490,15 +495,8 @@ def concat(frames: Sequence[Frame]) -> Frame:
             if not cols["ts"].size:
                 continue
             cols = dict(cols)
-            cols["node"] = maps["nodes"][cols["node"]]
-            if kind == "step":
-                cols["job"] = maps["jobs"][cols["job"]]
-            if kind == "nic":
-                cols["port"] = maps["ports"][cols["port"]]
-                known = cols["state"] >= 0
-                state = np.full(cols["state"].shape, -1, np.int32)
-                state[known] = maps["states"][cols["state"][known]]
-                cols["state"] = state
+            for name, table, optional in _STRING_COLS[kind]:
+                cols[name] = _renumber(cols[name], maps[table], optional)
             parts[kind].append(cols)
         out.bad.update(frame.bad)
         out.files += frame.files
@@ -522,6 +520,8 @@ class Part(Protocol):
     jobs: list[str]
     ports: list[str]
     states: list[str]
+    collectors: list[str]
+    errors: list[str]
 
     def count(self, kind: str) -> int: ...
 
@@ -536,7 +536,7 @@ def assemble(parts: Sequence[Part]) -> Frame:
     """
     out = Frame()
     merged: dict[str, tuple[list[str], dict[str, int]]] = {
-        t: (getattr(out, t), {}) for t in ("nodes", "jobs", "ports", "states")
+        t: (getattr(out, t), {}) for t in TABLES
     }
     maps = [{t: _remap(merged[t][0], getattr(p, t), merged[t][1]) for t in merged} for p in parts]
     for kind in schema.KINDS:
@@ -551,14 +551,8 @@ def assemble(parts: Sequence[Part]) -> Frame:
                 continue
             dests = {name: col[lo : lo + n] for name, col in cols.items()}
             part.fill(kind, dests)
-            dests["node"][...] = m["nodes"][dests["node"]]
-            if kind == "step":
-                dests["job"][...] = m["jobs"][dests["job"]]
-            if kind == "nic":
-                dests["port"][...] = m["ports"][dests["port"]]
-                state = dests["state"]
-                known = state >= 0
-                state[known] = m["states"][state[known]]
+            for name, table, optional in _STRING_COLS[kind]:
+                dests[name][...] = _renumber(dests[name], m[table], optional)
             lo += n
         out.cols[kind] = cols
     return out
@@ -566,15 +560,9 @@ def assemble(parts: Sequence[Part]) -> Frame:
 
 def select(frame: Frame, start: float, end: float) -> Frame:
     """The records with ``start <= ts <= end`` (tables and input counts kept)."""
-    out = Frame(
-        nodes=frame.nodes,
-        jobs=frame.jobs,
-        ports=frame.ports,
-        states=frame.states,
-        bad=frame.bad,
-        files=frame.files,
-        lines=frame.lines,
-    )
+    out = Frame(bad=frame.bad, files=frame.files, lines=frame.lines)
+    for table in TABLES:
+        setattr(out, table, getattr(frame, table))
     for kind, cols in frame.cols.items():
         keep = (cols["ts"] >= start) & (cols["ts"] <= end)
         out.cols[kind] = {name: col[keep] for name, col in cols.items()}

@@ -41,7 +41,6 @@ from pathlib import Path
 
 import numpy as np
 
-from guardctl import colfile, schema
 from guardctl.analyze.engine import Analysis, analyze, analyze_frame, default_at, history_needed
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
@@ -52,13 +51,15 @@ from guardctl.analyze.load import (
     parse_tails,
     source_files,
 )
+from guardctl.analyze.mirrors import decode, row_dtype
 from guardctl.config import Settings
+from guardctl.telemetry import mirror, schema
+from guardctl.telemetry.columns import TABLE_OF, TABLES
 
-_TABLES = ("nodes", "jobs", "ports", "states")
-_TABLE_OF = {"node": "nodes", "job": "jobs", "port": "ports", "state": "states"}
-_ROW = colfile.row_dtype(colfile.WIDTH)
-# A mark row: kind, then its slots (start = 0, end, lines = 0, checksum); see guardctl.colfile.
-_MARK = struct.Struct(f"<B15xqqqq{colfile.WIDTH - 48}x")
+_ROW = row_dtype(mirror.WIDTH)
+# A mark row: kind, then its slots (start = 0, end, lines = 0, checksum);
+# see guardctl.telemetry.mirror.
+_MARK = struct.Struct(f"<B15xqqqq{mirror.WIDTH - 48}x")
 
 
 class _Restart(Exception):
@@ -93,8 +94,8 @@ class _Names:
     """The kept records' string tables: append-only, so kept indices stay valid."""
 
     def __init__(self) -> None:
-        self.lists: dict[str, list[str]] = {t: [] for t in _TABLES}
-        self.ids: dict[str, dict[str, int]] = {t: {} for t in _TABLES}
+        self.lists: dict[str, list[str]] = {t: [] for t in TABLES}
+        self.ids: dict[str, dict[str, int]] = {t: {} for t in TABLES}
 
     def lut(self, table: str, names: Sequence[str]) -> np.ndarray:
         """Kept index of each of *names* (appending new ones); index -1 maps to -1."""
@@ -345,7 +346,7 @@ class Analyzer:
             return []
         counts = reader.counts
         self.read["mirror_rows"] += sum(counts)
-        decoded = colfile._decode(reader.rows(), counts, [f[2] for f in files])
+        decoded = decode(reader.rows(), counts, [f[2] for f in files])
         rows = reader.rows().view(_ROW)
         first = np.zeros(len(files), np.int64)
         np.cumsum(counts[:-1], out=first[1:])
@@ -355,18 +356,18 @@ class Analyzer:
         hours = np.array([f[1].hour for f in files], np.int32)
         per_kind = {
             kind: np.bincount(file_of[used & (rows["kind"] == code)], minlength=len(files))
-            for kind, code in colfile.KIND_CODE.items()
+            for kind, code in mirror.KIND_CODE.items()
         }
         self._add(decoded.cols, decoded.frame_tables, hours, per_kind, True, None)
         uncovered = []
         prefixes = np.repeat(np.array([f[3] for f in files], np.int64), counts)
         fresh = np.arange(rows.size) >= np.repeat(first, counts) + prefixes
-        strings = np.flatnonzero(used & fresh & (rows["kind"] == colfile.STRING))
+        strings = np.flatnonzero(used & fresh & (rows["kind"] == mirror.STRING))
         new_strings: dict[int, list[int]] = {}
         for r in strings.tolist():  # new string table entries: rare after a file's first read
             new_strings.setdefault(int(file_of[r]), []).append(r)
         raw = reader.view
-        width = colfile.WIDTH
+        width = mirror.WIDTH
         for j, (name, state, size, prefix) in enumerate(files):
             if not decoded.usable[j]:
                 state.mirror = False  # as a cold pass, parse what the mirror cannot give
@@ -376,7 +377,7 @@ class Analyzer:
             if j in new_strings:
                 added = b"".join(raw[r * width : (r + 1) * width] for r in new_strings[j])
                 state.strings += added
-                state.strings_sum = colfile.checksum(state.strings)
+                state.strings_sum = mirror.checksum(state.strings)
             consumed = hi - lo - prefix  # rows of the mirror from where this read began
             if consumed > (1 if state.rows else 0):
                 state.mark = bytes(raw[(hi - 1) * width : hi * width])
@@ -399,13 +400,13 @@ class Analyzer:
         extra: _Pass | None,
     ) -> None:
         """Append decoded columns, their string indices mapped to the kept tables."""
-        luts = {t: self._names.lut(t, tables[t]) for t in _TABLES}
+        luts = {t: self._names.lut(t, tables[t]) for t in TABLES}
         for kind, kcols in cols.items():
             n = int(kcols["ts"].size)
             if not n:
                 continue
             out = dict(kcols)
-            for name, table in _TABLE_OF.items():
+            for name, table in TABLE_OF.items():
                 if name in out:
                     out[name] = luts[table][out[name]]
             hour = hours if per_kind is None else np.repeat(hours, per_kind[kind])
@@ -461,8 +462,9 @@ class Analyzer:
 
     def _frame(self) -> Frame:
         names = self._names.lists
-        frame = Frame(nodes=names["nodes"], jobs=names["jobs"], ports=names["ports"],
-                      states=names["states"])  # fmt: skip
+        frame = Frame()
+        for table in TABLES:  # every string table the layout has (agent records' too)
+            setattr(frame, table, names[table])
         for kind, cols in self._kept.items():
             frame.cols[kind] = cols.view()  # every hour kept is one this pass reads
         return frame
@@ -483,7 +485,7 @@ class Analyzer:
 
 
 def _tables(frame: Frame) -> dict[str, list[str]]:
-    return {t: getattr(frame, t) for t in _TABLES}
+    return {t: getattr(frame, t) for t in TABLES}
 
 
 def _grown(a: np.ndarray, size: int) -> np.ndarray:
@@ -500,14 +502,14 @@ class _TailReader:
     def __init__(self, expected: int) -> None:
         self.buf = np.empty(expected + (1 << 20), np.uint8)
         self.view = self.buf.data
-        self.head = memoryview(bytearray(colfile.PREAMBLE_SIZE))
+        self.head = memoryview(bytearray(mirror.PREAMBLE_SIZE))
         self.end = 0
         self.counts: list[int] = []
 
     def read(self, name: str, state: _File) -> int | None:
         """Add *name*'s new rows behind its prefix; return the prefix's rows, None: no mirror."""
         try:
-            fd = os.open(colfile.mirror_path(name), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(mirror.mirror_path(name), os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
@@ -521,18 +523,18 @@ class _TailReader:
 
     def _whole(self, fd: int, state: _File) -> int | None:
         n = os.preadv(fd, [self.head, self.view[self.end :]], 0)
-        while n - colfile.PREAMBLE_SIZE >= self.buf.size - self.end:
+        while n - mirror.PREAMBLE_SIZE >= self.buf.size - self.end:
             self._grow()
             n = os.preadv(fd, [self.head, self.view[self.end :]], 0)
-        if n < colfile.PREAMBLE_SIZE or colfile._check_preamble(self.head, state.ino) is None:
+        if n < mirror.PREAMBLE_SIZE or not mirror.check_preamble(self.head, state.ino):
             return None
-        self._done((n - colfile.PREAMBLE_SIZE) // colfile.WIDTH)
+        self._done((n - mirror.PREAMBLE_SIZE) // mirror.WIDTH)
         return 0
 
     def _tail(self, fd: int, state: _File) -> int:
-        width = colfile.WIDTH
+        width = mirror.WIDTH
         prefix = len(state.strings) // width
-        offset = colfile.PREAMBLE_SIZE + (state.rows - 1) * width  # from the last mark read
+        offset = mirror.PREAMBLE_SIZE + (state.rows - 1) * width  # from the last mark read
         at = self.end + len(state.strings)
         while True:
             while at + width >= self.buf.size:
@@ -545,13 +547,13 @@ class _TailReader:
         if n < width or self.view[at : at + width] != state.mark:
             raise _Restart("mirror rewritten")
         # The mark that ends what was read stands for all of it, from byte 0 of the file.
-        self.view[at : at + width] = _MARK.pack(colfile.MARK, 0, state.offset, 0, state.strings_sum)
+        self.view[at : at + width] = _MARK.pack(mirror.MARK, 0, state.offset, 0, state.strings_sum)
         self._done(prefix + n // width)
         return prefix
 
     def _done(self, rows: int) -> None:
         self.counts.append(rows)
-        self.end += rows * colfile.WIDTH
+        self.end += rows * mirror.WIDTH
 
     def _grow(self) -> None:
         bigger = np.empty(self.buf.size * 2, np.uint8)

@@ -27,9 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from guardctl import colfile, layout
+from guardctl import layout
+from guardctl.analyze import mirrors
 from guardctl.analyze.frame import Frame, Parser, assemble, concat
 from guardctl.errors import InputError
+from guardctl.telemetry.columns import TABLES
+from guardctl.telemetry.mirror import read_range
 
 try:  # the manifests are large JSON: the faster codec where it is installed
     import orjson
@@ -50,7 +53,8 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj).encode()
 
 
-CACHE_VERSION = 3  # 2: segments are raw columns (.cols), not .npz; 3: step samples, pp_stage
+# 2: segments are raw columns (.cols), not .npz; 3: agent records; 4: step samples, pp_stage
+CACHE_VERSION = 4
 _HOUR = re.compile(r"(?:^|[/.])(\d{8}T\d{2})\.jsonl$")
 _NO_HOUR = "other"
 _TAIL = len("20250101T00.jsonl")
@@ -182,7 +186,7 @@ def _parse_tails(tails: Sequence[_Tail]) -> tuple[Frame, dict[str, int], dict[st
     offsets, pending = {}, {}
     for tail in tails:
         try:
-            data = colfile.read_range(tail.path, tail.offset, tail.size)
+            data = read_range(tail.path, tail.offset, tail.size)
         except OSError:
             offsets[tail.key] = tail.offset  # vanished or unreadable: try again next pass
             pending[tail.key] = False
@@ -241,7 +245,7 @@ def _save_segment(path: Path, frame: Frame) -> None:
             offset += col.nbytes
             arrays.append(col)
         layout_[kind] = entry
-    tables = {t: getattr(frame, t) for t in ("nodes", "jobs", "ports", "states")}
+    tables = {t: getattr(frame, t) for t in TABLES}
     header = json.dumps({"tables": tables, "kinds": layout_, "bytes": offset}).encode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".seg-", suffix=".cols")
     try:
@@ -273,6 +277,8 @@ class Segment:
         self.jobs: list[str] = tables["jobs"]
         self.ports: list[str] = tables["ports"]
         self.states: list[str] = tables["states"]
+        self.collectors: list[str] = tables["collectors"]
+        self.errors: list[str] = tables["errors"]
         self.kinds: dict[str, Any] = header["kinds"]
 
     def count(self, kind: str) -> int:
@@ -465,7 +471,7 @@ def read_frame(
 ) -> Frame:
     """Read the records under *path* that may fall in [since, until] into one frame.
 
-    Files with a column mirror (:mod:`guardctl.colfile`) are read from it, and
+    Files with a column mirror (:mod:`guardctl.telemetry.mirror`) are read from it, and
     only the bytes it does not cover yet are parsed. The others are parsed;
     with *cache_root*, their parsed bytes are kept there and only new bytes are
     parsed next time. An unwritable cache is silently skipped (reading must
@@ -532,7 +538,7 @@ def _read_mirrored(files: Sequence[str], workers: int) -> tuple[list[Frame | Sto
         paths.append(name)
         sizes.append(st.st_size)
         inodes.append(st.st_ino)
-    found = colfile.read_many(paths, sizes, inodes)
+    found = mirrors.read_many(paths, sizes, inodes)
     tails = [
         _Tail(p, p, covered, size, 0)
         for p, ok, covered, size in zip(paths, found.usable, found.covered, sizes, strict=True)

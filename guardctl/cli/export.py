@@ -1,4 +1,4 @@
-"""``guardctl export``: the analyzer's verdicts for other systems (Prometheus textfile)."""
+"""``guardctl export``: the analyzer's verdicts and the agents' health for other systems."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import click
 
 from guardctl.cli.base import AppContext, dry_run_option, main, pass_app
 from guardctl.errors import UsageError
-from guardctl.export import prometheus_text, write_prometheus
-from guardctl.sources import analyze_source, open_source
+from guardctl.export import collect, prometheus_text, write_prometheus
+from guardctl.sources import open_source
 
 
 @main.command("export")
@@ -42,10 +42,10 @@ def export_cmd(
     dry_run: bool,
     from_opt: tuple[str, str] | None = None,
 ) -> None:
-    """Run one analysis pass and export its verdicts (written atomically)."""
+    """Run one analysis pass; export its verdicts and each node's collectors (atomically)."""
     if prom is None:
         raise UsageError("export: say where to write, e.g. --prometheus FILE")
-    result = analyze_source(open_source(app.settings, from_opt, input_path))
+    result = collect(open_source(app.settings, from_opt, input_path))
     if dry_run:
         click.echo(prometheus_text(result), nl=False)
         return

@@ -10,7 +10,7 @@ import click
 from guardctl.analyze.timespec import parse_duration, parse_time
 from guardctl.cli.base import AppContext, main, pass_app
 from guardctl.errors import ExitCode
-from guardctl.export import write_atomic
+from guardctl.fileio import atomic_write
 from guardctl.report import FORMATS, make_report
 from guardctl.sources import open_source
 
@@ -76,6 +76,6 @@ def report_cmd(
     if output is None:
         click.echo(report.text, nl=False)
     else:
-        write_atomic(output, report.text)
+        atomic_write(output, report.text)
     if report.findings:
         sys.exit(int(ExitCode.FINDINGS))

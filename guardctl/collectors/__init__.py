@@ -8,12 +8,11 @@ only: judging it is the analyzer's job.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from guardctl.errors import ConfigError
+from guardctl.plugins import Registry
 from guardctl.sections.agent import AgentSettings
 
 Record = dict[str, Any]
@@ -38,32 +37,19 @@ class Collector(Protocol):
 
 
 Factory = Callable[[AgentSettings], Collector]
-_REGISTRY: dict[str, Factory] = {}
+COLLECTORS: Registry[Factory] = Registry("collector", __name__, unknown=ConfigError)
 
 
 def register(name: str, factory: Factory) -> None:
     """Make a collector available under *name* (called at the bottom of its file)."""
-    if name in _REGISTRY:
-        raise RuntimeError(f"collector {name!r} registered twice")
-    _REGISTRY[name] = factory
+    COLLECTORS.add(name, factory)
 
 
 def names() -> list[str]:
     """The registered collectors' names, sorted."""
-    return sorted(_REGISTRY)
+    return sorted(COLLECTORS.names())
 
 
 def create(name: str, settings: AgentSettings) -> Collector:
     """Build the collector called *name*; an unknown name is a configuration error."""
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        raise ConfigError(
-            f"agent.collectors: unknown collector {name!r} (known: {', '.join(names())})"
-        ) from None
-    return factory(settings)
-
-
-for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    if not _info.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_info.name}")
+    return COLLECTORS.get(name, "agent.collectors")(settings)

@@ -7,8 +7,8 @@ import os
 import psutil
 
 from guardctl.collectors import Record, register
-from guardctl.schema import make_record
 from guardctl.sections.agent import AgentSettings
+from guardctl.telemetry.schema import make_record
 
 
 class HostCollector:

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from guardctl.collectors import CollectorUnavailable, Record, register
-from guardctl.schema import make_record
 from guardctl.sections.agent import AgentSettings
+from guardctl.telemetry.schema import make_record
 
 # How often the list of HCAs and ports is read again (seconds).
 RELIST_S = 60.0

@@ -16,8 +16,8 @@ from types import ModuleType
 from typing import Any
 
 from guardctl.collectors import CollectorUnavailable, Record, register
-from guardctl.schema import make_record
 from guardctl.sections.agent import AgentSettings
+from guardctl.telemetry.schema import make_record
 
 log = logging.getLogger("guardctl.agent")
 

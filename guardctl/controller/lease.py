@@ -11,18 +11,19 @@ is on this host and dead, which only this host can tell).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
 import socket
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from guardctl.errors import RefusedError, StoreError
+from guardctl.fileio import atomic_write, locked
 
 
 class LeaseLost(RefusedError):
@@ -119,35 +120,13 @@ class Lease:
                 self._write(Holder(current.host, current.pid, current.token, 0.0, current.since))
 
     def _write(self, holder: Holder) -> None:
-        tmp = self.path.with_name(f".lease.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(holder.as_dict()) + "\n", encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            raise StoreError(f"cannot write the controller lease {self.path}: "
-                             f"{exc.strerror}") from None
+        atomic_write(self.path, json.dumps(holder.as_dict()) + "\n")
 
-    def _locked(self) -> _Flock:
+    def _locked(self) -> AbstractContextManager[IO[str]]:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create {self.path.parent}: {exc.strerror}") from None
-        return _Flock(self.path.with_name("lease.lock"))
+        return locked(self.path.with_name("lease.lock"))
 
 
-class _Flock:
-    """An exclusive flock on a lock file for the length of a ``with`` block."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd = -1
-
-    def __enter__(self) -> None:
-        try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StoreError(f"cannot open {self.path}: {exc.strerror}") from None
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-
-    def __exit__(self, *_exc: object) -> None:
-        os.close(self.fd)

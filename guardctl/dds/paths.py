@@ -7,7 +7,6 @@ address is replaced atomically (tmp + rename) so a rank never reads half of it.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import secrets
@@ -19,6 +18,7 @@ from typing import IO
 from guardctl import layout
 from guardctl.config import Settings
 from guardctl.errors import RefusedError, StoreError, UsageError
+from guardctl.fileio import atomic_write, open_locked
 
 LOCK_WAIT_S = 5.0  # how long a restart waits for a dead service's commit process
 LOCK_FILE = "service.lock"
@@ -101,20 +101,14 @@ def lock_service(paths: JobPaths) -> IO[str]:
     wait for that (a few seconds at most) rather than refuse.
     """
     path = paths.state_dir / LOCK_FILE
-    try:
-        handle = open(path, "a+", encoding="ascii")  # noqa: SIM115 (held for the service's life)
-    except OSError as exc:
-        raise StoreError(f"cannot open {path}: {exc.strerror}") from exc
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            handle = open_locked(path, blocking=False)  # held for the service's life
             break
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            holder = _read_holder(path)
             if _holder_alive(holder) or time.monotonic() > deadline:
-                handle.close()
                 raise RefusedError(
                     f"a service for job {paths.job} is already running ({holder})"
                 ) from None
@@ -124,6 +118,13 @@ def lock_service(paths: JobPaths) -> IO[str]:
     handle.write(f"pid {os.getpid()}\n")
     handle.flush()
     return handle
+
+
+def _read_holder(path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii").strip() or "another process"
+    except (OSError, UnicodeDecodeError):
+        return "another process"
 
 
 def _holder_alive(holder: str) -> bool:
@@ -153,14 +154,7 @@ def read_secret(path: Path) -> str:
 def publish_address(paths: JobPaths, host: str, port: int) -> None:
     """Tell the job's ranks where the service listens (atomic replace)."""
     record = {"host": host, "port": port, "pid": os.getpid(), "started": time.time()}
-    tmp = paths.address.with_name(f".{ADDRESS_FILE}.{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(record) + "\n", encoding="utf-8")
-        os.replace(tmp, paths.address)
-    except OSError as exc:
-        raise StoreError(
-            f"cannot publish the service address in {paths.dir}: {exc.strerror}"
-        ) from exc
+    atomic_write(paths.address, json.dumps(record) + "\n")
 
 
 def read_address(path: Path) -> tuple[str, int] | None:

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardctl import layout, schema
+from guardctl import layout
 from guardctl.config import Settings
 from guardctl.errors import GuardctlError
 from guardctl.hooks.registry import CheckResult, Hook, HookContext, checks, guarded
 from guardctl.nodeops import NodeOps
+from guardctl.telemetry import schema
 
 STRAGGLER_RATIO = 1.10  # a node's median compute time this far above the job's median
 

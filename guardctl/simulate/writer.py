@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from guardctl import layout
-from guardctl.colfile import Mirror
 from guardctl.simulate.fleet import GPUS, PORTS, Fleet, Job
+from guardctl.telemetry.mirror import Mirror
 
 GPU_LINE = (
     '{"v":1,"kind":"gpu","ts":%r,"node":"%s","gpu":%d,"sm_clock_mhz":%d,"power_w":%r,'

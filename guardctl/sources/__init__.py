@@ -26,7 +26,15 @@ from guardctl.sources.prometheus import Coverage, PrometheusClient, SourceError,
 
 KINDS = ("store", "prometheus")
 
-__all__ = ["KINDS", "Coverage", "Source", "SourceError", "analyze_source", "open_source"]
+__all__ = [
+    "KINDS",
+    "Coverage",
+    "Source",
+    "SourceError",
+    "analyze_source",
+    "open_source",
+    "prometheus_frame",
+]
 
 
 @dataclass
@@ -102,11 +110,19 @@ def analyze_source(
     settings = source.settings
     if not source.url:
         return analyze(source.store, settings, at, window_s=window_s)
-    span = history_needed(settings.analyze, window_s)
+    frame = prometheus_frame(source, at, window_s=window_s)
+    return analyze_frame(frame, settings.analyze, at=at, window_s=window_s)
+
+
+def prometheus_frame(
+    source: Source, at: float | None = None, *, window_s: float | None = None
+) -> Frame:
+    """What one analysis pass at *at* (default: now) reads from a Prometheus *source*."""
+    span = history_needed(source.settings.analyze, window_s)
     frame = source.load(at - span, at) if at is not None else source.recent(span)
     if source.coverage is not None and not source.coverage.samples:
         raise SourceError(
             f"{source.url}: no dcgm-exporter or node_exporter series in the "
             f"{span:g} s before {'now' if at is None else at}"
         )
-    return analyze_frame(frame, settings.analyze, at=at, window_s=window_s)
+    return frame

@@ -10,10 +10,8 @@ key, replaced atomically under a lock so that concurrent sweeps don't tear it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
-import os
 import re
 import statistics
 import time
@@ -24,6 +22,7 @@ from typing import Any
 
 from guardctl import layout
 from guardctl.errors import StoreError
+from guardctl.fileio import atomic_write, locked
 from guardctl.sweep.registry import Measurement
 
 RESULTS_FILE = "results.json"  # written by the sweep engine in each sweep's directory
@@ -56,11 +55,10 @@ def _locked(root: Path) -> Iterator[None]:
     directory = layout.baselines_dir(root)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with open(directory / ".lock", "a", encoding="utf-8") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            yield
-    except PermissionError as exc:
+    except OSError as exc:
         raise StoreError(f"cannot write baselines in {directory}: {exc.strerror}") from None
+    with locked(directory / ".lock"):
+        yield
 
 
 def load_all(root: Path) -> dict[str, Baseline]:
@@ -97,10 +95,7 @@ def _make(key: str, metric: str, history: list[dict[str, Any]], keep: int) -> Ba
 
 
 def _write(root: Path, base: Baseline) -> None:
-    path = _file(root, base.key)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(base.as_dict(), indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(_file(root, base.key), json.dumps(base.as_dict(), indent=1) + "\n")
 
 
 def learn(root: Path, passing: Iterable[Measurement], *, sweep_id: str, keep: int = 20,

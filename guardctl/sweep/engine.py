@@ -38,6 +38,7 @@ import guardctl
 from guardctl import layout, testhooks
 from guardctl.config import Settings
 from guardctl.errors import RefusedError, StoreError, UsageError
+from guardctl.fileio import atomic_write
 from guardctl.nodeops import NodeOps
 from guardctl.slurm.job import Job, wait_all
 from guardctl.sweep import baseline, pairing
@@ -479,14 +480,8 @@ def _act(ops: NodeOps, report: SweepReport) -> None:
 
 
 def _write_results(report: SweepReport) -> None:
-    path = Path(report.directory) / baseline.RESULTS_FILE
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(report.as_dict(), indent=1, default=str) + "\n",
-                       encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise StoreError(f"cannot write {path}: {exc.strerror}") from None
+    atomic_write(Path(report.directory) / baseline.RESULTS_FILE,
+                 json.dumps(report.as_dict(), indent=1, default=str) + "\n")
 
 
 def _plan(settings: Settings, nodes: Sequence[str], kind: Kind, goods: Sequence[str],

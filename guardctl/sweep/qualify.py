@@ -15,7 +15,6 @@ pass, and ``guardctl qualify`` runs one pass by hand.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any
 from guardctl import layout
 from guardctl.config import Settings
 from guardctl.errors import StoreError
+from guardctl.fileio import atomic_write
 from guardctl.nodeops import NodeOps, NodeStatus
 from guardctl.nodeops.rules import out_limit
 from guardctl.sweep.engine import Kind, Progress, SweepOptions, SweepReport, run_sweep
@@ -82,14 +82,11 @@ def load_state(root: Path) -> QualifyState:
 
 def save_state(root: Path, state: QualifyState) -> None:
     path = state_path(root)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(state.as_dict(), indent=1, sort_keys=True) + "\n",
-                       encoding="utf-8")
-        os.replace(tmp, path)
     except OSError as exc:
-        raise StoreError(f"cannot write {path}: {exc.strerror}") from None
+        raise StoreError(f"cannot create {path.parent}: {exc.strerror}") from None
+    atomic_write(path, json.dumps(state.as_dict(), indent=1, sort_keys=True) + "\n")
 
 
 def returned_from_repair(state: QualifyState, statuses: Sequence[NodeStatus]) -> QualifyState:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from guardctl.errors import UsageError
+from guardctl.plugins import Registry
 from guardctl.slurm.types import SubmitRequest
 
 Scope = Literal["single", "multi"]
@@ -106,27 +106,17 @@ class SweepPlugin(Protocol):
         ...
 
 
-_PLUGINS: dict[str, SweepPlugin] = {}
+PLUGINS: Registry[SweepPlugin] = Registry("sweep", "guardctl.sweep.plugins")
 
 
 def register(plugin: SweepPlugin) -> SweepPlugin:
     """Add *plugin* under its name (called at the bottom of each plugin's module)."""
-    _PLUGINS[plugin.name] = plugin
-    return plugin
-
-
-def _load() -> None:
-    import guardctl.sweep.plugins  # noqa: F401 - registers the plugins on import
+    return PLUGINS.add(plugin.name, plugin)
 
 
 def get(name: str) -> SweepPlugin:
-    _load()
-    try:
-        return _PLUGINS[name]
-    except KeyError:
-        raise UsageError(f"unknown sweep {name!r} (known: {', '.join(names())})") from None
+    return PLUGINS.get(name)
 
 
 def names(scope: Scope | None = None) -> list[str]:
-    _load()
-    return sorted(n for n, p in _PLUGINS.items() if scope is None or p.scope == scope)
+    return sorted(n for n, p in PLUGINS.items() if scope is None or p.scope == scope)

@@ -14,7 +14,7 @@ from guardctl.collectors import CollectorUnavailable
 from guardctl.collectors.infiniband import InfinibandCollector, parse_rate_gbps, parse_state
 from guardctl.collectors.nvml import NvmlCollector
 from guardctl.errors import ConfigError
-from guardctl.schema import validate
+from guardctl.telemetry.schema import validate
 
 
 def test_registry_has_one_plugin_per_file() -> None:

@@ -15,9 +15,9 @@ from agent_helpers import Disk, FakeNvml, settings
 
 from guardctl import layout
 from guardctl.agent.daemon import Agent
-from guardctl.agent.writer import LineWriter
 from guardctl.analyze.load import read_frame
-from guardctl.schema import read_path
+from guardctl.telemetry.schema import read_path
+from guardctl.telemetry.writer import LineWriter
 
 TS = 1_796_040_000.0  # 2026-11-30T12:00:00Z
 
@@ -34,13 +34,18 @@ def test_one_sample_writes_every_collector(tmp_path: Path, fake_nvml: FakeNvml) 
     assert path == tmp_path / "telemetry" / "gpu01" / "20261130T12.jsonl"
     result = read_path(path)
     kinds = [r["kind"] for r in result.records]
-    assert kinds == ["gpu"] * 8 + ["host"] + ["nic"] * 2 and result.bad_total == 0
+    assert kinds == ["gpu"] * 8 + ["host"] + ["nic"] * 2 + ["agent"] * 3
+    assert result.bad_total == 0
     assert {r["ts"] for r in result.records} == {TS}
+    health_records = [r for r in result.records if r["kind"] == "agent"]
+    assert [(r["collector"], r["state"], r["ok"], r["error"]) for r in health_records] == [
+        ("nvml", "ok", True, ""), ("host", "ok", True, ""), ("infiniband", "ok", True, "")]
+    assert all(r["duration_s"] > 0 for r in health_records)
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert [c["state"] for c in status["collectors"]] == ["ok", "ok", "ok"]
     assert [c["records"] for c in status["collectors"]] == [8, 1, 2]
     assert all(c["duration_s"] > 0 for c in status["collectors"])
-    assert status["store"]["written"] == 11
+    assert status["store"]["written"] == 14
 
 
 def test_hourly_rotation(tmp_path: Path, fake_nvml: FakeNvml) -> None:
@@ -49,7 +54,7 @@ def test_hourly_rotation(tmp_path: Path, fake_nvml: FakeNvml) -> None:
     agent.sample(TS + 3600.5)
     agent.close()
     files = sorted(p.name for p in (tmp_path / "telemetry" / "n1").iterdir())
-    # each hour's file with its column mirror (guardctl.colfile)
+    # each hour's file with its column mirror (guardctl.telemetry.mirror)
     assert files == [
         "20261130T12.cols", "20261130T12.jsonl", "20261130T13.cols", "20261130T13.jsonl"
     ]  # fmt: skip
@@ -124,14 +129,14 @@ def test_store_full_then_back(
 ) -> None:
     caplog.set_level(logging.INFO, logger="guardctl.agent")
     disk = Disk()
-    # 11 records a sample; room for 3 samples in memory.
-    agent = Agent(settings(buffer_records=33), tmp_path, "n1", writer=LineWriter(write=disk.write))
+    # 14 records a sample (11 and 3 of the agent's health); room for 3 samples in memory.
+    agent = Agent(settings(buffer_records=42), tmp_path, "n1", writer=LineWriter(write=disk.write))
     agent.sample(TS)
     disk.error = errno.ENOSPC
     for i in range(1, 6):
         assert not agent.sample(TS + i)  # keeps sampling
     store = agent.status()["store"]
-    assert not store["writable"] and store["buffered"] == 33 and store["dropped"] == 22
+    assert not store["writable"] and store["buffered"] == 42 and store["dropped"] == 28
     assert "ENOSPC" in store["error"]
     disk.error = None
     assert agent.sample(TS + 6)
@@ -141,6 +146,6 @@ def test_store_full_then_back(
     # were dropped (oldest first); the rest is there, in order.
     assert sorted({r["ts"] for r in records}) == [TS, TS + 4, TS + 5, TS + 6]
     assert [r["ts"] for r in records] == sorted(r["ts"] for r in records)
-    assert agent.status()["store"]["dropped"] == 33
+    assert agent.status()["store"]["dropped"] == 42
     warnings = [r.getMessage() for r in caplog.records if "store" in r.getMessage()]
-    assert len(warnings) == 2 and "33 records dropped" in warnings[1]
+    assert len(warnings) == 2 and "42 records dropped" in warnings[1]

@@ -15,9 +15,9 @@ import pytest
 from agent_helpers import Disk
 
 from guardctl import identity, layout, probe
-from guardctl.agent.writer import BufferedStore, LineWriter
 from guardctl.analyze.load import read_frame
-from guardctl.schema import read_path
+from guardctl.telemetry.schema import read_path
+from guardctl.telemetry.writer import BufferedStore, LineWriter
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def test_steps_are_timed_and_written(tmp_path: Path) -> None:
         time.sleep(0.005)
     assert probe.flush()
     files = sorted((tmp_path / "steps" / "42").iterdir())
-    # the rank's file and its column mirror (guardctl.colfile)
+    # the rank's file and its column mirror (guardctl.telemetry.mirror)
     assert [f.name.split(".")[:2] for f in files] == [["node2", "r1"]] * 2
     assert [f.suffix for f in files] == [".cols", ".jsonl"]
     assert read_frame(tmp_path).count("step") == 4
@@ -165,3 +165,28 @@ def test_cuda_events_need_torch() -> None:
     step_s, compute_s, comm_s = p._durations(*p._queue[0][2:])
     assert step_s > 0 and compute_s > 0 and comm_s >= 0
     p._queue.clear()
+
+
+def test_a_rank_that_uses_the_probe_loads_neither_the_analyzer_nor_numpy(tmp_path: Path) -> None:
+    """Import, step and flush (column mirror included) in a fresh interpreter."""
+    code = textwrap.dedent("""
+        import sys
+        from guardctl import probe
+        probe.configure(store=sys.argv[1], job="77", rank=0, node="gn01")
+        for _ in range(50):
+            with probe.step():
+                probe.comm_begin()
+        assert probe.flush()
+        heavy = sorted(m for m in sys.modules if m == "numpy" or m.startswith("guardctl.analyze"))
+        print(",".join(heavy) or "none")
+    """)
+    repo = str(Path(__file__).resolve().parents[2])  # this checkout's guardctl
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": repo})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "none"
+    from guardctl.analyze import mirrors
+
+    (jsonl,) = tmp_path.rglob("*.jsonl")
+    assert mirrors.verify(jsonl) == "whole"  # the mirror was kept, without numpy
+    assert read_frame(tmp_path).count("step") == 50

@@ -11,7 +11,7 @@ import pytest
 from labtools import job_python
 
 from guardctl.nodes import expand
-from guardctl.schema import read_path
+from guardctl.telemetry.schema import read_path
 
 pytestmark = pytest.mark.slurm
 

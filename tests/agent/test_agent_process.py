@@ -18,7 +18,7 @@ import pytest
 from agent_helpers import SYSFS_IB2, SYSFS_IB8
 
 from guardctl import layout
-from guardctl.schema import read_path
+from guardctl.telemetry.schema import read_path
 
 
 def agent_argv(store: Path, status: Path | str = "", sysfs: Path = SYSFS_IB8,
@@ -50,7 +50,8 @@ def test_once_json_reports_each_collector(tmp_path: Path) -> None:
     assert by_name["host"]["state"] == "ok" and by_name["infiniband"]["records"] == 2
     if by_name["nvml"]["state"] == "unavailable":  # this machine has no NVIDIA driver
         assert "no NVIDIA driver" in proc.stderr
-    assert status["store"]["written"] == sum(c["records"] for c in by_name.values())
+    # each collector's records, and one health record (kind "agent") per collector
+    assert status["store"]["written"] == sum(c["records"] + 1 for c in by_name.values())
     assert read_path(tmp_path).bad_total == 0
 
 
@@ -126,8 +127,8 @@ def test_sigkill_mid_run_leaves_nothing_torn(tmp_path: Path) -> None:
     assert stamps == sorted(stamps)
     samples = sorted(set(stamps))
     assert len(samples) >= 5
-    # every sample is whole: host + 8 ports
-    assert all(stamps.count(ts) == 9 for ts in samples)
+    # every sample is whole: host + 8 ports + the health of 3 collectors
+    assert all(stamps.count(ts) == 12 for ts in samples)
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guardctl import store
-from guardctl.schema import FIELDS, REQUIRED, dumps, make_record, read_path
+from guardctl.telemetry.schema import FIELDS, REQUIRED, dumps, make_record, read_path
 
 NODES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
 FINITE = st.floats(allow_nan=False, allow_infinity=False, width=64)
@@ -19,6 +19,7 @@ VALUES: dict[tuple[type, ...], st.SearchStrategy[Any]] = {
     (int, float): st.one_of(st.integers(-(2**53), 2**53), FINITE),
     (int,): st.integers(0, 2**63),
     (str,): st.text(max_size=20),
+    (bool,): st.booleans(),
 }
 
 
@@ -41,7 +42,8 @@ def _spoil(record: dict[str, Any], how: int, draw: st.DrawFn) -> str:
         bad[field] = float("nan")
         return json.dumps(bad)  # NaN as JSON's non-standard token
     if how == 1:
-        bad[field] = draw(st.sampled_from([[], {}, True])) if FIELDS[kind][field] != (str,) else 5
+        wrong = {(str,): [5], (bool,): [[], {}, 1]}.get(FIELDS[kind][field], [[], {}, True])
+        bad[field] = draw(st.sampled_from(wrong))
         return json.dumps(bad)
     if how == 2:
         bad["kind"] = draw(st.text(max_size=8).filter(lambda k: k not in FIELDS))

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from anatrace import Trace
 
-from guardctl import schema
 from guardctl.analyze import analyze, load
 from guardctl.analyze.load import hour_of
 from guardctl.config import Settings, load_settings
+from guardctl.telemetry import schema
 
 
 def _manifests(root: Path) -> list[dict]:  # type: ignore[type-arg]

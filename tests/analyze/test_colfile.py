@@ -8,7 +8,9 @@ pass slower, never different.
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -16,21 +18,26 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_fast_paths import _corrupt, _good_records
 
-from guardctl import colfile, schema, store
-from guardctl.agent.writer import LineWriter
-from guardctl.analyze import analyze
+from guardctl import store
+from guardctl.analyze import analyze, mirrors
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import read_frame
 from guardctl.config import load_settings
 from guardctl.simulate import simulate
+from guardctl.telemetry import mirror as mirror_format
+from guardctl.telemetry import schema
+from guardctl.telemetry.columns import LAYOUT, Layout
+from guardctl.telemetry.mirror import Encoder
+from guardctl.telemetry.writer import LineWriter
 
 T0 = 1_764_547_200.0
 
 
 def _canonical(frame: Frame) -> dict[str, list[tuple[object, ...]]]:
     """Every record as a tuple of values, sorted: the same whatever the file order."""
-    return {kind: sorted(rows, key=repr) for kind, rows in colfile.records(frame).items()}
+    return {kind: sorted(rows, key=repr) for kind, rows in mirrors.records(frame).items()}
 
 
 def _read(root: Path, mirrors: bool) -> Frame:
@@ -86,15 +93,15 @@ def _write_samples(writer: LineWriter, path: Path, node: str, count: int, t0: fl
 
 def _agent_writes(path: Path, node: str, count: int, t0: float = T0) -> None:
     """*count* samples written as the agent writes them: each batch mirrored."""
-    writer = LineWriter(mirror=colfile.Mirror())
+    writer = LineWriter(mirror=mirror_format.Mirror())
     _write_samples(writer, path, node, count, t0)
     writer.close()
 
 
-def _found(path: Path) -> colfile.Mirrored:
+def _found(path: Path) -> mirrors.Mirrored:
     """What the mirror of *path* holds, as the analyzer reads it."""
     st = path.stat()
-    return colfile.read_many([str(path)], [st.st_size], [st.st_ino])
+    return mirrors.read_many([str(path)], [st.st_size], [st.st_ino])
 
 
 def test_simulated_fleet_analyses_the_same_with_and_without_mirrors(tmp_path: Path) -> None:
@@ -132,14 +139,14 @@ def test_lines_written_without_the_mirror_are_parsed_then_caught_up(tmp_path: Pa
 def test_torn_mirror_is_cut_back_and_never_read(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
     _agent_writes(path, "gn01", 2)
-    cols = Path(colfile.mirror_path(path))
+    cols = Path(mirror_format.mirror_path(path))
     whole = cols.read_bytes()
     with cols.open("ab") as fh:  # a batch cut short: rows without their mark, half a row
-        fh.write(whole[colfile.PREAMBLE_SIZE : colfile.PREAMBLE_SIZE + 250])
+        fh.write(whole[mirror_format.PREAMBLE_SIZE : mirror_format.PREAMBLE_SIZE + 250])
     _same_as_parsed(tmp_path)
     _agent_writes(path, "gn01", 1, T0 + 20)
     assert cols.stat().st_size > len(whole)
-    assert (cols.stat().st_size - colfile.PREAMBLE_SIZE) % colfile.WIDTH == 0
+    assert (cols.stat().st_size - mirror_format.PREAMBLE_SIZE) % mirror_format.WIDTH == 0
     assert _same_as_parsed(tmp_path).count("gpu") == 24
 
 
@@ -147,7 +154,7 @@ def test_torn_mirror_is_cut_back_and_never_read(tmp_path: Path) -> None:
 def test_damaged_byte_in_a_mirror_costs_speed_not_truth(tmp_path: Path, at: int) -> None:
     path = _agent_file(tmp_path)
     _agent_writes(path, "gn01", 3)
-    cols = Path(colfile.mirror_path(path))
+    cols = Path(mirror_format.mirror_path(path))
     data = bytearray(cols.read_bytes())
     data[at] ^= 0x24
     cols.write_bytes(bytes(data))
@@ -157,7 +164,7 @@ def test_damaged_byte_in_a_mirror_costs_speed_not_truth(tmp_path: Path, at: int)
 def test_mirror_of_a_replaced_or_shortened_file_is_ignored(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
     _agent_writes(path, "gn01", 3)
-    cols = Path(colfile.mirror_path(path))
+    cols = Path(mirror_format.mirror_path(path))
     kept = cols.read_bytes()
     lines = path.read_bytes().splitlines(keepends=True)
     os.truncate(path, sum(map(len, lines[:15])))  # cut in place, same inode: mirror is ahead
@@ -173,7 +180,7 @@ def test_mirror_of_a_replaced_or_shortened_file_is_ignored(tmp_path: Path) -> No
 
 def test_rejected_line_stops_the_mirror_and_the_rest_is_parsed(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
-    writer = LineWriter(mirror=colfile.Mirror())
+    writer = LineWriter(mirror=mirror_format.Mirror())
     _write_samples(writer, path, "gn01", 2)
     writer.append(path, b'{"v":1,"kind":"gpu","ts":-5,"node":"gn01"}\n' + _sample("gn01", T0 + 20))
     _write_samples(writer, path, "gn01", 2, T0 + 30)
@@ -187,7 +194,7 @@ def test_rejected_line_stops_the_mirror_and_the_rest_is_parsed(tmp_path: Path) -
 def test_long_names_span_several_rows(tmp_path: Path) -> None:
     node = "n" * 64  # the longest node name
     path = tmp_path / "steps" / "4242" / f"{node}.r3.20251201T00.jsonl"
-    writer = LineWriter(mirror=colfile.Mirror())
+    writer = LineWriter(mirror=mirror_format.Mirror())
     for i in range(4):
         job = "4242_" + "7" * 250 if i == 2 else "4242"  # a string over several rows
         writer.append(path, (_step_line(node, T0 + i, i, job) + "\n").encode())
@@ -199,12 +206,12 @@ def test_long_names_span_several_rows(tmp_path: Path) -> None:
 
 
 def test_foreign_files_and_missing_mirrors_mix(tmp_path: Path) -> None:
-    writer = LineWriter(mirror=colfile.Mirror())
+    writer = LineWriter(mirror=mirror_format.Mirror())
     for n in range(3):
         _write_samples(writer, _agent_file(tmp_path, f"gn0{n}"), f"gn0{n}", 2)
     writer.close()
-    Path(colfile.mirror_path(_agent_file(tmp_path, "gn01"))).unlink()
-    Path(colfile.mirror_path(_agent_file(tmp_path, "gn02"))).write_bytes(b"not a mirror")
+    Path(mirror_format.mirror_path(_agent_file(tmp_path, "gn01"))).unlink()
+    Path(mirror_format.mirror_path(_agent_file(tmp_path, "gn02"))).write_bytes(b"not a mirror")
     assert _same_as_parsed(tmp_path).nodes.__len__() == 3
 
 
@@ -217,7 +224,7 @@ def test_a_file_the_cache_parsed_is_not_read_twice(tmp_path: Path) -> None:
     plain.close()
     settings = load_settings(environ={})
     first = analyze(root, settings).to_dict()
-    mirror = colfile.Mirror()
+    mirror = mirror_format.Mirror()
     mirror.sync(path)
     mirror.close()
     assert analyze(root, settings).to_dict() == first
@@ -226,7 +233,7 @@ def test_a_file_the_cache_parsed_is_not_read_twice(tmp_path: Path) -> None:
 
 def test_failing_mirror_never_fails_the_write(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
-    cols = Path(colfile.mirror_path(path))
+    cols = Path(mirror_format.mirror_path(path))
     cols.parent.mkdir(parents=True)
     cols.mkdir()  # cannot be opened as a file
     _agent_writes(path, "gn01", 2)
@@ -263,16 +270,16 @@ def test_mirror_with_no_rows_yet(tmp_path: Path) -> None:
     path.parent.mkdir(parents=True)
     path.write_bytes(_sample("gn01", T0))
     st = path.stat()
-    preamble = colfile._PREAMBLE.pack(colfile.MAGIC, colfile.WIDTH, 0, st.st_ino)
-    Path(colfile.mirror_path(path)).write_bytes(preamble + b"\x01" * 50)
-    found = colfile.read_many([str(path)], [st.st_size], [st.st_ino])
+    preamble = mirror_format.preamble(st.st_ino)
+    Path(mirror_format.mirror_path(path)).write_bytes(preamble + b"\x01" * 50)
+    found = mirrors.read_many([str(path)], [st.st_size], [st.st_ino])
     assert found.usable == [True] and found.covered == [0] and found.frame.records == 0
     assert _same_as_parsed(tmp_path).count("gpu") == 8
-    assert colfile.verify(path) == "partial"
-    mirror = colfile.Mirror()
+    assert mirrors.verify(path) == "partial"
+    mirror = mirror_format.Mirror()
     mirror.sync(path)
     mirror.close()
-    assert colfile.verify(path) == "whole"
+    assert mirrors.verify(path) == "whole"
 
 
 _EDITS = st.lists(
@@ -296,7 +303,7 @@ def test_any_damage_to_a_mirror_leaves_the_records_those_of_the_file(
     root = tmp_path_factory.mktemp("fuzz")
     path = _agent_file(root)
     _agent_writes(path, "gn01", 4)
-    cols = Path(colfile.mirror_path(path))
+    cols = Path(mirror_format.mirror_path(path))
     data = bytearray(cols.read_bytes())
     for edit, at, value in edits:
         at %= max(len(data), 1)
@@ -310,4 +317,103 @@ def test_any_damage_to_a_mirror_leaves_the_records_those_of_the_file(
             data[at : at + value * 8] = bytes(len(data[at : at + value * 8]))
     cols.write_bytes(bytes(data))
     _same_as_parsed(root)
-    assert colfile.verify(path) in ("whole", "partial", "ignored")
+    assert mirrors.verify(path) in ("whole", "partial", "ignored")
+
+
+def _swapped_layout() -> Layout:
+    """The schema's layout with two GPU fields of the same type in each other's place."""
+    fields = {kind: dict(spec) for kind, spec in schema.FIELDS.items()}
+    names = list(fields["gpu"])
+    a, b = names.index("power_w"), names.index("temp_c")
+    names[a], names[b] = names[b], names[a]
+    fields["gpu"] = {name: schema.FIELDS["gpu"][name] for name in names}
+    return Layout.of(fields)
+
+
+def test_mirror_of_another_column_layout_is_ignored_never_misread(tmp_path: Path) -> None:
+    path = _agent_file(tmp_path)
+    path.parent.mkdir(parents=True)
+    data = _sample("gn01", T0) + _sample("gn01", T0 + 10)
+    path.write_bytes(data)
+    other = _swapped_layout()
+    assert other.fingerprint != LAYOUT.fingerprint
+    rows = Encoder(other).encode(data.splitlines(), 0, len(data))
+    assert rows is not None
+    cols = Path(mirror_format.mirror_path(path))
+    ino = path.stat().st_ino
+    # Control: the same rows under this layout's fingerprint are read, and read wrong
+    # (power and temperature swapped): what the fingerprint is there to prevent.
+    cols.write_bytes(mirror_format.preamble(ino) + rows)
+    assert _found(path).usable == [True] and mirrors.verify(path) == "differs"
+    cols.write_bytes(mirror_format.preamble(ino, other) + rows)
+    assert _found(path).usable == [False] and mirrors.verify(path) == "ignored"
+    frame = _same_as_parsed(tmp_path)
+    assert set(frame.cols["gpu"]["power_w"].tolist()) == {600.5}
+    writer = LineWriter(mirror=mirror_format.Mirror())  # the next writer rebuilds it
+    writer.append(path, _sample("gn01", T0 + 20))
+    writer.close()
+    assert mirrors.verify(path) == "whole"
+    assert _same_as_parsed(tmp_path).count("gpu") == 24
+
+
+def test_mirror_of_the_first_format_is_ignored_then_rebuilt(tmp_path: Path) -> None:
+    """A mirror written by the first release (no fingerprint in its preamble)."""
+    old = Path(__file__).parent.parent / "fixtures" / "mirrors" / "v1"
+    path = tmp_path / "telemetry" / "gn01" / "20251201T00.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_bytes((old / "gn01.20251201T00.jsonl").read_bytes())
+    data = bytearray((old / "gn01.20251201T00.cols").read_bytes())
+    data[16:24] = path.stat().st_ino.to_bytes(8, "little")  # as if written beside this copy
+    cols = Path(mirror_format.mirror_path(path))
+    cols.write_bytes(bytes(data))
+    assert _found(path).usable == [False] and mirrors.verify(path) == "ignored"
+    assert _same_as_parsed(tmp_path).count("gpu") == 4
+    mirror = mirror_format.Mirror()
+    mirror.sync(path)
+    mirror.close()
+    assert cols.read_bytes().startswith(mirror_format.MAGIC)
+    assert mirrors.verify(path) == "whole"
+
+
+def test_agent_health_records_are_mirrored(tmp_path: Path) -> None:
+    path = _agent_file(tmp_path)
+    health = [
+        schema.make_record("agent", "gn01", T0, collector="nvml", state="error", ok=False,
+                           duration_s=0.0021, error="NVMLError_Unknown: Unknown Error"),
+        schema.make_record("agent", "gn01", T0, collector="host", state="ok", ok=True,
+                           duration_s=0.1, error=""),
+        schema.make_record("agent", "gn01", T0, collector="infiniband", ok=True),
+    ]  # fmt: skip
+    writer = LineWriter(mirror=mirror_format.Mirror())
+    writer.append(path, _sample("gn01", T0) + "".join(schema.dumps(r) + "\n" for r in health)
+                  .encode())  # fmt: skip
+    writer.close()
+    assert mirrors.verify(path) == "whole"
+    frame = _same_as_parsed(tmp_path)
+    agent = frame.cols["agent"]
+    assert [frame.collectors[i] for i in agent["collector"]] == ["nvml", "host", "infiniband"]
+    assert agent["ok"].tolist() == [0, 1, 1]
+    assert [frame.errors[i] if i >= 0 else None for i in agent["error"]] == [
+        "NVMLError_Unknown: Unknown Error", "", None]
+
+
+def test_batches_with_corrupted_records_mirror_what_parsing_reads(tmp_path: Path) -> None:
+    """Valid records of every shape, and JSON-valid corruptions of them, batch by batch."""
+    rng = random.Random(11)
+    path = _agent_file(tmp_path)
+    writer = LineWriter(mirror=mirror_format.Mirror())
+    records = _good_records(rng, 3000)
+    for r in records:  # counters beyond 64 bits stop a mirror (the parser saturates them)
+        if r["kind"] == "nic":
+            r["xmit_wait"] -= 2**63
+    for lo in range(0, len(records), 50):
+        batch = [json.dumps(r) for r in records[lo : lo + 50]]
+        if lo and rng.random() < 0.2:  # now and then one broken line, late in the file
+            batch[rng.randrange(len(batch))] = json.dumps(_corrupt(rng, records[lo]))
+        writer.append(path, ("\n".join(batch) + "\n").encode())
+    writer.close()
+    frame = _same_as_parsed(tmp_path)
+    assert frame.records > 2500
+    found = _found(path)
+    assert found.usable == [True] and found.covered[0] > path.stat().st_size // 10
+    assert mirrors.verify(path) == "partial"  # up to the first broken line

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 from anatrace import Trace
 
-from guardctl import schema
 from guardctl.analyze import Frame, analyze
 from guardctl.analyze.frame import _BATCH, parse_lines
 from guardctl.analyze.load import Segment, _load_segment, _save_segment, _walk_jsonl, hour_of
 from guardctl.config import Settings
+from guardctl.telemetry import schema
 
 T0 = 1_764_547_200.0
 
@@ -60,13 +60,20 @@ def _good_records(rng: random.Random, n: int) -> list[dict[str, Any]]:
             }
             if rng.random() < 0.8:
                 values["state"] = rng.choice(["ACTIVE", "DOWN"])
-        else:
+        elif kind == "step":
             values = {
                 "job": f"j{rng.randrange(3)}",
                 "rank": rng.randrange(16),
                 "step": i,
                 "step_s": rng.uniform(4, 14),
             }
+        else:
+            ok = rng.random() < 0.7
+            values = {"collector": rng.choice(["nvml", "host", "infiniband"]), "ok": ok,
+                      "duration_s": rng.uniform(0, 2)}  # fmt: skip
+            if rng.random() < 0.8:
+                values["state"] = "ok" if ok else rng.choice(["error", "timeout"])
+                values["error"] = "" if ok else "NVMLError_Unknown: Unknown Error"
         record = schema.make_record(kind, node, ts, **values)
         if rng.random() < 0.05:
             record["extra"] = [1, {"ignored": True}]  # unknown fields are ignored

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from guardctl import colfile
 from guardctl.analyze import analyze
 from guardctl.analyze.incremental import Analyzer
 from guardctl.config import Settings, load_settings
 from guardctl.simulate import simulate
+from guardctl.telemetry import mirror
+from guardctl.telemetry.schema import dumps, make_record
 
 # 10 minutes before an hour starts: the replay crosses into a new hour's files.
 START = 1_764_547_200.0 - 600
@@ -41,7 +42,7 @@ class Replay:
         self.held: dict[str, float] = {}  # file -> until when its lines are held back
         names = sorted(self.lines)
         self.plain = set(names[1 : 1 + unmirrored * 7 : 7])  # written without a mirror
-        self.mirror = colfile.Mirror()
+        self.mirror = mirror.Mirror()
         self.appended = {}
 
     def advance(self, t: float) -> None:
@@ -124,7 +125,7 @@ def test_passes_a_minute_apart_equal_cold_passes(trace: Path, tmp_path: Path) ->
     unmirrored = replay.plain | {telemetry[0], cut, replaced}
     parse = sum(n for rel, n in replay.appended.items() if rel in unmirrored)
     assert 0 < read["parsed_bytes"] <= parse
-    assert read["mirror_rows"] * colfile.WIDTH > 10 * parse
+    assert read["mirror_rows"] * mirror.WIDTH > 10 * parse
     assert inc.restarts == 2  # the cut and the replaced file, each once
     assert any("T00" in name for name in os.listdir(store / telemetry[0].rsplit("/", 1)[0]))
 
@@ -139,3 +140,27 @@ def test_a_pass_before_what_is_kept_runs_cold(trace: Path, tmp_path: Path) -> No
         _same(inc, store, settings)
     _same(inc, store, settings, at=START + 400)
     assert inc.cold_passes == 1
+
+
+def test_agent_records_pass_as_in_a_cold_pass(trace: Path, tmp_path: Path) -> None:
+    """Collector health records (one collector failing) reach the verdicts as a cold pass's."""
+    store = tmp_path / "store"
+    replay = Replay(trace, store)
+    settings = load_settings(environ={})
+    inc = Analyzer(settings, store)
+    telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
+    node = json.loads(replay.lines[telemetry[2]][0][1])["node"]
+    unknown = set()
+    for minute in (5, 10, 15, 20):
+        t = START + 60 * minute
+        replay.advance(t)
+        lines = [
+            dumps(make_record("agent", node, t - s, collector="nvml", state="error", ok=False,
+                              duration_s=0.01, error="NVML_ERROR_GPU_IS_LOST"))
+            + "\n"
+            for s in (20.0, 10.0)
+        ]  # fmt: skip
+        replay.append(telemetry[2], "".join(lines).encode())
+        got = _same(inc, store, settings)
+        unknown |= {n["node"] for n in got["nodes"] if n["verdict"] == "unknown"}
+    assert node in unknown, "the failing collector shows in the verdicts"

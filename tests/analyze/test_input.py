@@ -10,11 +10,11 @@ import pytest
 from anatrace import Trace, verdicts
 from click.testing import CliRunner
 
-from guardctl import schema
 from guardctl.analyze import analyze
 from guardctl.analyze.frame import parse_lines
 from guardctl.cli import main
 from guardctl.config import Settings
+from guardctl.telemetry import schema
 
 GOOD = schema.dumps(
     schema.make_record("host", "n1", 1_764_547_200.0, cpu_pct=10.0, load1=1.0, mem_used_pct=5.0)

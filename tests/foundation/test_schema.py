@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from guardctl import schema
+from guardctl.telemetry import schema
 
 
 @pytest.mark.parametrize(

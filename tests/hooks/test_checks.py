@@ -8,10 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from guardctl import layout, schema
+from guardctl import layout
 from guardctl.config import Settings, load_settings
 from guardctl.hooks.registry import HookContext, checks, guarded
 from guardctl.hooks.run import straggler_summary
+from guardctl.telemetry import schema
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SYSFS = FIXTURES / "sysfs" / "ib8"

@@ -29,9 +29,9 @@ from guardctl.analyze import analyze_frame, history_needed, load
 from guardctl.analyze.frame import select
 from guardctl.config import Settings
 from guardctl.export import prometheus_text
-from guardctl.schema import read_path
 from guardctl.simulate import Truth, simulate
 from guardctl.sources.dcgm_fields import exporter_series
+from guardctl.telemetry.schema import read_path
 
 DURATION = 7200.0
 SCRAPE_S = 10.0

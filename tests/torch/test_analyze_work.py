@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from guardctl import schema
 from guardctl.analyze import Analysis, analyze
 from guardctl.config import load_settings
+from guardctl.telemetry import schema
 
 T0 = 1_796_000_000.0
 STEPS = 900  # 15 minutes at one step a second: three default windows

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from guardctl import probe
-from guardctl.schema import read_path
+from guardctl.telemetry.schema import read_path
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""Detector plugins: one file per detector, registered by name into :data:`REGISTRY`.
+"""Detector plugins: one file per detector, registered by name into :data:`DETECTORS`.
 
 A detector is a pure function of the feature tables (:mod:`guardctl.analyze.features`)
 and its thresholds: it returns :class:`Flags`, one row per window and GPU / port /
@@ -10,8 +10,6 @@ detector only ever judges one window at a time. Thresholds come from
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,6 +17,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from guardctl.analyze.features import Features, peer_stats
+from guardctl.errors import ConfigError
+from guardctl.plugins import Registry
 
 ABSENT = -1  # no GPU / port / rank for this flag
 
@@ -95,13 +95,13 @@ class Detector(Protocol):
     def detect(self, f: Features, th: dict[str, float]) -> list[Flags]: ...
 
 
-REGISTRY: dict[str, Detector] = {}
+DETECTORS: Registry[Detector] = Registry("detector", __name__, unknown=ConfigError)
 
 
 def register(cls: Callable[[], Detector]) -> Callable[[], Detector]:
     """Class decorator: instantiate the detector and add it to the registry."""
     inst = cls()
-    REGISTRY[inst.name] = inst
+    DETECTORS.add(inst.name, inst)
     return cls
 
 
@@ -136,8 +136,5 @@ def deviation_test(
 
 
 def load_all() -> dict[str, Detector]:
-    """Import every detector module of this package (each registers itself)."""
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{info.name}")
-    return REGISTRY
+    """Every detector by name (each module of this package registers its own on import)."""
+    return dict(DETECTORS.items())

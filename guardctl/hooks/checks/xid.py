@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from guardctl import layout, schema
+from guardctl import layout
 from guardctl.hooks.registry import CheckResult, Hook, HookContext, register
+from guardctl.telemetry import schema
 
 # Hardware / driver XIDs: memory (48, 63, 64, 92, 94, 95), NVLink (74), bus (79),
 # GSP/firmware (119, 120), fatal (61, 62, 140).

@@ -3,9 +3,14 @@
 JSON Lines, one record per line, UTF-8. Every record has ``v`` (1), ``kind``,
 ``ts`` (Unix seconds) and ``node``. Unknown fields are ignored, a missing
 optional field is allowed, and a bad line is skipped and counted, never fatal.
-This module is the single definition of the contract: writers (agent, probe,
-simulate) build records with :func:`make_record`, readers use
-:func:`parse_line` / :func:`read_path`. See guardctl-schema(5).
+This module is the single definition of the contract, and :data:`FIELDS` its
+one list of fields: writers (agent, probe, simulate) build records with
+:func:`make_record`, readers use :func:`parse_line` / :func:`read_path`, and
+the column layout of the analyzer and of the column mirrors is derived from
+it (:mod:`guardctl.telemetry.columns`). See guardctl-schema(5).
+
+Kinds are only ever added: ``agent`` (the node agent's health per collector,
+one record per collector per sample) came after the first four.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ SCHEMA_VERSION = 1
 _NUM = (int, float)
 _INT = (int,)
 _STR = (str,)
+_BOOL = (bool,)
 
 FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "gpu": {
@@ -67,6 +73,15 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
         "dp_rank": _INT,
         "tp_rank": _INT,
     },
+    # The agent's own health: how each collector's last sample went (as node_exporter's
+    # *_collector_success), so that readers can tell a broken collector from no data.
+    "agent": {
+        "collector": _STR,
+        "state": _STR,  # ok, partial, error, timeout, busy, unavailable
+        "ok": _BOOL,
+        "duration_s": _NUM,
+        "error": _STR,
+    },
 }
 # Fields a record of that kind cannot be used without.
 REQUIRED: dict[str, tuple[str, ...]] = {
@@ -74,6 +89,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "host": (),
     "nic": ("device", "port"),
     "step": ("job", "rank", "step_s"),
+    "agent": ("collector", "ok"),
 }
 # Fields whose null means "none in this interval" rather than "missing".
 NULLABLE = frozenset({"xid"})
@@ -93,12 +109,19 @@ def _check_value(name: str, value: Any, types: tuple[type, ...]) -> None:
         if name in NULLABLE:
             return
         raise BadRecord("wrong_type", f"{name} is null")
-    if isinstance(value, bool) or not isinstance(value, types):
+    if isinstance(value, bool) is not (types is _BOOL) or not isinstance(value, types):
         raise BadRecord("wrong_type", f"{name}={value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise BadRecord("not_finite", name)
-    if isinstance(value, int) and types is _NUM and not math.isfinite(float(value)):
+    if types is _NUM and isinstance(value, int) and not _fits_float(value):
         raise BadRecord("not_finite", name)
+
+
+def _fits_float(value: int) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer beyond any float: no number a reader can use
+        return False
 
 
 def validate(obj: Any) -> dict[str, Any]:
@@ -111,7 +134,9 @@ def validate(obj: Any) -> dict[str, Any]:
     if not isinstance(kind, str) or kind not in FIELDS:  # a list or dict kind is unhashable
         raise BadRecord("unknown_kind", repr(kind))
     ts = obj.get("ts")
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts) or ts < 0:
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or ts < 0:
+        raise BadRecord("bad_ts", repr(ts))
+    if not (math.isfinite(ts) if isinstance(ts, float) else _fits_float(ts)):
         raise BadRecord("bad_ts", repr(ts))
     node = obj.get("node")
     if not isinstance(node, str) or not node:

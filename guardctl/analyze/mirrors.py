@@ -1,74 +1,38 @@
-"""Column files: a binary mirror of each telemetry file, so that analysis need not parse JSON.
+"""Reading column mirrors (:mod:`guardctl.telemetry.mirror`) into frames, many files at once.
 
-Schema-v1 JSON Lines stays the interchange format and the record of truth. Parsing
-it costs about 3 us a record, which at 100k GPUs is most of an analysis pass, so
-the writers (the node agent, the probe, ``guardctl simulate``) keep beside every
-``<name>.jsonl`` a ``<name>.cols`` holding the same records, as the analyzer's own
-parser reads them, in fixed-width binary rows that a reader loads with one copy
-and turns into columns with a handful of numpy operations for thousands of
-files at once.
-
-Layout: a 24-byte preamble (magic, row width, the inode of the JSON Lines file it
-mirrors), then rows of 112 bytes (:data:`WIDTH`). Every row starts with a kind byte:
-
-- data rows (gpu, host, nic, step): node (an index into the file's string table),
-  timestamp, then one 8-byte slot per field, in the order of the analyzer's
-  column lists (floats as their bit patterns, integers, string-table indices);
-- string rows: one entry of the file's string tables (nodes, jobs, ports,
-  states), numbered in order of first use, in chunks of 104 bytes;
-- mark rows, one after each batch: the rows since the previous mark mirror
-  bytes [start, end) of the JSON Lines file, ``lines`` lines, and the sum of
-  their 8-byte words (a checksum);
-- a stop row: nothing from ``start`` on is mirrored (a line the parser
-  rejects); readers parse the rest themselves.
-
-A reader trusts the rows up to the last mark of an unbroken chain from byte 0
-whose checksums hold and that lies within the JSON Lines file, and parses the
-rest of that file itself.
-A mirror whose inode or size does not fit its JSON Lines file is ignored. So a
-mirror is derived data: deleting one only makes analysis slower, and a writer
-that finds its mirror behind the JSON Lines file (killed between the two
-writes) parses the gap and catches up.
+The writers keep a mirror beside each JSON Lines file; the analyzer reads all
+the mirrors of a pass into one buffer and decodes them together with numpy:
+the chain of batch marks and their checksums, the string tables, and the
+columns of every kind (:func:`read_many`). ``guardctl store check`` compares a
+mirror with its file (:func:`verify`). A mirror that does not hold is never
+misread: its file is parsed instead.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import logging
 import os
-import struct
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from guardctl import schema
-from guardctl.analyze.frame import FLOATS, INTS, STRINGS, Frame, parse_lines
+from guardctl.analyze.frame import Frame, parse_lines
+from guardctl.telemetry.columns import LAYOUT, TABLE_OF, TABLES
+from guardctl.telemetry.mirror import (
+    KIND_CODE,
+    MARK,
+    PREAMBLE_SIZE,
+    STOP,
+    STRING,
+    WIDTH,
+    check_preamble,
+    mirror_path,
+    read_range,
+)
 
-log = logging.getLogger("guardctl.colfile")
-
-SUFFIX = ".cols"
-MAGIC = b"GCOLS\x00\x02\n"  # 2: step rows carry samples and pp_stage
-_PREAMBLE = struct.Struct("<8sIIQ")  # magic, row width, reserved, inode of the JSON Lines file
-PREAMBLE_SIZE = _PREAMBLE.size
-TABLES = ("nodes", "jobs", "ports", "states")
-
-KIND_CODE = {"gpu": 1, "host": 2, "nic": 3, "step": 4}
-MARK, STOP, STRING = 10, 11, 12
 _VALID_KINDS = np.array([*KIND_CODE.values(), MARK, STOP, STRING], np.uint8)
-
-
-def fields(kind: str) -> tuple[str, ...]:
-    """The slots of a data row of *kind*, in order."""
-    return (*FLOATS[kind], *INTS[kind], *STRINGS[kind])
-
-
-_SLOTS = {kind: len(fields(kind)) for kind in schema.KINDS}
-# One width for every file, so that a reader puts all files' rows in one buffer
-# as it reads them (step rows leave half their slots empty: cheaper than a copy).
-WIDTH = 16 + 8 * max(_SLOTS.values())
+_SLOTS = {kind: kl.slots for kind, kl in LAYOUT.kinds.items()}
 
 
 def row_dtype(width: int) -> np.dtype[np.void]:
@@ -82,276 +46,6 @@ def row_dtype(width: int) -> np.dtype[np.void]:
             ("slots", "<i8", ((width - 16) // 8,)),
         ]
     )
-
-
-def mirror_path(jsonl: str | os.PathLike[str]) -> str:
-    """``<name>.cols`` for ``<name>.jsonl``."""
-    text = os.fspath(jsonl)
-    return (text[: -len(".jsonl")] if text.endswith(".jsonl") else text) + SUFFIX
-
-
-# --- encoding (writers) ----------------------------------------------------------------------
-
-
-@dataclass
-class _FileTables:
-    """The string tables of one column file: text -> index, in order of first use."""
-
-    ids: dict[str, dict[str, int]] = field(default_factory=lambda: {t: {} for t in TABLES})
-
-
-def _string_rows(table: int, index: int, text: str) -> list[bytes]:
-    data = text.encode("utf-8", "surrogatepass")
-    chunk = WIDTH - 8
-    out = []
-    for lo in range(0, max(len(data), 1), chunk):
-        part = data[lo : lo + chunk]
-        head = struct.pack("<BBHi", STRING, table, len(part), index)
-        out.append(head + part.ljust(chunk, b"\0"))
-    return out
-
-
-def encode(frame: Frame, tables: _FileTables, start: int, end: int) -> bytes | None:
-    """One batch's rows and its mark, or None when the rows cannot mirror it.
-
-    *tables* is the file's string tables, extended here (callers keep a copy
-    to roll back if the write fails).
-    """
-    if frame.bad:
-        return None  # rejected lines: only the JSON Lines file tells what they were
-    out: list[bytes] = []
-    maps: dict[str, np.ndarray] = {}
-    for t, table in enumerate(TABLES):
-        ids = tables.ids[table]
-        local = []
-        for text in getattr(frame, table):
-            index = ids.get(text)
-            if index is None:
-                index = ids[text] = len(ids)
-                out.extend(_string_rows(t, index, text))
-            local.append(index)
-        maps[table] = np.array([*local, -1], np.int64)  # index -1 (absent) stays -1
-    dtype = row_dtype(WIDTH)
-    for kind, code in KIND_CODE.items():
-        cols = frame.cols[kind]
-        n = frame.count(kind)
-        if not n:
-            continue
-        rows = np.zeros(n, dtype)
-        rows["kind"] = code
-        rows["idx"] = maps["nodes"][cols["node"]]
-        rows["ts"] = cols["ts"]
-        slots = rows["slots"]
-        for j, name in enumerate(fields(kind)):
-            col = cols[name]
-            if name in STRINGS[kind]:
-                slots[:, j] = maps[_TABLE_OF[name]][col]
-            elif col.dtype == np.float64:
-                slots[:, j] = col.view(np.int64)
-            else:
-                slots[:, j] = col
-        out.append(rows.tobytes())
-    mark = np.zeros(1, dtype)
-    mark["kind"] = MARK
-    body = b"".join(out)
-    mark["slots"][0, :4] = (start, end, frame.lines, checksum(body))
-    return body + mark.tobytes()
-
-
-def checksum(rows: bytes | memoryview) -> int:
-    """The sum of a batch's 8-byte words (wrapping): catches rows damaged on disk."""
-    return int(np.frombuffer(rows, np.uint64).sum(dtype=np.uint64).view(np.int64))
-
-
-_TABLE_OF = {"port": "ports", "state": "states", "job": "jobs"}
-
-
-def _stop_row(start: int) -> bytes:
-    row = np.zeros(1, row_dtype(WIDTH))
-    row["kind"] = STOP
-    row["slots"][0, 0] = start
-    return row.tobytes()
-
-
-@dataclass
-class _Open:
-    """A column file being appended to, and what it mirrors so far."""
-
-    fd: int
-    ino: int  # of the JSON Lines file, written in the preamble
-    tables: _FileTables = field(default_factory=_FileTables)
-    end: int = 0  # bytes of the JSON Lines file mirrored
-    stopped: bool = False
-
-
-class Mirror:
-    """Keeps the column files of the JSON Lines files one writer appends to.
-
-    Never raises: a column file that cannot be written is given up for this
-    process (analysis then parses the JSON Lines, as for any foreign file) and
-    said once in the log.
-
-    Not synced by default: the JSON Lines file is, and a mirror that lost its
-    last batches in a crash of the machine is caught up by the next writer;
-    one left with garbage fails its checksums and is not read.
-    """
-
-    def __init__(self, fsync: bool = False) -> None:
-        self.fsync = fsync
-        self._open: dict[str, _Open] = {}
-        self._warned: set[str] = set()
-
-    def append(self, jsonl: str | os.PathLike[str], start: int, data: bytes) -> None:
-        """Mirror *data*, just appended (durably) to *jsonl* at byte *start*."""
-        path = os.fspath(jsonl)
-        try:
-            self._append(path, start, data)
-        except (OSError, ValueError) as exc:
-            self.forget(path)
-            key = f"{type(exc).__name__}:{getattr(exc, 'errno', '')}"
-            if key not in self._warned:
-                self._warned.add(key)
-                log.warning("column file for %s not kept: %s", path, _describe(exc))
-
-    def sync(self, jsonl: str | os.PathLike[str]) -> None:
-        """Bring the mirror of *jsonl* up to the file's current end."""
-        path = os.fspath(jsonl)
-        self.append(path, os.stat(path).st_size, b"")
-
-    def forget(self, jsonl: str | os.PathLike[str]) -> None:
-        """Close the column file of *jsonl* (the writer is done with that file)."""
-        state = self._open.pop(os.fspath(jsonl), None)
-        if state is not None:
-            os.close(state.fd)
-
-    def close(self) -> None:
-        for path in list(self._open):
-            self.forget(path)
-
-    def _append(self, path: str, start: int, data: bytes) -> None:
-        state = self._open.get(path)
-        if state is None:
-            state = self._open[path] = _open_mirror(path)
-        if state.stopped:
-            return
-        if state.end != start:  # behind (a crash between the writes) or not ours: catch up
-            if state.end > start:
-                _reset(state, path)
-            gap = read_range(path, state.end, start)
-            self._write(state, gap, state.end)
-        if data:
-            self._write(state, data, start)
-
-    def _write(self, state: _Open, data: bytes, start: int) -> None:
-        frame = parse_lines(data.splitlines())
-        saved = {t: dict(ids) for t, ids in state.tables.ids.items()}
-        rows = encode(frame, state.tables, start, start + len(data))
-        if rows is None:
-            rows, state.stopped = _stop_row(start), True
-        size = os.fstat(state.fd).st_size
-        if size == 0:
-            rows = _PREAMBLE.pack(MAGIC, WIDTH, 0, state.ino) + rows
-        try:
-            written = os.write(state.fd, rows)
-            if written != len(rows):
-                raise OSError(errno.ENOSPC, f"short write ({written} of {len(rows)} bytes)")
-            if self.fsync:
-                os.fsync(state.fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(state.fd, size)
-            state.tables.ids = saved
-            raise
-        state.end = start + len(data) if not state.stopped else start
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.errno:
-        return f"{errno.errorcode.get(exc.errno, 'error')} ({exc.strerror or exc})"
-    return str(exc)
-
-
-def read_range(path: str, start: int, end: int) -> bytes:
-    """Bytes *start* to *end* of a file (a file object costs more than the read at 100k files)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        parts = []
-        while start < end:
-            chunk = os.pread(fd, end - start, start)
-            if not chunk:  # cut short since it was stat'ed
-                break
-            parts.append(chunk)
-            start += len(chunk)
-        return b"".join(parts)
-    finally:
-        os.close(fd)
-
-
-def _open_mirror(path: str) -> _Open:
-    """Open (or create) the column file of *path* and find how far it mirrors."""
-    st = os.stat(path)
-    fd = os.open(mirror_path(path), os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        state = _Open(fd, st.st_ino)
-        data = read_range(mirror_path(path), 0, os.fstat(fd).st_size)
-        found = read_one(data, st.st_size, st.st_ino)
-        if found is None:
-            os.ftruncate(fd, 0)  # not a mirror of this file (or of nothing yet): start over
-            return state
-        state.end, state.stopped = found.covered, found.stopped
-        state.tables.ids = {t: {s: i for i, s in enumerate(found.strings[t])} for t in TABLES}
-        os.ftruncate(fd, PREAMBLE_SIZE + found.rows_used * WIDTH)  # drop a torn batch
-        return state
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def _reset(state: _Open, path: str) -> None:
-    os.ftruncate(state.fd, 0)
-    state.end, state.stopped = 0, False
-    state.tables = _FileTables()
-    state.ino = os.stat(path).st_ino
-
-
-# --- decoding (readers) ----------------------------------------------------------------------
-
-
-@dataclass
-class Found:
-    """What one column file mirrors (for a writer reopening it)."""
-
-    covered: int
-    stopped: bool
-    rows_used: int
-    strings: dict[str, list[str]]
-
-
-def read_one(data: bytes, jsonl_size: int, jsonl_ino: int) -> Found | None:
-    """Decode one column file's bytes; None unless it is a mirror of that JSON Lines file."""
-    width = _check_preamble(data, jsonl_ino)
-    if width is None:
-        return None
-    n = (len(data) - PREAMBLE_SIZE) // width  # a torn last row is not read
-    body = np.frombuffer(data, np.uint8, n * width, PREAMBLE_SIZE)
-    result = _decode(body, [n], [jsonl_size])
-    if not result.usable[0]:
-        return None
-    return Found(
-        int(result.covered[0]),
-        bool(result.stopped[0]),
-        int(result.rows_used[0]),
-        {t: list(result.frame_tables[t]) for t in TABLES},
-    )
-
-
-def _check_preamble(data: bytes | memoryview, jsonl_ino: int) -> int | None:
-    if len(data) < PREAMBLE_SIZE:
-        return None
-    magic, width, _, ino = _PREAMBLE.unpack_from(data)
-    if magic != MAGIC or width != WIDTH or ino != jsonl_ino:
-        return None
-    return int(width)
 
 
 @dataclass
@@ -368,18 +62,26 @@ class Mirrored:
 
 
 @dataclass
-class _Decoded:
+class Decoded:
+    """What :func:`decode` made of the rows of several mirrors (arrays: one entry per file)."""
+
     cols: dict[str, dict[str, np.ndarray]]
     frame_tables: dict[str, list[str]]
-    usable: np.ndarray
-    covered: np.ndarray
-    stopped: np.ndarray
-    rows_used: np.ndarray
+    usable: np.ndarray  # whether the file's rows are a mirror of it at all
+    covered: np.ndarray  # bytes of the JSON Lines file its rows stand for
+    stopped: np.ndarray  # whether it ends in a stop row (a line its writer rejected)
+    rows_used: np.ndarray  # rows up to and with its last good mark
     lines: int
 
 
-def _decode(buf: np.ndarray, counts_per_file: Sequence[int], sizes: Sequence[int]) -> _Decoded:
-    """Decode the rows of several column files, laid end to end in *buf* (bytes)."""
+def decode(buf: np.ndarray, counts_per_file: Sequence[int], sizes: Sequence[int]) -> Decoded:
+    """Decode the rows of several mirrors, laid end to end in *buf* (bytes, preambles left out).
+
+    *counts_per_file* gives each file's rows and *sizes* its JSON Lines file's size.
+    The incremental analyzer hands in, per file, the rows read before (string rows and
+    a mark standing for all of them) followed by the rows new since, so that a tail
+    is checked and decoded exactly as the whole file would be.
+    """
     nfiles = len(counts_per_file)
     rows = buf.view(row_dtype(WIDTH))
     counts = np.array(counts_per_file, np.int64)
@@ -400,8 +102,8 @@ def _decode(buf: np.ndarray, counts_per_file: Sequence[int], sizes: Sequence[int
     strings = _strings(rows, kind, file_of, used, usable)
     cols, tables = _columns(rows, kind, file_of, used, strings, usable)
     covered[~usable] = 0
-    return _Decoded(cols, tables, usable, covered, stopped, used_end - first,
-                    int(lines[usable].sum()))  # fmt: skip
+    return Decoded(cols, tables, usable, covered, stopped, used_end - first,
+                   int(lines[usable].sum()))  # fmt: skip
 
 
 def _chain(
@@ -610,16 +312,16 @@ def _columns(
         at = np.flatnonzero(used & (kind == KIND_CODE[name]))
         if not at.size:
             return None
-        if _SLOTS[name] > room:  # a kind this width cannot hold: not written by a writer
+        if len(_SLOTS[name]) > room:  # a kind this width cannot hold: not written by a writer
             usable[np.unique(file_of[at])] = False
             return None
         block = words[at]
         # Global string indices; one pointing outside its file's table: a damaged mirror.
         files = file_of[at]
         ids = {"node": _global(block[:, 0] >> 32, files, strings, "nodes", usable, absent=False)}
-        for field_name in STRINGS[name]:
-            local = block[:, 2 + fields(name).index(field_name)]
-            ids[field_name] = _global(local, files, strings, _TABLE_OF[field_name], usable)
+        for field_name in LAYOUT.kinds[name].strings:
+            local = block[:, 2 + _SLOTS[name].index(field_name)]
+            ids[field_name] = _global(local, files, strings, TABLE_OF[field_name], usable)
         return at, block, ids
 
     # Two kinds at a time: numpy lets go of the interpreter while it copies, and most of
@@ -634,10 +336,10 @@ def _columns(
         if not keep.all():  # files found damaged above: their rows go
             block, ids = block[keep], {k: v[keep] for k, v in ids.items()}
         out: dict[str, np.ndarray] = {"ts": block[:, 1].view(np.float64), "node": ids["node"]}
-        for j, field_name in enumerate(fields(name)):
+        for j, field_name in enumerate(_SLOTS[name]):
             if field_name in ids:
                 out[field_name] = ids[field_name]
-            elif field_name in FLOATS[name]:
+            elif field_name in LAYOUT.kinds[name].floats:
                 out[field_name] = block[:, 2 + j].view(np.float64)
             else:
                 out[field_name] = block[:, 2 + j]
@@ -676,12 +378,14 @@ def read_many(paths: Sequence[str], sizes: Sequence[int], inodes: Sequence[int])
     covered = [0] * len(paths)
     if not reader.files:
         return Mirrored(Frame(), usable, covered)
-    decoded = _decode(reader.rows(), reader.counts, [sizes[i] for i in reader.files])
+    decoded = decode(reader.rows(), reader.counts, [sizes[i] for i in reader.files])
     for j, index in enumerate(reader.files):
         usable[index] = bool(decoded.usable[j])
         covered[index] = int(decoded.covered[j])
     t = decoded.frame_tables
-    frame = Frame(nodes=t["nodes"], jobs=t["jobs"], ports=t["ports"], states=t["states"])
+    frame = Frame()
+    for table in TABLES:
+        setattr(frame, table, t[table])
     for kind, cols in decoded.cols.items():
         frame.cols[kind] = cols
     frame.lines = decoded.lines
@@ -720,7 +424,7 @@ class _Reader:
             return
         finally:
             os.close(fd)
-        if n < PREAMBLE_SIZE or _check_preamble(self.head, jsonl_ino) is None:
+        if n < PREAMBLE_SIZE or not check_preamble(self.head, jsonl_ino):
             return  # (a shorter file leaves part of the last file's preamble in the buffer)
         count = (n - PREAMBLE_SIZE) // WIDTH  # a torn last row is not read
         self.files.append(index)
@@ -760,7 +464,7 @@ def verify(jsonl: str | os.PathLike[str]) -> str:
 
 def records(frame: Frame) -> dict[str, list[tuple[object, ...]]]:
     """Every record of *frame* as a tuple of values, string indices resolved, in order."""
-    tables = {"node": frame.nodes, "job": frame.jobs, "port": frame.ports, "state": frame.states}
+    tables = {col: getattr(frame, table) for col, table in TABLE_OF.items()}
     out = {}
     for kind, cols in frame.cols.items():
         columns = []

@@ -1,4 +1,4 @@
-"""Append-only writing to the store that never tears a record and survives outages.
+"""The store writer the agent and the probe share: append-only, never torn, survives outages.
 
 Two layers:
 
@@ -14,6 +14,8 @@ Two layers:
   and writes the backlog first, in order, when the store comes back.
 
 There is one writer per file (the store layout guarantees it), so no locking.
+Telemetry writers give the :class:`LineWriter` a :class:`~guardctl.telemetry.mirror.Mirror`,
+which keeps each file's column mirror in step after every durable batch.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from guardctl.colfile import Mirror
+    from guardctl.telemetry.mirror import Mirror
 
 WriteFn = Callable[[int, bytes], int]
 
@@ -59,7 +61,7 @@ class LineWriter:
         self._write = write
         self._fsync = fsync
         self._fds: dict[Path, int] = {}
-        # Telemetry writers keep each file's column mirror (guardctl.colfile) in step.
+        # Telemetry writers keep each file's column mirror (guardctl.telemetry.mirror) in step.
         self.mirror = mirror
 
     def append(self, path: Path, data: bytes) -> None:
