@@ -51,7 +51,7 @@ from guardctl.analyze.load import (
     parse_tails,
     source_files,
 )
-from guardctl.analyze.mirrors import decode, row_dtype
+from guardctl.analyze.mirrors import RowBuffer, decode, row_dtype
 from guardctl.config import Settings
 from guardctl.telemetry import mirror, schema
 from guardctl.telemetry.columns import TABLE_OF, TABLES
@@ -496,15 +496,8 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-class _TailReader:
+class _TailReader(RowBuffer):
     """Reads the new rows of many column mirrors into one buffer, one system call each."""
-
-    def __init__(self, expected: int) -> None:
-        self.buf = np.empty(expected + (1 << 20), np.uint8)
-        self.view = self.buf.data
-        self.head = memoryview(bytearray(mirror.PREAMBLE_SIZE))
-        self.end = 0
-        self.counts: list[int] = []
 
     def read(self, name: str, state: _File) -> int | None:
         """Add *name*'s new rows behind its prefix; return the prefix's rows, None: no mirror."""
@@ -554,12 +547,3 @@ class _TailReader:
     def _done(self, rows: int) -> None:
         self.counts.append(rows)
         self.end += rows * mirror.WIDTH
-
-    def _grow(self) -> None:
-        bigger = np.empty(self.buf.size * 2, np.uint8)
-        bigger[: self.end] = self.buf[: self.end]
-        self.view.release()
-        self.buf, self.view = bigger, bigger.data
-
-    def rows(self) -> np.ndarray:
-        return self.buf[: self.end]

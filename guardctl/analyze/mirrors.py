@@ -393,7 +393,31 @@ def read_many(paths: Sequence[str], sizes: Sequence[int], inodes: Sequence[int])
     return Mirrored(frame, usable, covered)
 
 
-class _Reader:
+class RowBuffer:
+    """One growing buffer that the rows of many mirrors are read into, and a preamble's room.
+
+    A mirror is smaller than the file it mirrors: the JSON Lines' size is room
+    enough, and pages never written are never really allocated.
+    """
+
+    def __init__(self, expected: int) -> None:
+        self.buf = np.empty(expected + (1 << 20), np.uint8)
+        self.view = self.buf.data
+        self.head = memoryview(bytearray(PREAMBLE_SIZE))
+        self.end = 0
+        self.counts: list[int] = []
+
+    def _grow(self) -> None:
+        bigger = np.empty(self.buf.size * 2, np.uint8)
+        bigger[: self.end] = self.buf[: self.end]
+        self.view.release()
+        self.buf, self.view = bigger, bigger.data
+
+    def rows(self) -> np.ndarray:
+        return self.buf[: self.end]
+
+
+class _Reader(RowBuffer):
     """Reads column files end to end into one buffer, each with one system call.
 
     The preamble goes to a small buffer of its own and the rows straight to
@@ -401,14 +425,8 @@ class _Reader:
     """
 
     def __init__(self, expected: int) -> None:
-        # A mirror is smaller than the file it mirrors: the JSON Lines' size is
-        # room enough, and pages never written are never really allocated.
-        self.buf = np.empty(expected + (1 << 20), np.uint8)
-        self.view = self.buf.data
-        self.head = memoryview(bytearray(PREAMBLE_SIZE))
-        self.end = 0
+        super().__init__(expected)
         self.files: list[int] = []
-        self.counts: list[int] = []
 
     def read(self, index: int, path: str, jsonl_ino: int) -> None:
         try:
@@ -430,15 +448,6 @@ class _Reader:
         self.files.append(index)
         self.counts.append(count)
         self.end += count * WIDTH
-
-    def _grow(self) -> None:
-        bigger = np.empty(self.buf.size * 2, np.uint8)
-        bigger[: self.end] = self.buf[: self.end]
-        self.view.release()
-        self.buf, self.view = bigger, bigger.data
-
-    def rows(self) -> np.ndarray:
-        return self.buf[: self.end]
 
 
 def verify(jsonl: str | os.PathLike[str]) -> str:
