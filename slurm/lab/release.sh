@@ -17,7 +17,7 @@ readonly LAB_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # The jobs of the lab (sweeps, the probe, the data-sharding example, hooks) run
 # `python3 -m guardctl` and import these from Debian, not from the host's Python.  OpenBLAS:
 # without it numpy gets the reference BLAS and the GEMM sweep crawls.
-readonly ROOT_PACKAGES=slurm-wlm,slurm-client,munge,python3,python3-numpy,libopenblas0-pthread,python3-click,python3-tabulate,python3-psutil,python3-clustershell,python3-httptools,python3-orjson,python3-matplotlib,procps
+readonly ROOT_PACKAGES=slurm-wlm,slurm-client,munge,python3,python3-numpy,libopenblas0-pthread,python3-click,python3-tabulate,python3-psutil,python3-clustershell,python3-httptools,python3-orjson,python3-matplotlib,python3-prometheus-client,procps
 readonly SLURM_CLIENTS=(sinfo squeue scontrol sbatch scancel srun salloc sacct sstat sprio sshare sdiag sattach)
 
 # release_suite RELEASE: the Debian suite that ships it.
@@ -112,6 +112,12 @@ point_root_at_repo() {
     # Several labs of one root from different checkouts: the last one started wins (jobs that
     # set PYTHONPATH, as the tests' do, are not affected).
     printf '%s\n' "$LAB_REPO" >"$root$site/guardctl_lab.pth"
+    # Every hook and job of the lab runs guardctl with the root's Python: a dependency the root
+    # lacks would only show as a failed job or Slurm's bare "Prolog error".  Say so here.
+    local err
+    if ! err=$(chroot "$root" python3 -c 'import guardctl.cli' 2>&1); then
+        die 5 "guardctl does not import in the Debian root $root ($(tail -n 1 <<<"$err")); add its Debian package to ROOT_PACKAGES"
+    fi
 }
 
 # lab_binds ROOT HOME [HOOK...]: the host paths a lab needs inside its root, one per line.

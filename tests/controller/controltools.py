@@ -32,7 +32,9 @@ def fleet_trace(store: Path, names: list[str], *, slow: dict[str, float] | None 
     *hw_slowdown* GPUs report NVML's HW-slowdown clock event; *contention* nodes a high load."""
     tr = Trace(store, nodes=len(names), minutes=minutes, seed=seed)
     tr.names = list(names)
-    tr.t = tr.t - tr.t[-1] + time.time() - 1.0
+    # Ends now, not a moment before: a pass the controller recorded a second ago must predate a
+    # relapse's data, or the relapse reads as "flagged only on data from before its sweep passed".
+    tr.t = tr.t - tr.t[-1] + time.time()
     onset = tr.at(2)
     for node, factor in (slow or {}).items():
         tr.slow[onset:, tr.node(node), 3] = factor

@@ -106,7 +106,8 @@ def test_a_false_suspect_is_released_and_a_relapsing_one_drained_as_a_lemon(
     assert [s["evidence"]["duration_s"] for s in sweeps] == [2.0, 3.0]  # the relapse: longer
     fleet_trace(g.store, NODES, slow={"node3": 1.3})  # relapse 2: a lemon
     lemon = decision(control(g, "--act"), "node3")
-    assert (lemon["decision"], lemon["outcome"]) == ("drain", "done") and "lemon" in lemon["why"]
+    assert (lemon["decision"], lemon["outcome"]) == ("drain", "done") and "lemon" in lemon["why"], \
+        lemon
     state = lab.node_state("node3")
     assert "DRAIN" in state["state_flags"] and "lemon" in state["reason"]
 
