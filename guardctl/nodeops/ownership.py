@@ -24,6 +24,15 @@ Owner = Literal["in service", "quarantined", "drained by guardctl", "held for a 
 SWEEP_RESERVE, SWEEP_UNRESERVE = "sweep reserve", "sweep unreserve"
 NODE_ACTIONS = ("drain", "resume", "quarantine", "release", SWEEP_RESERVE, SWEEP_UNRESERVE)
 HELD_OUT = ("quarantined", "drained by guardctl")  # what the cap counts
+# Slurm's states in which a node may still be guardctl's to judge: the base states of a node at
+# work, and the flags that say nothing about who holds it (a reservation's RESERVED and
+# MAINTENANCE are judged by the reservation itself; PLANNED is the backfill scheduler keeping an
+# idle node for a pending job). Every other state or flag (REBOOT_REQUESTED, REBOOT_ISSUED,
+# BLOCKED, POWER*, NOT_RESPONDING, INVALID_REG, FUTURE, one a newer release adds) means someone
+# or something else has the node: guardctl shows it as Slurm does and leaves it alone.
+IN_SERVICE_STATES = frozenset({"idle", "allocated", "mixed", "completing"})
+IN_SERVICE_FLAGS = frozenset({"RESERVED", "MAINTENANCE", "PLANNED", "COMPLETING", "CLOUD",
+                              "DYNAMIC_NORM", "REBOOT_CANCEL", "RESUME", "UNDRAIN"})
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,9 @@ class Snapshot:
             return "held by someone else", node.reason or "drained"
         if node.down:
             return "held by someone else", node.reason or f"node is {node.state}"
+        if node.state not in IN_SERVICE_STATES or node.flags - IN_SERVICE_FLAGS:
+            why = f"Slurm state {node.slurm_state}"
+            return "held by someone else", f"{why}: {node.reason}" if node.reason else why
         if foreign:
             names = ", ".join(r.name for r in foreign)
             return "held by someone else", f"reservation {names}"

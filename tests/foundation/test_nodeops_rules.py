@@ -203,3 +203,27 @@ def test_a_live_sweeps_reservation_is_kept(tmp_path: Path) -> None:
     other = NodeOps(ops.settings, slurm)
     assert owners(other)["node1"] == "held for a sweep"
     assert [r.name for r in slurm.reservations()] == ["guardctl_s_s1_1"]
+
+
+@pytest.mark.parametrize(("state", "flags", "want"), [
+    ("mixed", {"REBOOT_REQUESTED"}, "held by someone else"),
+    ("idle", {"REBOOT_ISSUED"}, "held by someone else"),
+    ("idle", {"BLOCKED"}, "held by someone else"),
+    ("idle", {"POWERED_DOWN"}, "held by someone else"),
+    ("idle", {"NOT_RESPONDING"}, "held by someone else"),
+    ("idle", {"A_FLAG_OF_A_NEWER_RELEASE"}, "held by someone else"),
+    ("future", set(), "held by someone else"),
+    ("unknown", set(), "held by someone else"),
+    ("idle", {"PLANNED"}, "in service"),  # kept for a pending job: still at work
+    ("allocated", {"COMPLETING"}, "in service"),
+    ("idle", set(), "in service"),
+])
+def test_states_that_are_not_plainly_at_work_are_someone_elses(state: str, flags: set[str],
+                                                               want: str) -> None:
+    from guardctl.nodeops.ownership import Snapshot
+    from guardctl.slurm.types import NodeInfo
+    info = NodeInfo("node1", state, frozenset(flags), reason="firmware" if flags else "")
+    owner, why = Snapshot({"node1": info}, []).owner("node1", "guardctl:")
+    assert owner == want
+    if want != "in service":
+        assert info.slurm_state in why  # shown as Slurm reports it

@@ -42,7 +42,7 @@ def test_the_data_parser_is_pinned_where_the_release_has_it(lab: Any) -> None:
     assert {n.slurm_state for n in nodes} == {"idle"}
 
 
-def test_planned_node_is_shown_and_not_idle(lab: Any) -> None:
+def test_planned_node_is_shown_and_not_idle(lab: Any, gctl: Any) -> None:
     # node1 is busy; a two-node job that needs it makes the backfill plan node2 for it.
     lab.submit("#!/bin/bash\nsleep 120\n", "-w", "node1", "--time=3")
     lab.wait_states({"node1": ("allocated", "mixed")})
@@ -50,9 +50,13 @@ def test_planned_node_is_shown_and_not_idle(lab: Any) -> None:
     node = wait_node(lab, "node2", "PLANNED")
     assert node.slurm_state != "idle" and "planned" in node.slurm_state
     assert not node.drained and not node.down
+    # Kept by the backfill scheduler for a pending job: a node at work, and shown as such.
+    shown = gctl.status()["node2"]
+    assert "planned" in shown["slurm_state"] and shown["guardctl"] == "in service"
 
 
-def test_reboot_requested_is_shown_and_not_idle(lab_factory: Any, tmp_path: Any) -> None:
+def test_reboot_requested_is_shown_and_not_idle(lab_factory: Any, gctl_factory: Any,
+                                                tmp_path: Any) -> None:
     extra = tmp_path / "reboot.conf"
     extra.write_text("RebootProgram=/bin/true\n")
     lab = lab_factory(nodes=2, up_args=["--conf-extra", str(extra)])
@@ -64,6 +68,13 @@ def test_reboot_requested_is_shown_and_not_idle(lab_factory: Any, tmp_path: Any)
         node = wait_node(lab, "node1", "REBOOT_REQUESTED")
         assert node.slurm_state.startswith(("mixed+", "allocated+"))
         assert "reboot_requested" in node.slurm_state
+        # An operator's reboot has the node now: never in service for guardctl.
+        gctl = gctl_factory(conf=str(lab.conf), env=lab.env, bin_dir=str(lab.bin_dir or ""))
+        shown = gctl.status()["node1"]
+        assert "reboot_requested" in shown["slurm_state"]
+        assert shown["guardctl"] == "held by someone else", shown
+        proc = gctl("quarantine", "node1", "--reason", "test")
+        assert proc.returncode != 0 and "held by someone else" in proc.stderr
     finally:
         lab.sh("scontrol", "cancel_reboot", "node1", check=False)
         lab.cancel_all_jobs()
