@@ -16,7 +16,6 @@ import calendar
 import json
 import os
 import re
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -30,7 +29,8 @@ import numpy as np
 from guardctl import layout
 from guardctl.analyze import mirrors
 from guardctl.analyze.frame import Frame, Parser, assemble, concat
-from guardctl.errors import InputError
+from guardctl.errors import InputError, StoreError
+from guardctl.fileio import atomic_write, atomic_writer
 from guardctl.telemetry.columns import TABLES
 from guardctl.telemetry.mirror import read_range
 
@@ -61,7 +61,7 @@ _TAIL = len("20250101T00.jsonl")
 _HOUR_TAILS: dict[str, str] = {}
 # Clock skew between nodes: a record may sit in the neighbouring hour's file.
 _SKEW_S = 900.0
-_CACHE_ERRORS = (OSError, ValueError, KeyError, TypeError)
+_CACHE_ERRORS = (OSError, StoreError, ValueError, KeyError, TypeError)
 # Below this many new bytes, worker processes cost more than they save.
 _PARALLEL_BYTES = 16 << 20
 
@@ -247,16 +247,11 @@ def _save_segment(path: Path, frame: Frame) -> None:
         layout_[kind] = entry
     tables = {t: getattr(frame, t) for t in TABLES}
     header = json.dumps({"tables": tables, "kinds": layout_, "bytes": offset}).encode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".seg-", suffix=".cols")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(_SEG_MAGIC + len(header).to_bytes(8, "little") + header)
-            for col in arrays:
-                fh.write(col.data.cast("B"))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # A cache: rebuilt from the raw files if a crash leaves it empty, so no fsync.
+    with atomic_writer(path, fsync=False) as fh:
+        fh.write(_SEG_MAGIC + len(header).to_bytes(8, "little") + header)
+        for col in arrays:
+            fh.write(col.data.cast("B"))
 
 
 class Segment:
@@ -304,10 +299,8 @@ def _load_segment(path: Path) -> Frame:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".manifest-")
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(_dumps(obj))  # a manifest lists every file of its hour: 100k entries
-    os.replace(tmp, path)
+    # A manifest lists every file of its hour (100k entries); a cache, so no fsync.
+    atomic_write(path, _dumps(obj), fsync=False)
 
 
 class HourCache:
