@@ -150,3 +150,24 @@ def stop(proc: subprocess.Popen[bytes], *, grace: float = 5.0) -> int:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return proc.returncode
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process *pid* of this host still runs; a zombie counts as gone, and a process
+    that is there but not ours to signal counts as alive. For the lock and intent files that
+    name their writer's pid (the controller's lease, an action's intent, a service's lock)."""
+    if pid <= 0:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

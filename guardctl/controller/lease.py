@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from guardctl.errors import RefusedError, StoreError
 from guardctl.fileio import atomic_write, locked
+from guardctl.runner import process_alive
 
 
 class LeaseLost(RefusedError):
@@ -50,23 +51,8 @@ class Holder:
                    float(raw["expires"]), float(raw.get("since", 0.0)))
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process *pid* runs on this host (a zombie counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def may_take(current: Holder | None, me: Holder, now: float,
-             alive: Callable[[int], bool] = pid_alive) -> bool:
+             alive: Callable[[int], bool] = process_alive) -> bool:
     """Whether *me* may write the lease over *current* (a pure rule, tested by values)."""
     if current is None or current.token == me.token:
         return True

@@ -19,6 +19,7 @@ from guardctl import layout
 from guardctl.config import Settings
 from guardctl.errors import RefusedError, StoreError, UsageError
 from guardctl.fileio import atomic_write, open_locked
+from guardctl.runner import process_alive
 
 LOCK_WAIT_S = 5.0  # how long a restart waits for a dead service's commit process
 LOCK_FILE = "service.lock"
@@ -132,13 +133,7 @@ def _holder_alive(holder: str) -> bool:
     word, _, number = holder.partition(" ")
     if word != "pid" or not number.isdigit():
         return True
-    try:
-        os.kill(int(number), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return process_alive(int(number))
 
 
 def read_secret(path: Path) -> str:

@@ -13,7 +13,6 @@ it, logged like any other node action.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +20,7 @@ from collections.abc import Callable, Sequence
 from guardctl.actionlog import ActionLog, Entry, pending_intents
 from guardctl.errors import SlurmError
 from guardctl.nodeops.ownership import SWEEP_RESERVE, SWEEP_UNRESERVE, Snapshot
+from guardctl.runner import process_alive
 from guardctl.slurm.types import NodeInfo, ReservationInfo, SlurmClient
 
 # An intent from another host younger than this may still be in flight: leave it.
@@ -103,25 +103,6 @@ def _delete_when_free(slurm: SlurmClient, resv: str, settle_s: float,
             if time.monotonic() >= deadline:
                 raise
         sleep(0.5)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process *pid* of this host still runs (a zombie counts as gone)."""
-    if pid <= 0:
-        return False
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def abandoned_by_writer(intent: Entry) -> bool:
