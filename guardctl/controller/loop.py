@@ -196,10 +196,10 @@ class Controller:
                 fresh = gather(self.settings, self.ops, self.analyzer, time.time())
                 ladder = fresh.ladders.get(d.node, NodeLadder(d.node))
                 duration, relapse = policy.sweep_duration(fresh.view, self.cfg, ladder)
-                return self._sweep(d.node, duration, relapse)
+                return self._sweep(d.node, duration, relapse, d.why)
             return "done", {}
         if d.action == "sweep":
-            return self._sweep(d.node, d.duration_s, int(d.evidence.get("relapse", 0)))
+            return self._sweep(d.node, d.duration_s, int(d.evidence.get("relapse", 0)), d.why)
         if d.action == "drain":
             self.ops.drain([d.node], f"control: {d.why}", evidence=evidence)
             return "done", {}
@@ -207,14 +207,24 @@ class Controller:
             return self._requeue(d)
         return "", {}
 
-    def _sweep(self, node: str, duration: float, relapse: int) -> tuple[str, dict[str, Any]]:
-        options = SweepOptions(kind=self.cfg.sweep_kind, duration_s=duration)
+    def _sweep(self, node: str, duration: float, relapse: int,
+               why: str) -> tuple[str, dict[str, Any]]:
+        lemon = policy.is_lemon(self.cfg, relapse)
+        options = SweepOptions(kind=self.cfg.sweep_kind, duration_s=duration,
+                               release_passed=not lemon)
         self.progress(f"control: sweeping {node} ({self.cfg.sweep_kind}, {duration:g} s)")
         report = run_sweep(self.settings, [node], options, ops=self.ops, progress=self._renew)
         verdict = report.verdicts[0]
         self.ops.record("control sweep", [node], reason=verdict.evidence, evidence={
             "verdict": verdict.verdict, "action": verdict.action, "sweep": report.sweep_id,
-            "duration_s": duration, "relapse": relapse})
+            "duration_s": duration, "relapse": relapse, "lemon": lemon})
+        if lemon and verdict.verdict == "pass":
+            # Relapsing after every passed sweep: the burn-in cannot see its fault, the jobs can.
+            self.ops.drain([node], f"control: lemon after relapse {relapse}, its sweep passed "
+                           f"({verdict.evidence})", evidence={
+                               "by": BY, "decision": "drain", "rung": "e", "relapse": relapse,
+                               "sweep": report.sweep_id, "why": why})
+            return "swept: pass, drained as a lemon", {"sweep": report.sweep_id}
         return f"swept: {verdict.verdict}, {verdict.action}", {"sweep": report.sweep_id}
 
     def _requeue(self, d: policy.Decision) -> tuple[str, dict[str, Any]]:

@@ -10,8 +10,9 @@ b. quarantine: its maintenance reservation keeps new jobs off it, the running jo
 c. sweep once it is free (its job ended or was requeued): pass -> release, fail -> drain;
 d. requeue (``[control] requeue = true``): a requeue-able job the ski-rental rule says is
    cheaper to restart elsewhere is requeued with the node excluded;
-e. relapse: flagged again within ``relapse_window_s`` of a passed sweep: a longer sweep; at
-   the ``relapses``-th relapse it is drained as a lemon, without another sweep.
+e. relapse: flagged again within ``relapse_window_s`` of a passed sweep: a longer sweep; the
+   ``relapses``-th relapse gets one more (longest) sweep and is then drained as a lemon for
+   repair even if it passes: the sweep's evidence goes with it to the repair ticket.
 
 Nodes held by someone else are left alone; structural and transient findings get no node
 action; heterogeneity is handled by shares, never a drain.
@@ -112,7 +113,8 @@ def _node(view: View, cfg: ControlSettings, node: str) -> Decision:
 
 def _fault(view: View, cfg: ControlSettings, node: str, finding: Finding, ladder: NodeLadder,
            jobs: tuple[int, ...]) -> Decision:
-    """A persistent node fault on a node in service: quarantine, or a lemon's drain."""
+    """A persistent node fault on a node in service: quarantine (a lemon's too: its last sweep
+    gives the repair its evidence)."""
     base: dict[str, Any] = {"kind": finding.kind, "jobs": jobs}
     evidence: dict[str, Any] = {"finding": finding.why, "impact": finding.impact}
     flaps = ladder.onsets_since(view.now - cfg.flap_window_s)
@@ -121,19 +123,24 @@ def _fault(view: View, cfg: ControlSettings, node: str, finding: Finding, ladder
                         f"{cfg.flap_window_s:g} s (control.max_flaps={cfg.max_flaps})",
                         **base, evidence=evidence)
     relapse = ladder.passes_since(view.now - cfg.relapse_window_s)
-    if relapse >= cfg.relapses:
-        return Decision(node, "drain", "e", f"lemon: flagged again after {relapse} passed "
-                        f"sweep(s) within {cfg.relapse_window_s:g} s: {finding.why}",
-                        **base, evidence={**evidence, "relapse": relapse})
     if finding.job is not None and finding.job in view.dds_jobs:
         evidence["rebalanced"] = "the data-sharding service already gives its ranks less work"
     rung = "b" if relapse == 0 else "e"
     why = f"persistent node fault: {finding.why}"
     if relapse:
         why = f"relapse {relapse} of {cfg.relapses}: {why}"
+    if is_lemon(cfg, relapse):
+        why = (f"lemon: flagged again after {relapse} passed sweep(s) within "
+               f"{cfg.relapse_window_s:g} s, drained for repair after its last sweep, pass or "
+               f"not: {finding.why}")
     return Decision(node, "quarantine", rung, why + (f"; job(s) {', '.join(map(str, jobs))} "
                     "go on undisturbed" if jobs else ""), **base,
-                    evidence={**evidence, "relapse": relapse})
+                    evidence={**evidence, "relapse": relapse, "lemon": is_lemon(cfg, relapse)})
+
+
+def is_lemon(cfg: ControlSettings, relapse: int) -> bool:
+    """Whether a node on its *relapse*-th relapse is drained after its sweep whatever it shows."""
+    return relapse >= cfg.relapses
 
 
 def sweep_duration(view: View, cfg: ControlSettings, ladder: NodeLadder) -> tuple[float, int]:
@@ -149,9 +156,12 @@ def _quarantined(view: View, cfg: ControlSettings, node: str, finding: Finding |
     duration, relapse = sweep_duration(view, cfg, ladder)
     if not jobs:
         rung = "e" if relapse else "c"
+        lemon = is_lemon(cfg, relapse)
         return Decision(node, "sweep", rung, f"quarantined and free: sweep ({duration:g} s"
-                        + (f", relapse {relapse}" if relapse else "") + ")", **base,
-                        duration_s=duration, evidence={"relapse": relapse})
+                        + (f", relapse {relapse}" if relapse else "")
+                        + ("; a lemon: drained after it, pass or not" if lemon else "") + ")",
+                        **base, duration_s=duration, evidence={"relapse": relapse,
+                                                               "lemon": lemon})
     impact = finding.impact if finding else None
     if cfg.requeue and impact:
         for job in jobs:

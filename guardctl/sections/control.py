@@ -18,7 +18,7 @@ class ControlSettings:
     sweep_duration_s: float = 0.0  # GEMM burn-in seconds; 0: sweep.gemm_duration_s
     relapse_window_s: float = 7 * 86400.0  # flagged again this soon after a pass: a relapse
     relapse_sweep_factor: float = 3.0  # a relapse's sweep is this many times longer
-    relapses: int = 2  # after this many relapses a node is drained as a lemon, pass or not
+    relapses: int = 2  # the relapses-th relapse is swept once more, then drained as a lemon
     # Safety, on top of [safety].
     max_actions_per_hour: int = 20  # the controller's own node actions
     max_job_fraction: float = 0.5  # more of one job's nodes suspect at once: the job's cause

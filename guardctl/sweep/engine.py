@@ -66,6 +66,9 @@ class SweepOptions:
     kind: Kind = "all"
     duration_s: float | None = None  # None: sweep.gemm_duration_s
     dry_run: bool = False
+    # False for the controller's lemon: a pass keeps it quarantined until its drain, so that no
+    # job lands on it in between.
+    release_passed: bool = True
 
 
 @dataclass
@@ -420,7 +423,7 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
         "sweep": report.sweep_id, "kind": options.kind, "duration_s": duration,
         "good_partners": goods})
     try:
-        _execute(settings, ops, report, options.kind, goods, duration, progress)
+        _execute(settings, ops, report, options, goods, duration, progress)
     except BaseException as exc:
         ops.record("sweep aborted", list(nodes), reason=f"{type(exc).__name__}: {exc}",
                    evidence={"sweep": report.sweep_id, "left": "quarantined"})
@@ -430,8 +433,9 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
     return report
 
 
-def _execute(settings: Settings, ops: NodeOps, report: SweepReport, kind: Kind,
+def _execute(settings: Settings, ops: NodeOps, report: SweepReport, options: SweepOptions,
              goods: list[str], duration: float, progress: Progress) -> None:
+    kind = options.kind
     run = SweepRun(settings, ops, report, duration, progress)
     nodes = report.nodes
     judged: list[Judgement] = []
@@ -450,7 +454,7 @@ def _execute(settings: Settings, ops: NodeOps, report: SweepReport, kind: Kind,
                                           for r in outcome.history]}
     report.judgements = judged
     report.verdicts = _verdicts(nodes, judged, outcome)
-    _act(ops, report)
+    _act(ops, report, options.release_passed)
     if settings.sweep.learn_baselines:
         passed = {v.node for v in report.verdicts if v.verdict == "pass"}
         good = [j.measurement for j in judged if j.passed and set(j.measurement.nodes) <= (
@@ -464,10 +468,13 @@ def _execute(settings: Settings, ops: NodeOps, report: SweepReport, kind: Kind,
         "sweep": report.sweep_id, "verdicts": {v.node: v.verdict for v in report.verdicts}})
 
 
-def _act(ops: NodeOps, report: SweepReport) -> None:
+def _act(ops: NodeOps, report: SweepReport, release_passed: bool) -> None:
     for v in report.verdicts:
         evidence = {"sweep": report.sweep_id}
-        if v.verdict == "pass":
+        if v.verdict == "pass" and not release_passed:
+            actions = []
+            v.action = "kept quarantined"
+        elif v.verdict == "pass":
             actions = ops.release([v.node], evidence=evidence)
             v.action = "released"
         elif v.verdict == "fail":

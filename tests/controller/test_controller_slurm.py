@@ -106,8 +106,12 @@ def test_a_false_suspect_is_released_and_a_relapsing_one_drained_as_a_lemon(
     assert [s["evidence"]["duration_s"] for s in sweeps] == [2.0, 3.0]  # the relapse: longer
     fleet_trace(g.store, NODES, slow={"node3": 1.3})  # relapse 2: a lemon
     lemon = decision(control(g, "--act"), "node3")
-    assert (lemon["decision"], lemon["outcome"]) == ("drain", "done") and "lemon" in lemon["why"], \
-        lemon
+    # Its last, longest sweep passes, and it is drained for repair all the same.
+    assert (lemon["decision"], lemon["outcome"]) == ("quarantine", "swept: pass, drained as a lemon"
+                                                    ) and "lemon" in lemon["why"], lemon
+    sweeps = [e for e in entries(g) if e["action"] == "control sweep"]
+    assert [s["evidence"]["duration_s"] for s in sweeps] == [2.0, 3.0, 4.5]
+    assert "guardctl_q_node3" not in reservations(lab)  # drained first, then the reservation gone
     state = lab.node_state("node3")
     assert "DRAIN" in state["state_flags"] and "lemon" in state["reason"]
 

@@ -99,7 +99,7 @@ def test_ladder_quarantine_wait_sweep_from_values() -> None:
     assert (d.action, d.rung, d.duration_s) == ("sweep", "c", 10.0)
 
 
-def test_relapses_lengthen_the_sweep_then_drain_a_lemon() -> None:
+def test_relapses_lengthen_the_sweep_and_a_lemon_is_swept_once_more_then_drained() -> None:
     cfg = ControlSettings(relapses=2, relapse_sweep_factor=3.0)
     a = analysis(verdict("n2", "busy_time"))
     passed = [entry("control sweep", ["n2"], NOW - 900, verdict="pass")]
@@ -109,9 +109,14 @@ def test_relapses_lengthen_the_sweep_then_drain_a_lemon() -> None:
     owners = {"n2": ("quarantined", "")}
     (d,) = decide(view(a, cfg, entries=log, owners=owners), cfg)
     assert d.action == "sweep" and d.duration_s == 30.0
+    assert not d.evidence["lemon"]
+    # The relapses-th relapse: one more, longest sweep, then a drain whatever it shows.
     twice = [*passed, entry("control sweep", ["n2"], NOW - 600, verdict="pass")]
     (d,) = decide(view(a, cfg, entries=twice), cfg)
-    assert d.action == "drain" and "lemon" in d.why
+    assert (d.action, d.rung) == ("quarantine", "e") and "lemon" in d.why and d.evidence["lemon"]
+    log = [*twice, entry("quarantine", ["n2"], NOW - 60, "done", by="control")]
+    (d,) = decide(view(a, cfg, entries=log, owners=owners), cfg)
+    assert (d.action, d.duration_s) == ("sweep", 90.0) and d.evidence["lemon"], d
     # A pass outside the relapse window does not count.
     old = [entry("control sweep", ["n2"], NOW - 8 * 86400, verdict="pass")]
     (d,) = decide(view(a, cfg, entries=old), cfg)
