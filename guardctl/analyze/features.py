@@ -6,8 +6,8 @@ order statistics (a low or high quantile, so that one odd sample moves
 nothing and a fault must hold in a share of the window to show). Cumulative
 counters become their increase over the window (a reset counts as zero, never
 as a negative change). Each row also gets its *peer group*: the job the node
-ran in that window (from step records) when that job is big enough, else
-every row of that window without one.
+ran in that window (from step records, else from the job its GPU records name)
+when that job is big enough, else every row of that window without one.
 """
 
 from __future__ import annotations
@@ -266,10 +266,26 @@ def _rows(cols: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray
     return {name: col[keep] for name, col in cols.items()}
 
 
-def _node_jobs(frame: Frame, win: np.ndarray, n_windows: int) -> np.ndarray:
-    """The job each node ran in each window (most step records), or -1."""
+def _node_jobs(frame: Frame, wins: dict[str, np.ndarray], n_windows: int) -> np.ndarray:
+    """The job each node ran in each window (most step records), or -1.
+
+    A node without step records in a window takes the job most of its GPU records name
+    there: a source that labels GPUs with their job (dcgm-exporter's ``hpc_job``) gives
+    peer groups without the probe.
+    """
+    out = _most_records(frame, frame.cols["step"], wins["step"], n_windows)
+    gpu = frame.cols["gpu"]
+    if "job" in gpu and (gpu["job"] >= 0).any():
+        labelled = _most_records(frame, gpu, np.where(gpu["job"] >= 0, wins["gpu"], -1), n_windows)
+        out = np.where(out >= 0, out, labelled)
+    return out
+
+
+def _most_records(
+    frame: Frame, cols: dict[str, np.ndarray], win: np.ndarray, n_windows: int
+) -> np.ndarray:
+    """Per (window, node), the job most of the records of *cols* in window *win* name, or -1."""
     out = np.full((n_windows, len(frame.nodes)), NO_PEER, np.int64)
-    cols = frame.cols["step"]
     keep = win >= 0
     if not keep.any():
         return out
@@ -537,7 +553,7 @@ def extract(
     """Compute every feature table for the *n_windows* windows ending at *at*."""
     wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()}
     wins["step"] = assign_windows(step_times(frame), at, window_s, n_windows)
-    node_job = _node_jobs(frame, wins["step"], n_windows)
+    node_job = _node_jobs(frame, wins, n_windows)
     xids = np.array(hw_xids, np.int64)
     work: dict[str, Callable[[], Table]] = {
         "gpu": lambda: gpu_table(frame, wins["gpu"], node_job, xids, min_peers, low_q, n_windows),

@@ -36,6 +36,10 @@ def _print(report: PassReport) -> None:
     mode = "acting" if report.acting else "observe only (control.act = false): nothing changed"
     click.echo(f"controller pass: {mode}; {len(report.findings)} flagged, "
                f"{len(report.fleet)} fleet-wide finding(s)")
+    if report.source is not None:
+        missing = ", ".join(report.source["missing"]) or "nothing"
+        click.echo(f"source: prometheus {report.source['url']}: {report.source['series']} "
+                   f"series, {report.source['samples']} samples; not given: {missing}")
     for f in report.fleet:
         click.echo(f"fleet-wide ({f['scope']} {f['name']}): {f['why']}")
     rows = [(d["node"], d["kind"] or "-", d["rung"], d["decision"], d["outcome"] or "-",
@@ -87,8 +91,11 @@ def control(app: AppContext, once: bool, interval: float | None, act: bool,
     release or requeue, through guardctl's safety rules, with nobody in the loop.
 
     One controller leads at a time (a lease in the store); another one observes and says
-    so. Observe-only unless control.act = true or --act. Exits 1 when a pass found a node at
-    fault, 5 when Slurm did not answer (--once).
+    so. Observe-only unless control.act = true or --act. The analysis comes from [source]:
+    guardctl's store, or Prometheus (with the store's source.store_kinds). Exits 1 when a pass
+    found a node at fault, 5 when Slurm did not answer, 7 when the telemetry source gave no
+    complete answer (nothing was decided or done) (--once); a daemon says so in one line and
+    carries on.
     """
     settings = app.settings
     controller = Controller(settings, act=act or settings.control.act, progress=_warn)

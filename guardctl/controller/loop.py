@@ -13,6 +13,11 @@ nothing else while it sweeps (nodes flagged meanwhile wait one sweep's length).
 
 Slurm unreachable mid-pass: the pass stops with :class:`SlurmUnavailable`; each node action was
 logged as an intent first, so nothing is half done that the next pass cannot reconcile.
+
+The analysis comes from the telemetry source ``[source]`` names: guardctl's store (through the
+incremental analyzer) or Prometheus (the exporters' series, mixed with the store's
+``source.store_kinds``). It is read first, once per pass: a source that gives no complete answer
+(:class:`~guardctl.sources.SourceError`) stops the pass before it reconciles, decides or acts.
 """
 
 from __future__ import annotations
@@ -38,18 +43,25 @@ from guardctl.errors import RefusedError, SlurmError
 from guardctl.nodeops import NodeOps
 from guardctl.nodeops.ownership import NODE_ACTIONS
 from guardctl.slurm.types import JobInfo, SlurmClient
+from guardctl.sources import Source, SourceError, analyze_source, open_source
 from guardctl.sweep.engine import SweepOptions, run_sweep
 
 Progress = Callable[[str], None]
 LIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
 
 
-def newest_analysis(analyzer: Analyzer) -> Analysis:
+def newest_analysis(source: Source, analyzer: Analyzer) -> Analysis:
     """The analysis the controller decides on (the one place the controller reads it).
 
-    The incremental analyzer gives what ``analyze.engine.analyze`` gives, reading only what
-    was written since the previous pass: a daemon keeps one and each pass costs what is new.
+    From the store, the incremental analyzer gives what ``analyze.engine.analyze`` gives,
+    reading only what was written since the previous pass: a daemon keeps one and each pass
+    costs what is new. From Prometheus, the pass ``guardctl analyze`` makes (the exporters'
+    series of the span the analysis needs, ending now, with the store's ``source.store_kinds``):
+    Prometheus has no cursor to tail, so each pass asks for the whole span again. A source that
+    fails raises :class:`SourceError`, never an analysis of what it did give.
     """
+    if source.url:
+        return analyze_source(source)
     return analyzer.analyze()
 
 
@@ -65,6 +77,7 @@ class PassReport:
     fleet: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     reconciled: int = 0
+    source: dict[str, Any] | None = None  # what a Prometheus source gave (None: the store)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -91,9 +104,8 @@ def running_jobs(jobs: list[JobInfo]) -> dict[str, list[JobInfo]]:
     return out
 
 
-def gather(settings: Settings, ops: NodeOps, analyzer: Analyzer, now: float) -> Gathered:
-    """Read the analysis, Slurm and the action log; build the policy's view."""
-    analysis = newest_analysis(analyzer)
+def gather(settings: Settings, ops: NodeOps, analysis: Analysis, now: float) -> Gathered:
+    """Read Slurm and the action log beside *analysis*; build the policy's view."""
     classified = classify(analysis, settings.control)
     snap = ops.snapshot()
     jobs = ops.slurm.jobs()
@@ -128,8 +140,17 @@ class Controller:
         self.acting = act and not settings.safety.observe_only
         self.ops = NodeOps(settings, slurm)
         self.lease = Lease(settings.store.root, self.cfg.lease_s)
+        self.source = open_source(settings, None, None)
         self.analyzer = Analyzer(settings)
         self.progress = progress
+
+    def analysis(self) -> Analysis:
+        """This pass's analysis, from the configured source (raises SourceError)."""
+        return newest_analysis(self.source, self.analyzer)
+
+    def _source_seen(self) -> dict[str, Any] | None:
+        cov = self.source.coverage
+        return cov.to_dict() if self.source.url and cov is not None else None
 
     # -- the lease -------------------------------------------------------------------------
     def lead(self) -> tuple[bool, Holder | None]:
@@ -149,13 +170,15 @@ class Controller:
             held, holder = self.lead()
             if not held:
                 return PassReport(False, False, holder.as_dict() if holder else None)
+        analysis = self.analysis()  # first: a source that fails leaves the pass doing nothing
         now = time.time()
         reconciled = [] if dry_run else self.ops.reconcile()
-        g = gather(self.settings, self.ops, self.analyzer, now)
+        g = gather(self.settings, self.ops, analysis, now)
         report = PassReport(True, self.acting and not dry_run, reconciled=len(reconciled),
                             window=(g.analysis.window_start, g.analysis.window_end),
                             findings=[f.as_dict() for f in g.classified.findings],
-                            fleet=[f.as_dict() for f in g.classified.fleet])
+                            fleet=[f.as_dict() for f in g.classified.fleet],
+                            source=self._source_seen())
         if not dry_run:
             record.record_pass(self.ops, g.entries, g.classified)
             record.record_fleet(self.ops, g.entries, g.classified)
@@ -193,7 +216,8 @@ class Controller:
         if d.action == "quarantine":
             self.ops.quarantine([d.node], f"control: {d.why}", evidence=evidence)
             if not d.jobs:  # free already: straight on to the sweep
-                fresh = gather(self.settings, self.ops, self.analyzer, time.time())
+                # the same analysis (one read of the source per pass), Slurm and the log anew
+                fresh = gather(self.settings, self.ops, g.analysis, time.time())
                 ladder = fresh.ladders.get(d.node, NodeLadder(d.node))
                 duration, relapse = policy.sweep_duration(fresh.view, self.cfg, ladder)
                 return self._sweep(d.node, duration, relapse, d.why)
@@ -259,7 +283,7 @@ class Controller:
     def explain(self, node: str) -> dict[str, Any]:
         """Why the controller chooses what it chooses for *node*, from a read-only round."""
         self.ops.snapshot().known([node])
-        g = gather(self.settings, self.ops, self.analyzer, time.time())
+        g = gather(self.settings, self.ops, self.analysis(), time.time())
         decision = next((d for d in policy.decide(g.view, self.cfg) if d.node == node), None)
         finding = g.classified.of(node)
         verdict = g.analysis.verdict_of(node)
@@ -296,7 +320,8 @@ def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport]
           warn: Callable[[str], None]) -> None:
     """Run passes every *interval_s* until interrupted, renewing the lease in between.
 
-    Slurm down or the store unwritable for a pass: one line, and the next pass carries on.
+    Slurm down, the store unwritable or the telemetry source failing for a pass: one line, and
+    the next pass carries on (a pass whose source failed decided and did nothing).
     The lease is given up on the way out, so another controller need not wait for it to expire.
     """
     from guardctl.errors import GuardctlError
@@ -310,6 +335,9 @@ def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport]
                 emit(report)
             except LeaseLost as exc:
                 warn(str(exc))
+            except SourceError as exc:
+                warn("no analysis this pass, nothing decided or done; the next one carries on: "
+                     f"{' '.join(str(exc).split())}")
             except GuardctlError as exc:
                 warn(f"pass failed, the next one carries on: {' '.join(str(exc).split())}")
             deadline = time.monotonic() + interval_s

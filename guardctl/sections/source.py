@@ -32,6 +32,9 @@ class SourceSettings:
     selector: str = ""  # label matchers added to every query, e.g. cluster="a100"
     node_label: str = ""  # empty: Hostname, then hostname, then instance (port dropped)
     node_map: dict[str, str] = field(default_factory=dict)  # exporter name -> Slurm node
+    # the label naming a GPU's job (dcgm-exporter's, with DCGM_HPC_JOB_MAPPING_DIR set): the
+    # analyzer's peer groups where no step record is; empty: not read
+    job_label: str = "hpc_job"
 
     def __post_init__(self) -> None:
         if self.kind == "prometheus" and not self.url:

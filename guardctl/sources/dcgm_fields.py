@@ -192,23 +192,24 @@ def exporter_series(
     At each scrape the exporter reports each GPU's (port's) newest sample: gauges as
     they were then, counters as their cumulative value, the XID series as the last XID
     seen so far. Records between two scrapes that are not the newest are lost, as they
-    are to a real exporter. Labels: ``Hostname`` and ``gpu`` (dcgm-exporter),
-    ``instance``, ``device`` and ``port`` (node_exporter).
+    are to a real exporter. Labels: ``Hostname`` and ``gpu`` (dcgm-exporter; and
+    ``hpc_job`` for a GPU record that names its job), ``instance``, ``device`` and
+    ``port`` (node_exporter).
     """
-    by_unit: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    by_unit: dict[tuple[str, str, str, str], list[Mapping[str, Any]]] = {}
     for r in records:
         if r.get("kind") == "gpu":
-            unit = ("gpu", str(r["node"]), str(r["gpu"]))
+            unit = ("gpu", str(r["node"]), str(r["gpu"]), str(r.get("job") or ""))
         elif r.get("kind") == "nic":
-            unit = ("nic", str(r["node"]), f"{r['device']}:{r['port']}")
+            unit = ("nic", str(r["node"]), f"{r['device']}:{r['port']}", "")
         else:
             continue
         by_unit.setdefault(unit, []).append(r)
     out: SeriesSet = {}
     scrapes = [start + i * scrape_s for i in range(int((end - start) // scrape_s) + 1)]
-    for (kind, node, unit_name), recs in by_unit.items():
+    for (kind, node, unit_name, job), recs in by_unit.items():
         recs.sort(key=lambda r: float(r["ts"]))
-        labels = _labels(kind, node, unit_name)
+        labels = _labels(kind, node, unit_name) + ((("hpc_job", job),) if job else ())
         for metric, samples in _scrape(kind, recs, scrapes).items():
             out[(metric, labels)] = samples
     return out

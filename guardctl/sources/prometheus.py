@@ -5,7 +5,9 @@ for more than ``max_points`` steps), with a timeout, retries on what is transien
 (a refused or reset connection, a timeout, HTTP 429/502/503/504), and a bearer token
 or basic-auth credentials read from a file. The matrices become schema-v1 ``gpu`` and
 ``nic`` records, exactly what the agent writes, and go through the analyzer's own
-parser (:func:`guardctl.analyze.frame.parse_lines`).
+parser (:func:`guardctl.analyze.frame.parse_lines`). A GPU series labelled with its job
+(``source.job_label``, dcgm-exporter's ``hpc_job``) gives its records that job: the
+analyzer then compares the GPU with the other GPUs of its job.
 
 Anything short of a complete answer is an error, never a verdict: a server that is
 down or too slow, an HTTP or API error, a body that is not Prometheus's JSON, and a
@@ -277,7 +279,7 @@ def to_frame(
                 if not found:
                     continue
                 used.append(series.metric)
-                _collect(kind, name, series, found, names, units, cov)
+                _collect(kind, name, series, found, names, units, cov, cfg.job_label)
                 if series.how in ("value", "state", "xid"):
                     break  # a direct series found: the fallbacks are not needed
             key = f"{kind}.{name}"
@@ -326,6 +328,7 @@ def _collect(
     names: NodeNames,
     units: dict[tuple[Any, ...], dict[str, list[list[tuple[float, Any]]]]],
     cov: Coverage,
+    job_label: str = "",
 ) -> None:
     for s in matrix:
         labels = s.get("metric", {})
@@ -340,6 +343,10 @@ def _collect(
         cov.samples += len(samples)
         per = units.setdefault((kind, node, *unit), {})
         per.setdefault(name, []).append(F.field_values(series, samples))
+        job = labels.get(job_label) if kind == "gpu" and job_label else None
+        if job:
+            per.setdefault("job", []).append([(t, job) for t, _ in samples])
+            cov.given["gpu.job"] = f"{job_label} label"
 
 
 def _sample(pair: Any) -> tuple[float, float]:

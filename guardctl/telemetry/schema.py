@@ -45,6 +45,9 @@ FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
         "pcie_replay": _INT,
         "nvlink_crc_errors": _INT,
         "xid": _INT,
+        # Optional (added within v1): the job the GPU served, where the source knows it
+        # (dcgm-exporter's hpc_job label); the analyzer's peer group where no step record is.
+        "job": _STR,
     },
     "host": {"cpu_pct": _NUM, "load1": _NUM, "mem_used_pct": _NUM},
     "nic": {

@@ -47,9 +47,11 @@ def fleet_trace(store: Path, names: list[str], *, slow: dict[str, float] | None 
     return tr
 
 
-def control_guardctl(tmp_path: Path, lab: object, *, sweep: str = "", control: str = ""
-                     ) -> Guardctl:
-    """guardctl with a private store on the lab: fast sweeps and a fast controller."""
+def control_guardctl(tmp_path: Path, lab: object, *, sweep: str = "", control: str = "",
+                     sections: str = "") -> Guardctl:
+    """guardctl with a private store on the lab: fast sweeps and a fast controller
+    (*sections*: more configuration tables, e.g. ``[source]``)."""
     mine = {line.split("=")[0].strip() for line in control.splitlines() if "=" in line}
     base = [line for line in CONTROL.splitlines() if line.split("=")[0].strip() not in mine]
-    return make_guardctl(tmp_path, lab, extra=sweep + "\n".join(base) + "\n" + control)
+    return make_guardctl(tmp_path, lab,
+                         extra=sweep + "\n".join(base) + "\n" + control + "\n" + sections)

@@ -10,7 +10,6 @@ under CI=true, where they fail (as the Slurm lab's are).
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from promtools import PromServer, openmetrics, unavailable_reason
+from promtools import PromServer, openmetrics, require_prometheus
 
 from guardctl.analyze import analyze_frame, history_needed, load
 from guardctl.analyze.frame import select
@@ -49,19 +48,6 @@ class PromFleet:
     @property
     def url(self) -> str:
         return self.server.url
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
-
-
-def require_prometheus() -> None:
-    reason = unavailable_reason()
-    if reason is None:
-        return
-    if _in_ci():
-        pytest.fail(f"CI=true but no Prometheus server can run here: {reason}", pytrace=False)
-    pytest.skip(f"Prometheus unavailable: {reason}")
 
 
 def _guardctl_series(store: Path, start: float, end: float) -> dict:  # type: ignore[type-arg]

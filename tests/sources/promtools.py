@@ -3,12 +3,14 @@
 :func:`openmetrics` renders exporter series as OpenMetrics text;
 :meth:`PromServer.start` backfills it into a fresh TSDB with
 ``promtool tsdb create-blocks-from openmetrics`` and starts the server on a free
-port; :meth:`PromServer.stop` stops it and removes its files.
+port; :meth:`PromServer.stop` stops it and removes its files; :func:`require_prometheus` skips
+a test where none can run (fails it under CI=true).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -27,6 +29,18 @@ def unavailable_reason() -> str | None:
     if missing:
         return f"{' and '.join(missing)} not installed (Debian package 'prometheus')"
     return None
+
+
+def require_prometheus() -> None:
+    """Skip the test where no Prometheus can run, or fail it under CI=true."""
+    import pytest
+
+    reason = unavailable_reason()
+    if reason is None:
+        return
+    if os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}:
+        pytest.fail(f"CI=true but no Prometheus server can run here: {reason}", pytrace=False)
+    pytest.skip(f"Prometheus unavailable: {reason}")
 
 
 def openmetrics(series: Series) -> str:
