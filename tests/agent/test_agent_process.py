@@ -101,9 +101,11 @@ def test_sigkill_mid_run_leaves_nothing_torn(tmp_path: Path) -> None:
     store = tmp_path / "store"
     rng = random.Random(7)
     for _ in range(3):
+        before = _bytes_in(store)
         proc = start(agent_argv(store, "", SYSFS_IB8, "--interval", "1"))
-        # Killed at a random moment once it is sampling (a busy machine may be slow to start it).
-        assert _wait_for(lambda: any(store.rglob("*.jsonl")), 30)
+        # Killed at a random moment once this run is sampling (a busy machine may be slow to
+        # start it; the files of the run before are there already).
+        assert _wait_for(lambda: _bytes_in(store) > before, 30)  # noqa: B023 (called here)
         time.sleep(rng.uniform(1.0, 2.0))
         proc.kill()
         proc.communicate(timeout=20)
@@ -126,9 +128,13 @@ def test_sigkill_mid_run_leaves_nothing_torn(tmp_path: Path) -> None:
     stamps = [r["ts"] for r in result.records]
     assert stamps == sorted(stamps)
     samples = sorted(set(stamps))
-    assert len(samples) >= 5
+    assert len(samples) >= 4  # each of the four runs wrote at least one
     # every sample is whole: host + 8 ports + the health of 3 collectors
     assert all(stamps.count(ts) == 12 for ts in samples)
+
+
+def _bytes_in(store: Path) -> int:
+    return sum(p.stat().st_size for p in store.rglob("*.jsonl"))
 
 
 @contextlib.contextmanager
