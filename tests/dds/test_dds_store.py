@@ -80,7 +80,10 @@ def test_the_wal_starts_over_under_steady_commits(
             largest = max(largest, _wal_pages(path))
     finally:
         writer.close()
-    assert largest < 3 * 300  # the file's size: its high-water mark
+    # The file's size is its high-water mark. Bounded, not exact: on a loaded machine the
+    # checkpointer thread may miss a few dozen commits (969 pages seen at load 5 on 2 cores);
+    # unbounded, the log ends near 6 000.
+    assert largest < 6 * 300
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM meta").fetchone()[0] == len(keys)
 
