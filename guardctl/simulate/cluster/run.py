@@ -41,12 +41,13 @@ def compare(p: Params, seeds: Sequence[int], names: Sequence[str] = policies.NAM
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for seed in seeds:
         ps = dataclasses.replace(p, seed=seed)
-        base = simulate(ps.fault_free(), "none", cfg).useful_gpu_h
+        base = simulate(ps.fault_free(), "none", cfg)
         for name in names:
             if progress:
                 progress(f"seed {seed}: {name}")
             tally = simulate(ps, name, cfg, progress)
-            runs[name].append({"seed": seed, **tally.figures(base)})
+            runs[name].append({"seed": seed, **tally.figures(base.useful_gpu_h),
+                               "fault_free_variation": round(base.variation, 4)})
     return {"params": dataclasses.asdict(p), "seeds": list(seeds),
             "policies": {n: {"mean": mean(rows), "runs": rows} for n, rows in runs.items()}}
 
