@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,16 @@ def test_cli_json_report_and_errors(tmp_path: Path) -> None:
         assert res.exit_code == 2 and words in res.output, res.output
     res = runner.invoke(main, ["simulate"])
     assert res.exit_code == 2 and "--out DIR is required" in res.output
+
+
+def test_the_benchmark_runs_and_reports_what_the_docs_quote() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(repo / "bench" / "simulate_cluster.py"),
+                           "--quick", "--json"], capture_output=True, text=True, timeout=300,
+                          cwd=repo)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert [r["nodes"] for r in result["rows"]] == [125, 250]
+    for row in result["rows"]:  # faults and the controller cost more than the calm cluster
+        assert row["ratio"] > 1 and row["us_per_node_day"] > 0
+    assert result["compare_all_s"] > 0 and result["per_node_day_ratio"] > 0

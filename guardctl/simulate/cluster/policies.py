@@ -29,7 +29,7 @@ from guardctl.controller.classify import Classified, Finding
 from guardctl.controller.ladder import BY, NodeLadder, derive
 from guardctl.nodeops.ownership import Owner
 from guardctl.sections.control import ControlSettings
-from guardctl.simulate.cluster.engine import Cluster, Flag
+from guardctl.simulate.cluster.engine import Cluster, Flag, Policy
 from guardctl.slurm.types import JobInfo
 
 NAMES = ("none", "failstop", "guard", "guardctl")
@@ -188,8 +188,10 @@ class Guardctl(FailStop):
             self.note(sim, node, "release", "done", by=BY)
 
 
-def make(name: str, cfg: ControlSettings | None = None) -> Any:
+def make(name: str, cfg: ControlSettings | None = None) -> Policy:
     """The policy called *name* (one of :data:`NAMES`)."""
     if name == "guardctl":
         return Guardctl(cfg or ControlSettings(requeue=True))
-    return {"none": NoMitigation, "failstop": FailStop, "guard": GuardStyle}[name]()
+    plain: dict[str, type[NoMitigation]] = {"none": NoMitigation, "failstop": FailStop,
+                                            "guard": GuardStyle}
+    return plain[name]()
