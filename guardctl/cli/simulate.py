@@ -1,4 +1,8 @@
-"""``guardctl simulate``: write a simulated fleet's telemetry with labelled faults, for testing."""
+"""``guardctl simulate``: write a simulated fleet's telemetry with labelled faults, for testing.
+
+``simulate`` is also the group of ``guardctl simulate cluster`` (:mod:`.simulate_cluster`);
+called without a subcommand it writes a trace, as it always did.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +12,19 @@ import click
 
 from guardctl.analyze.timespec import parse_duration, parse_time
 from guardctl.cli.base import dry_run_option, echo_json, json_option, main
+from guardctl.errors import UsageError
 from guardctl.nodes import expand
 from guardctl.simulate import DEFAULT_START, simulate
 from guardctl.simulate.faults import CONFOUNDERS, FAULTS
 
 
-@main.command("simulate")
+@main.group("simulate", invoke_without_command=True)
 @click.option(
     "--out",
     "out",
-    required=True,
+    default=None,
     type=click.Path(path_type=Path),
-    help="Directory to write (store layout) and truth.json.",
+    help="Directory to write (store layout) and truth.json (required without a subcommand).",
 )
 @click.option(
     "--nodes",
@@ -61,8 +66,10 @@ from guardctl.simulate.faults import CONFOUNDERS, FAULTS
 )
 @json_option
 @dry_run_option
+@click.pass_context
 def simulate_cmd(
-    out: Path,
+    ctx: click.Context,
+    out: Path | None,
     nodes: int,
     names: str | None,
     duration: str,
@@ -77,8 +84,13 @@ def simulate_cmd(
 ) -> None:
     """Write a schema-v1 trace of a simulated fleet under OUT, with OUT/truth.json.
 
-    Then: guardctl analyze --input OUT
+    Then: guardctl analyze --input OUT. With the subcommand 'cluster': a fleet simulation of
+    the mitigation policies instead (guardctl simulate cluster --help).
     """
+    if ctx.invoked_subcommand is not None:
+        return
+    if out is None:
+        raise UsageError("simulate: --out DIR is required (or: guardctl simulate cluster)")
     node_names = expand(names) if names else []
     if node_names:
         nodes = len(node_names)

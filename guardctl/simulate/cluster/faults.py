@@ -1,0 +1,75 @@
+"""The fault processes: when each node crashes, slows down or is grey, drawn once per seed.
+
+Every policy of one seed sees the same schedule (it is drawn before any policy acts, from its
+own random stream), so the policies are compared on the same faults. Rates are in
+:class:`~guardctl.simulate.cluster.params.Params`, each with its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from guardctl.simulate.cluster.params import DAY, Params
+
+
+@dataclass(frozen=True)
+class Onset:
+    """One fault event: a node starts (or, for a lemon's phase, stops) being at fault."""
+
+    at: float
+    node: int
+    kind: str  # crash, gpu_lost, failslow, grey, lemon_on, lemon_off, contention
+    factor: float = 1.0  # how much slower the node runs
+    duration_s: float = 0.0  # for the transient kinds; 0: until repaired
+
+
+@dataclass
+class Schedule:
+    """Every fault of one run, and the per-node facts a sweep reads (grey reveal times)."""
+
+    onsets: list[Onset] = field(default_factory=list)
+    reveal_s: dict[int, float] = field(default_factory=dict)
+
+
+def poisson_times(rng: np.random.Generator, rate_per_s: float, horizon: float) -> np.ndarray:
+    if rate_per_s <= 0:
+        return np.empty(0)
+    count = rng.poisson(rate_per_s * horizon)
+    return np.sort(rng.uniform(0.0, horizon, count))
+
+
+def _slow(rng: np.random.Generator, p: Params) -> float:
+    return float(rng.uniform(p.slow_low, p.slow_high))
+
+
+def draw(p: Params, rng: np.random.Generator) -> Schedule:
+    """The fault schedule of one run."""
+    out = Schedule()
+    horizon, n = p.horizon_s, p.nodes
+    per_node_s = n / DAY / 1000.0  # a rate per 1000 node-days -> events per second, fleet-wide
+    for t in poisson_times(rng, p.failstop_per_1000_node_days * per_node_s, horizon):
+        kind = "gpu_lost" if rng.random() < p.failstop_gpu_share else "crash"
+        out.onsets.append(Onset(float(t), int(rng.integers(n)), kind))
+    for t in poisson_times(rng, p.failslow_per_1000_node_days * per_node_s, horizon):
+        comm = rng.random() < p.failslow_comm_share
+        mean = p.failslow_comm_mean_s if comm else p.failslow_compute_mean_s
+        length = float(np.clip(rng.exponential(mean), p.failslow_min_s, p.failslow_max_s))
+        out.onsets.append(Onset(float(t), int(rng.integers(n)), "failslow", _slow(rng, p), length))
+    greys = [int(x) for x in rng.choice(n, size=round(p.grey_share * n), replace=False)]
+    later = poisson_times(rng, p.grey_per_1000_node_days * per_node_s, horizon)
+    for node, t in [(g, 0.0) for g in greys] + [(int(rng.integers(n)), float(t)) for t in later]:
+        out.onsets.append(Onset(t, node, "grey", _slow(rng, p)))
+        out.reveal_s[node] = float(rng.exponential(p.grey_reveal_mean_s))
+    for node in rng.choice(n, size=round(p.lemon_share * n), replace=False):
+        factor, t = _slow(rng, p), float(rng.exponential(p.lemon_off_mean_s))
+        while t < horizon:
+            on = float(rng.exponential(p.lemon_on_mean_s))
+            out.onsets.append(Onset(t, int(node), "lemon_on", factor, on))
+            t += on + float(rng.exponential(p.lemon_off_mean_s))
+    for t in poisson_times(rng, p.contention_per_node_day * n / DAY, horizon):
+        out.onsets.append(Onset(float(t), int(rng.integers(n)), "contention", p.contention_slow,
+                                float(rng.exponential(p.contention_mean_s))))
+    out.onsets.sort(key=lambda o: (o.at, o.node, o.kind))
+    return out

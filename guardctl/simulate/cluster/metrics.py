@@ -1,0 +1,67 @@
+"""What a run measured, and the figures a policy is judged by.
+
+Per run: useful work (GPU-hours of progress at full speed that no failure took back), work
+lost to failures and requeues, the large jobs' step-time variation (the time-weighted mean of
+how much longer a step took than on a healthy, quiet cluster), how long a fault cost its job
+before it was mitigated, drains (and false ones: nodes without a fault), and the nodes out of
+service. Goodput is a run's useful work over the fault-free run's of the same seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from guardctl.simulate.cluster.engine import Cluster
+
+
+@dataclass
+class Tally:
+    """Counters a run keeps, and the totals read off its jobs at the end."""
+
+    quarantines: int = 0
+    sweeps: int = 0
+    drains: int = 0  # by guardctl (or the Guard-style baseline): not by NHC or an operator
+    false_drains: int = 0
+    requeues: int = 0
+    hangs: int = 0
+    completed: int = 0
+    mitigation_s: list[float] = field(default_factory=list)
+    out_of_service: list[int] = field(default_factory=list)
+    useful_gpu_h: float = 0.0
+    lost_gpu_h: float = 0.0
+    variation: float = 0.0
+    restarts: int = 0
+
+    def close(self, sim: Cluster) -> None:
+        jobs = list(sim.jobs.values())
+        self.useful_gpu_h = sum(j.done_s * j.gpus for j in jobs) / 3600.0
+        self.lost_gpu_h = sum(j.lost_s * j.gpus for j in jobs) / 3600.0
+        large = [j for j in jobs if j.large]
+        measured = sum(j.measured_s for j in large)
+        self.variation = sum(j.variation_s for j in large) / measured if measured else 0.0
+        self.restarts = sum(j.restarts for j in jobs)
+
+    def figures(self, fault_free_gpu_h: float) -> dict[str, Any]:
+        """The run's figures against the fault-free run of the same seed."""
+        mit = np.array(self.mitigation_s) if self.mitigation_s else None
+        return {
+            "goodput": round(self.useful_gpu_h / fault_free_gpu_h, 4) if fault_free_gpu_h else 1.0,
+            "gpu_h_lost": round(fault_free_gpu_h - self.useful_gpu_h, 1),
+            "gpu_h_lost_to_restarts": round(self.lost_gpu_h, 1),
+            "step_time_variation": round(self.variation, 4),
+            "mitigation_median_s": None if mit is None else round(float(np.median(mit)), 1),
+            "mitigation_p95_s": None if mit is None else round(float(np.percentile(mit, 95)), 1),
+            "mitigated": len(self.mitigation_s),
+            "drains": self.drains,
+            "false_drains": self.false_drains,
+            "quarantines": self.quarantines,
+            "sweeps": self.sweeps,
+            "requeues": self.requeues,
+            "restarts": self.restarts,
+            "nodes_out_of_service": round(float(np.mean(self.out_of_service)), 2)
+            if self.out_of_service else 0.0,
+        }
