@@ -180,8 +180,10 @@ class Guardctl(FailStop):
         self.note(sim, node, "drain", "done", by=BY)
 
     def on_sweep(self, sim: Cluster, node: str, verdict: str) -> None:
+        relapse = self.ladder(node).passes_since(sim.now - self.cfg.relapse_window_s)
         self.note(sim, node, "control sweep", verdict=verdict)
-        if verdict == "fail":
+        # As the real loop: a lemon's last sweep is followed by its drain, pass or not.
+        if verdict == "fail" or control.is_lemon(self.cfg, relapse):
             self.drain(sim, node)
         else:
             sim.release(node)
