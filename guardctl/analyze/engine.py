@@ -22,7 +22,7 @@ import numpy as np
 
 from guardctl import layout
 from guardctl.analyze import features as feat
-from guardctl.analyze import health
+from guardctl.analyze import health, stages
 from guardctl.analyze.detectors import Flags, load_all
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
@@ -115,6 +115,8 @@ class Analysis:
     records: int = 0
     bad: dict[str, int] = field(default_factory=dict)
     persist: tuple[int, int] = (2, 3)
+    # Job-level findings: a pipeline stage heavier on every replica (never a node's fault).
+    stages: tuple[stages.StageImbalance, ...] = ()
 
     @property
     def suspects(self) -> list[NodeVerdict]:
@@ -133,6 +135,7 @@ class Analysis:
             "persist": {"k": self.persist[0], "n": self.persist[1]},
             "nodes": [n.to_dict() for n in self.nodes],
             "input": {"files": self.files, "records": self.records, "bad": dict(self.bad)},
+            "stages": [s.to_dict() for s in self.stages],
         }
 
 
@@ -250,6 +253,7 @@ def analyze_frame(
         frame.records,
         dict(frame.bad),
         (cfg.persist_k, n),
+        stages.find(f, cfg.stage_imbalance, cfg.persist_k),
     )
 
 

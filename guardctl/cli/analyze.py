@@ -13,6 +13,7 @@ from guardctl.analyze.timespec import iso, parse_duration, parse_time
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
 from guardctl.controller.impact import describe
 from guardctl.errors import ExitCode, InputError
+from guardctl.nodes import fold
 from guardctl.sources import Source, analyze_source, open_source
 
 
@@ -117,6 +118,8 @@ def _print_table(result: object) -> None:
     costs = [describe(n.node, n.impact) for n in result.suspects if n.impact]
     if costs:
         click.echo("\nimpact: " + "; ".join(costs))
+    for stage in result.stages:  # job-level: no node is to blame
+        click.echo(f"\njob {stage.job}: {stage.why} (nodes {fold(stage.nodes)})")
     counts = {
         v: sum(1 for n in result.nodes if n.verdict == v) for v in (SUSPECT, "unknown", "healthy")
     }

@@ -4,8 +4,9 @@
   persistent: watched, never acted on;
 * **persistent**: a node fault: hardware signals, or busy time behind its peers window after
   window: the node ladder;
-* **structural**: too many of one job's, one rack's or the fleet's nodes at once: a common
-  cause, reported once as a fleet-wide finding, never a node action;
+* **structural**: too many of one job's, one rack's or the fleet's nodes at once, or one
+  pipeline stage heavier on every replica of its job: a common cause, reported once as a
+  fleet-wide finding, never a node action;
 * **heterogeneity**: a slower device model mixed into a job: all the job's nodes of that model
   and no others are slow: per-rank shares through the data-sharding service, no drain.
 
@@ -54,7 +55,7 @@ class Finding:
 class FleetFinding:
     """A common cause: too many nodes of one job, rack or the fleet flagged at once."""
 
-    scope: Literal["job", "rack", "fleet"]
+    scope: Literal["job", "rack", "fleet", "stage"]
     name: str
     nodes: tuple[str, ...]
     of: int  # how many nodes the job / rack / fleet has
@@ -120,6 +121,11 @@ def classify(analysis: Analysis, cfg: ControlSettings) -> Classified:
     fleet = _fleet_wide(analysis, faults, cfg)
     structural = {n: f for f in fleet for n in f.nodes}
     hetero = _heterogeneous(analysis, [n for n in faults if n not in structural], cfg)
+    # A heavy stage flags none of its nodes (they are judged against their own stage): it is
+    # reported, and a node fault inside that stage is still a node fault.
+    fleet += [FleetFinding("stage", f"{s.job}/stage{s.stage}", s.nodes,
+                           sum(1 for v in analysis.nodes if v.job == s.job), s.why)
+              for s in analysis.stages]
     findings = []
     for v in flagged:
         kind, why = kinds[v.node]

@@ -23,6 +23,9 @@ class AnalyzeSettings:
     # Ranks needed to compare within a job, or within one pipeline stage of it: a rank is
     # compared with the ranks doing the same work, and a stage may have only a few replicas.
     min_rank_peers: int = 3
+    # A pipeline stage whose fastest rank computes this much longer than the other stages'
+    # ranks (in persist_k windows) is reported as the job's imbalance; 0: not looked for.
+    stage_imbalance: float = 0.15
     low_quantile: float = 0.3  # a fault must hold in this share of a window to show
     hardware_xids: tuple[int, ...] = DEFAULT_HARDWARE_XIDS
     cache: bool = True  # keep parsed telemetry in <store>/cache/analyze
@@ -44,6 +47,8 @@ class AnalyzeSettings:
             raise ValueError("min_coverage: must be between 0 and 1")
         if self.min_peers < 2:
             raise ValueError("min_peers: must be >= 2")
+        if self.stage_imbalance < 0:
+            raise ValueError("stage_imbalance: must be >= 0 (0: not looked for)")
         if self.min_rank_peers < 3:
             raise ValueError("min_rank_peers: must be >= 3 (two ranks cannot say which is slow)")
         if not 0 < self.low_quantile <= 0.5:

@@ -174,3 +174,22 @@ def test_requeue_only_when_the_rule_says_so() -> None:
     (d,) = decide(view(a, off, entries=log, owners=owners, running={"n2": [job]},
                        requeueable={41: 36000.0}), off)
     assert d.action == "wait"
+
+
+def test_a_heavy_pipeline_stage_is_reported_and_a_node_fault_in_it_still_acted_on() -> None:
+    from guardctl.analyze.stages import StageImbalance
+
+    heavy = StageImbalance("j1", 3, ("n7", "n8"), 1.25, 3)
+    base = analysis(verdict("n8", "busy_time"))
+    a = Analysis(base.window_start, base.window_end, base.nodes, stages=(heavy,))
+    classified = classify(a, CFG)
+    (stage,) = classified.fleet
+    assert (stage.scope, stage.name, stage.nodes, stage.of) == ("stage", "j1/stage3",
+                                                                ("n7", "n8"), 8)
+    assert "layer split" in stage.why
+    # n8 is slow against its own stage's peers: still its node fault.
+    (d,) = decide(view(a, CFG), CFG)
+    assert (d.node, d.action) == ("n8", "quarantine")
+    # The stage alone: reported, no node action.
+    quiet = Analysis(base.window_start, base.window_end, analysis().nodes, stages=(heavy,))
+    assert decide(view(quiet, CFG), CFG) == [] and classify(quiet, CFG).fleet

@@ -84,3 +84,28 @@ def test_analyze_summary_counts_the_nodes_not_judged(tmp_path: Path) -> None:
     write_steps(tmp_path, [{}] * 2, [0.5, 1.5], [None] * 2)
     run_ = CliRunner().invoke(main, ["analyze", "--input", str(tmp_path)], env={})
     assert "(2 with ranks not judged: too few peers)" in run_.output, run_.output
+
+
+def test_a_heavier_stage_on_every_replica_is_the_jobs_finding(tmp_path: Path) -> None:
+    roles = [{"pp_stage": s, "dp_rank": d} for s in (0, 1, 2) for d in range(4)]
+    write_steps(tmp_path, roles, [0.5] * 8 + [0.7] * 4, [None] * 12)
+    result = run(tmp_path)
+    assert suspects(result) == []
+    (stage,) = result.stages
+    assert (stage.job, stage.stage, stage.windows) == ("7", 2, 3)
+    assert stage.nodes == ("node10", "node11", "node8", "node9")
+    assert 1.3 < stage.ratio < 1.4  # the fastest of its ranks, 0.7 x 0.97, over 0.5
+    assert result.to_dict()["stages"][0]["stage"] == 2
+
+
+def test_one_slow_rank_is_a_node_not_its_stage(tmp_path: Path) -> None:
+    roles = [{"pp_stage": s, "dp_rank": d} for s in (0, 1) for d in range(4)]
+    write_steps(tmp_path, roles, [0.5] * 4 + [0.5, 0.5, 1.0, 0.5], [None] * 8)
+    result = run(tmp_path)
+    assert suspects(result) == ["node6"] and result.stages == ()
+
+
+def test_stages_of_equal_work_are_no_finding(tmp_path: Path) -> None:
+    roles = [{"pp_stage": s, "dp_rank": d} for s in (0, 1) for d in range(4)]
+    write_steps(tmp_path, roles, [0.5] * 8, [None] * 8)
+    assert run(tmp_path).stages == ()
