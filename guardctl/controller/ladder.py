@@ -9,7 +9,10 @@ nothing and any pass, on any host, reads the same ladder:
 * the sweeps it ran and their verdicts (``control sweep``), so passes within
   ``[control] relapse_window_s`` count the relapses;
 * suspect onsets (``control pass`` records list what was flagged), for flap suppression;
-* the last decision recorded for the node, so an unchanged decision is not logged again.
+* the last decision recorded for the node, so an unchanged decision is not logged again;
+* fresh starts (``control fresh start``): a node someone else took out (a drain, DOWN, a
+  reboot, a repair) after guardctl's sweeps passed it comes back with its relapse count at
+  zero: the passes before the repair say nothing about the node after it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 from guardctl.actionlog import Entry
 
 BY = "control"  # the evidence key 'by' of node actions the controller took
+FRESH_START = "control fresh start"
 
 
 @dataclass
@@ -33,9 +37,15 @@ class NodeLadder:
     sweeps: list[tuple[float, str]] = field(default_factory=list)  # (ts, verdict)
     onsets: list[float] = field(default_factory=list)  # when it became flagged
     last_decision: dict[str, Any] = field(default_factory=dict)
+    fresh_start: float = 0.0  # relapses count from here (someone else held the node)
 
     def passes_since(self, since: float) -> int:
+        since = max(since, self.fresh_start)
         return sum(1 for ts, verdict in self.sweeps if verdict == "pass" and ts >= since)
+
+    def needs_fresh_start(self, owner: str) -> bool:
+        """Whether a node *owner* says someone else holds must start its relapses over."""
+        return owner == "held by someone else" and self.passes_since(0.0) > 0
 
     def last_pass(self) -> float | None:
         passes = [ts for ts, verdict in self.sweeps if verdict == "pass"]
@@ -52,7 +62,8 @@ class NodeLadder:
         return {"node": self.node, "quarantined_by_control": self.quarantined_by_control,
                 "quarantined_at": self.quarantined_at,
                 "sweeps": [{"ts": ts, "verdict": v} for ts, v in self.sweeps],
-                "onsets": self.onsets, "last_decision": self.last_decision}
+                "onsets": self.onsets, "last_decision": self.last_decision,
+                "fresh_start": self.fresh_start}
 
 
 def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
@@ -75,6 +86,9 @@ def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
         elif e.action == "control decision":
             for node in e.nodes:
                 of(node).last_decision = dict(e.evidence)
+        elif e.action == FRESH_START:
+            for node in e.nodes:
+                of(node).fresh_start = e.ts
         elif e.phase in ("done", "reconciled") and e.action in ("quarantine", "release",
                                                                "drain"):
             for node in e.nodes:

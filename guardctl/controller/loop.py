@@ -182,6 +182,7 @@ class Controller:
         if not dry_run:
             record.record_pass(self.ops, g.entries, g.classified)
             record.record_fleet(self.ops, g.entries, g.classified)
+            record.record_fresh_starts(self.ops, g.ladders, g.view.owners)
         for decision in policy.decide(g.view, self.cfg):
             outcome, extra = self._carry_out(decision, g, dry_run)
             if not dry_run and (decision.acts or record.changed(

@@ -7,17 +7,19 @@ Everything goes through :meth:`guardctl.nodeops.NodeOps.record` as ``control ...
 * ``control fleet``: a fleet-wide finding (a job, a rack or the fleet), written when new;
 * ``control decision``: a node's decision, its rung, why and its evidence, written when it
   differs from the node's last one (an unchanged wait is not logged every pass);
-* ``control sweep``: a sweep's verdict; ``control requeue``: a job requeued off a node.
+* ``control sweep``: a sweep's verdict; ``control requeue``: a job requeued off a node;
+* ``control fresh start``: a node with passed sweeps that someone else now holds; its
+  relapse count starts over (:mod:`guardctl.controller.ladder`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guardctl.actionlog import Entry
 from guardctl.controller.classify import Classified
-from guardctl.controller.ladder import NodeLadder
+from guardctl.controller.ladder import FRESH_START, NodeLadder
 from guardctl.controller.policy import Decision
 from guardctl.nodeops import NodeOps
 
@@ -66,3 +68,16 @@ def record_decision(ops: NodeOps, decision: Decision, outcome: str,
                     extra: dict[str, Any] | None = None) -> Entry:
     return ops.record("control decision", [decision.node], reason=decision.why,
                       evidence={**decision.as_dict(), "outcome": outcome, **(extra or {})})
+
+
+def record_fresh_starts(ops: NodeOps, ladders: Mapping[str, NodeLadder],
+                        owners: Mapping[str, tuple[str, str]]) -> list[str]:
+    """Note a fresh start for each node with passed sweeps that someone else holds now."""
+    out = []
+    for node, ladder in sorted(ladders.items()):
+        owner, why = owners.get(node, ("in service", ""))
+        if ladder.needs_fresh_start(owner):
+            ops.record(FRESH_START, [node], reason=f"held by someone else ({why}): its "
+                       "relapse count starts over", evidence={"owner": why})
+            out.append(node)
+    return out

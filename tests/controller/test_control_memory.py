@@ -52,3 +52,25 @@ def test_observe_only_leaves_the_memory_slurm_as_it_was(tmp_path: Path) -> None:
     (d,) = report.decisions
     assert (d["decision"], d["outcome"]) == ("quarantine", "would do")
     assert slurm.reservations() == [] and not any(n.drained for n in slurm.nodes())
+
+
+def test_a_node_someone_else_took_out_comes_back_with_its_relapses_at_zero(tmp_path: Path
+                                                                           ) -> None:
+    slurm = MemorySlurm(NODES, start=time.time())
+    c = controller(tmp_path, slurm)
+    for _ in range(2):  # two passed sweeps: the next flag would make it a lemon
+        c.ops.record("control sweep", ["node2"], reason="gemm ok", evidence={"verdict": "pass"})
+    slurm.drain(["node2"], "ops: replaced GPU 3")  # an administrator's repair
+    fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
+    held = decision(c, "node2")
+    assert held["decision"] == "leave"
+    starts = [e for e in c.ops.log.entries() if e.action == "control fresh start"]
+    assert [e.nodes for e in starts] == [("node2",)] and "replaced GPU 3" in starts[0].reason
+    c.run_pass()  # recorded once, not every pass
+    assert len([e for e in c.ops.log.entries() if e.action == "control fresh start"]) == 1
+    slurm.resume(["node2"])
+    slurm.submit(SubmitRequest("train.sbatch", nodes=("node2",), job_name="train"))
+    slurm.advance(1)  # a job on it: the quarantine waits for it instead of sweeping now
+    fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
+    back = decision(c, "node2")
+    assert (back["decision"], back["rung"], back["relapse"]) == ("quarantine", "b", 0), back

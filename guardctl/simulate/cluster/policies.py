@@ -26,7 +26,7 @@ from typing import Any
 from guardctl.actionlog import Entry
 from guardctl.controller import policy as control
 from guardctl.controller.classify import Classified, Finding
-from guardctl.controller.ladder import BY, NodeLadder, derive
+from guardctl.controller.ladder import BY, FRESH_START, NodeLadder, derive
 from guardctl.nodeops.ownership import Owner
 from guardctl.sections.control import ControlSettings
 from guardctl.simulate.cluster.engine import Cluster, Flag, Policy
@@ -81,6 +81,7 @@ class Guardctl(FailStop):
         self.cfg = cfg
         self.log: dict[str, list[Entry]] = {}  # node -> its action-log entries, oldest first
         self.flagged: set[str] = set()
+        self.passed: set[str] = set()  # nodes with passed sweeps since their last fresh start
         self.actions: deque[float] = deque()  # when the controller acted, for its hourly cap
         self.seq = 0
 
@@ -106,6 +107,7 @@ class Guardctl(FailStop):
         for node in sorted(faulty ^ self.flagged):  # "control pass": the set at fault changed
             self.note(sim, node, "control pass", nodes=(node,) if node in faulty else ())
         self.flagged = faulty
+        self.fresh_starts(sim)
         held = sorted(sim.quarantined)
         if not flags and not held:
             return
@@ -113,6 +115,13 @@ class Guardctl(FailStop):
         for decision in control.decide(view, self.cfg):
             if decision.acts:
                 self.act(sim, decision, view)
+
+    def fresh_starts(self, sim: Cluster) -> None:
+        """As the real pass: a passed node someone else holds now starts its relapses over."""
+        for node in sorted(self.passed):
+            if self.ladder(node).needs_fresh_start(self.owner(sim, node)[0]):
+                self.note(sim, node, FRESH_START)
+                self.passed.discard(node)
 
     def view(self, sim: Cluster, flags: list[Flag], held: list[str]) -> control.View:
         nodes = sorted({f.node for f in flags} | set(held))
@@ -186,6 +195,7 @@ class Guardctl(FailStop):
         if verdict == "fail" or control.is_lemon(self.cfg, relapse):
             self.drain(sim, node)
         else:
+            self.passed.add(node)
             sim.release(node)
             self.note(sim, node, "release", "done", by=BY)
 
