@@ -10,8 +10,8 @@ nothing and any pass, on any host, reads the same ladder:
   ``[control] relapse_window_s`` count the relapses;
 * suspect onsets (``control pass`` records list what was flagged), for flap suppression;
 * the last decision recorded for the node, so an unchanged decision is not logged again;
-* fresh starts (``control fresh start``): a node someone else took out (a drain, DOWN, a
-  reboot, a repair) after guardctl's sweeps passed it comes back with its relapse count at
+* fresh starts (``control fresh start``): a node someone else took out for repair (a drain,
+  DOWN, a reboot) after guardctl's sweeps passed it comes back with its relapse count at
   zero: the passes before the repair say nothing about the node after it.
 """
 
@@ -43,9 +43,10 @@ class NodeLadder:
         since = max(since, self.fresh_start)
         return sum(1 for ts, verdict in self.sweeps if verdict == "pass" and ts >= since)
 
-    def needs_fresh_start(self, owner: str) -> bool:
-        """Whether a node *owner* says someone else holds must start its relapses over."""
-        return owner == "held by someone else" and self.passes_since(0.0) > 0
+    def needs_fresh_start(self, owner: str, out_for_repair: bool) -> bool:
+        """Whether a node someone else holds out for repair (drained, down, rebooting; not
+        merely silent after the Slurm controller restarted) must start its relapses over."""
+        return owner == "held by someone else" and out_for_repair and self.passes_since(0.0) > 0
 
     def last_pass(self) -> float | None:
         passes = [ts for ts, verdict in self.sweeps if verdict == "pass"]

@@ -92,6 +92,7 @@ class Gathered:
     entries: list[Entry]
     ladders: dict[str, NodeLadder]
     view: policy.View
+    out_for_repair: Callable[[str], bool] = lambda _node: False  # drained, down, rebooting
 
 
 def running_jobs(jobs: list[JobInfo]) -> dict[str, list[JobInfo]]:
@@ -119,7 +120,7 @@ def gather(settings: Settings, ops: NodeOps, analysis: Analysis, now: float) -> 
     duration = settings.control.sweep_duration_s or settings.sweep.gemm_duration_s
     view = policy.View(classified, owners, running_jobs(jobs), ladders, now, duration, dds,
                        requeueable)
-    return Gathered(analysis, classified, entries, ladders, view)
+    return Gathered(analysis, classified, entries, ladders, view, snap.out_for_repair)
 
 
 def _serves(root: Path, job: str) -> bool:
@@ -182,7 +183,7 @@ class Controller:
         if not dry_run:
             record.record_pass(self.ops, g.entries, g.classified)
             record.record_fleet(self.ops, g.entries, g.classified)
-            record.record_fresh_starts(self.ops, g.ladders, g.view.owners)
+            record.record_fresh_starts(self.ops, g.ladders, g.view.owners, g.out_for_repair)
         for decision in policy.decide(g.view, self.cfg):
             outcome, extra = self._carry_out(decision, g, dry_run)
             if not dry_run and (decision.acts or record.changed(

@@ -14,7 +14,7 @@ Everything goes through :meth:`guardctl.nodeops.NodeOps.record` as ``control ...
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from guardctl.actionlog import Entry
@@ -71,12 +71,14 @@ def record_decision(ops: NodeOps, decision: Decision, outcome: str,
 
 
 def record_fresh_starts(ops: NodeOps, ladders: Mapping[str, NodeLadder],
-                        owners: Mapping[str, tuple[str, str]]) -> list[str]:
-    """Note a fresh start for each node with passed sweeps that someone else holds now."""
+                        owners: Mapping[str, tuple[str, str]],
+                        out_for_repair: Callable[[str], bool]) -> list[str]:
+    """Note a fresh start for each node with passed sweeps that someone else holds out for
+    repair now."""
     out = []
     for node, ladder in sorted(ladders.items()):
         owner, why = owners.get(node, ("in service", ""))
-        if ladder.needs_fresh_start(owner):
+        if node in owners and ladder.needs_fresh_start(owner, out_for_repair(node)):
             ops.record(FRESH_START, [node], reason=f"held by someone else ({why}): its "
                        "relapse count starts over", evidence={"owner": why})
             out.append(node)

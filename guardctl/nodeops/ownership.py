@@ -31,6 +31,9 @@ HELD_OUT = ("quarantined", "drained by guardctl")  # what the cap counts
 # BLOCKED, POWER*, NOT_RESPONDING, INVALID_REG, FUTURE, one a newer release adds) means someone
 # or something else has the node: guardctl shows it as Slurm does and leaves it alone.
 IN_SERVICE_STATES = frozenset({"idle", "allocated", "mixed", "completing"})
+# Of those, the ones that take a node out for repair (not a moment's silence after the Slurm
+# controller restarts): a node back from one starts its record with guardctl over.
+REPAIR_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
 IN_SERVICE_FLAGS = frozenset({"RESERVED", "MAINTENANCE", "PLANNED", "COMPLETING", "CLOUD",
                               "DYNAMIC_NORM", "REBOOT_CANCEL", "RESUME", "UNDRAIN"})
 
@@ -133,6 +136,11 @@ class Snapshot:
             sweep = self.swept_by_us[sweeps[0]].evidence.get("sweep", "")
             return "held for a sweep", f"reservation {sweeps[0]} (sweep {sweep})"
         return "in service", ""
+
+    def out_for_repair(self, name: str) -> bool:
+        """Whether *name* is drained, down or rebooting: out for repair, whoever holds it."""
+        node = self.nodes[name]
+        return node.drained or node.down or bool(node.flags & REPAIR_FLAGS)
 
     def held_out(self, prefix: str) -> set[str]:
         """The nodes guardctl holds out of production now (quarantined or drained)."""

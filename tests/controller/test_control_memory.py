@@ -74,3 +74,18 @@ def test_a_node_someone_else_took_out_comes_back_with_its_relapses_at_zero(tmp_p
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     back = decision(c, "node2")
     assert (back["decision"], back["rung"], back["relapse"]) == ("quarantine", "b", 0), back
+
+
+def test_a_node_merely_not_responding_keeps_its_relapses(tmp_path: Path) -> None:
+    # After the Slurm controller restarts, nodes are "not responding" until their slurmd
+    # registers: held by someone else for that moment, but not out for repair.
+    slurm = MemorySlurm(NODES, start=time.time())
+    c = controller(tmp_path, slurm)
+    c.ops.record("control sweep", ["node2"], reason="gemm ok", evidence={"verdict": "pass"})
+    silent = dataclasses.replace(next(n for n in slurm.nodes() if n.name == "node2"),
+                                 flags=frozenset({"NOT_RESPONDING"}))
+    real_nodes = slurm.nodes
+    slurm.nodes = lambda: [silent if n.name == "node2" else n for n in real_nodes()]  # type: ignore[method-assign]
+    fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
+    assert decision(c, "node2")["decision"] == "leave"
+    assert not [e for e in c.ops.log.entries() if e.action == "control fresh start"]

@@ -119,7 +119,8 @@ class Guardctl(FailStop):
     def fresh_starts(self, sim: Cluster) -> None:
         """As the real pass: a passed node someone else holds now starts its relapses over."""
         for node in sorted(self.passed):
-            if self.ladder(node).needs_fresh_start(self.owner(sim, node)[0]):
+            # The model's nodes held by someone else are all drained or down: out for repair.
+            if self.ladder(node).needs_fresh_start(self.owner(sim, node)[0], True):
                 self.note(sim, node, FRESH_START)
                 self.passed.discard(node)
 
