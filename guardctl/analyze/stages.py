@@ -47,25 +47,32 @@ def find(f: Features, imbalance: float, persist_k: int) -> tuple[StageImbalance,
     t = f.rank
     if not len(t) or imbalance <= 0:
         return ()
-    known = t["stage"] >= 0
+    # Only the rows that name their stage, split by job once: a pass runs this every time.
+    known = np.flatnonzero(t["stage"] >= 0)
+    known = known[np.argsort(t["job"][known], kind="stable")]
+    jobs = t["job"][known]
     out = []
-    for job in np.unique(t["job"][known]).tolist():
+    for rows in np.split(known, np.flatnonzero(np.diff(jobs)) + 1) if known.size else ():
+        windows = t["w"][rows]
         held: dict[int, list[tuple[int, float]]] = {}  # stage -> (window, ratio)
         for w in range(f.n_windows):
-            heavy = _heaviest(t, known & (t["job"] == job) & (t["w"] == w), imbalance)
+            heavy = _heaviest(t, rows[windows == w], imbalance)
             if heavy is not None:
                 held.setdefault(heavy[0], []).append((w, heavy[1]))
         for stage, hits in sorted(held.items()):
             if len(hits) < persist_k:
                 continue
-            rows = known & (t["job"] == job) & (t["stage"] == stage) & (t["w"] == min(hits)[0])
-            nodes = tuple(sorted({f.nodes[int(n)] for n in t["node"][rows].tolist()}))
-            out.append(StageImbalance(f.jobs[job], stage, nodes, min(hits)[1], len(hits)))
+            newest, ratio = min(hits)
+            mine = rows[(t["stage"][rows] == stage) & (windows == newest)]
+            nodes = tuple(sorted({f.nodes[int(n)] for n in t["node"][mine].tolist()}))
+            out.append(StageImbalance(f.jobs[int(t["job"][rows[0]])], stage, nodes, ratio,
+                                      len(hits)))
     return tuple(out)
 
 
 def _heaviest(t: Any, rows: np.ndarray, imbalance: float) -> tuple[int, float] | None:
-    """(stage, ratio) of the window's heaviest stage when it is *imbalance* above the rest."""
+    """(stage, ratio) of the window's heaviest stage when it is *imbalance* above the rest
+    (*rows*: the window's indices into the rank table)."""
     stages = t["stage"][rows]
     compute = t["compute_med"][rows]
     names = np.unique(stages)

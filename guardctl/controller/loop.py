@@ -92,7 +92,7 @@ class Gathered:
     entries: list[Entry]
     ladders: dict[str, NodeLadder]
     view: policy.View
-    out_for_repair: Callable[[str], bool] = lambda _node: False  # drained, down, rebooting
+    out_for_repair: Callable[[str], bool]  # drained, down, rebooting (whoever holds it)
 
 
 def running_jobs(jobs: list[JobInfo]) -> dict[str, list[JobInfo]]:

@@ -78,7 +78,7 @@ def record_fresh_starts(ops: NodeOps, ladders: Mapping[str, NodeLadder],
     out = []
     for node, ladder in sorted(ladders.items()):
         owner, why = owners.get(node, ("in service", ""))
-        if node in owners and ladder.needs_fresh_start(owner, out_for_repair(node)):
+        if ladder.needs_fresh_start(owner, node in owners and out_for_repair(node)):
             ops.record(FRESH_START, [node], reason=f"held by someone else ({why}): its "
                        "relapse count starts over", evidence={"owner": why})
             out.append(node)
