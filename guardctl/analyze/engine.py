@@ -240,10 +240,13 @@ def analyze_frame(
     broken = health.failing(frame, at - window_s, at, has_data)
     seen = np.array(f.seen.any(axis=0), bool)  # and nodes only their agents' health is from
     seen[[i for i, name in enumerate(f.nodes) if name in broken]] = True
+    unjudged = _not_compared(f)
     verdicts = []
     for node in np.flatnonzero(seen):
         why = broken.get(f.nodes[node], [])
-        verdicts.append(_verdict(f, flags, hit, int(node), int(count[node]), cfg, why))
+        verdicts.append(
+            _verdict(f, flags, hit, int(node), int(count[node]), cfg, why, bool(unjudged[node]))
+        )
     verdicts.sort(key=lambda v: (v.verdict != SUSPECT, -v.score, v.node))
     return Analysis(
         at - window_s,
@@ -265,6 +268,7 @@ def _verdict(
     count: int,
     cfg: AnalyzeSettings,
     failing: list[str],
+    unjudged: bool,
 ) -> NodeVerdict:
     name = f.nodes[node]
     job_idx = int(f.node_job[0, node])
@@ -279,7 +283,8 @@ def _verdict(
             job=job,
         )
     if not hit[:, node].any():
-        return NodeVerdict(name, HEALTHY, 0.0, _not_compared(f, node, cfg), job=job)
+        why = (_NOT_COMPARED_WHY.format(cfg.min_rank_peers),) if unjudged else ()
+        return NodeVerdict(name, HEALTHY, 0.0, why, job=job)
     evidence = _evidence(f, flags, hit, node, cfg.evidence_per_node)
     score = round(max(e.severity for e in evidence), 2) if evidence else 0.0
     verdict = SUSPECT if count >= cfg.persist_k else HEALTHY
@@ -311,16 +316,26 @@ def _impact(f: feat.Features, node: int, job_idx: int, job: str | None) -> dict[
 NOT_COMPARED = "ranks not judged"
 
 
-def _not_compared(f: feat.Features, node: int, cfg: AnalyzeSettings) -> tuple[str, ...]:
-    """Say so when the node's ranks had too few peers to be compared in the newest window."""
+_NOT_COMPARED_WHY = (
+    NOT_COMPARED + ": fewer than {} ranks doing the same work in its "
+    "job (too small a job or pipeline stage to compare)"
+)
+
+
+def _not_compared(f: feat.Features) -> np.ndarray:
+    """Per node: it has ranks in the newest window, and none of them had peers to compare with.
+
+    One pass over the rank table for all nodes (per node, it was a scan of the
+    whole table each: quadratic in the fleet).
+    """
     t = f.rank
+    size = len(f.nodes)
     if not len(t):
-        return ()
-    mine = (t["node"] == node) & (t["w"] == 0)
-    if not mine.any() or (t["peer"][mine] >= 0).any():
-        return ()
-    return (f"{NOT_COMPARED}: fewer than {cfg.min_rank_peers} ranks doing the same work in its "
-            "job (too small a job or pipeline stage to compare)",)  # fmt: skip
+        return np.zeros(size, bool)
+    newest = t["w"] == 0
+    ranks = np.bincount(t["node"][newest], minlength=size)
+    compared = np.bincount(t["node"][newest & (t["peer"] >= 0)], minlength=size)
+    return (ranks > 0) & (compared == 0)
 
 
 def _evidence(
