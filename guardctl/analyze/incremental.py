@@ -44,12 +44,12 @@ import numpy as np
 from guardctl.analyze.engine import Analysis, analyze, analyze_frame, default_at, history_needed
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
+    Listing,
     _Tail,
     group_by_hour,
     hours_needed,
     latest_hour_end,
     parse_tails,
-    source_files,
 )
 from guardctl.analyze.mirrors import RowBuffer, decode, row_dtype
 from guardctl.config import Settings
@@ -173,6 +173,9 @@ class Analyzer:
         self.cold_passes = 0  # passes asked for a time before the kept records
         # What the last pass read: mirror rows decoded and JSON Lines bytes parsed.
         self.read = {"mirror_rows": 0, "parsed_bytes": 0}
+        self._listing = Listing()
+        self._groups: tuple[int, dict[str, list[str]]] = (-1, {})  # by the listing's version
+        self._buffer: np.ndarray | None = None  # the last pass's read buffer, its pages mapped
         self._reset()
 
     def _reset(self) -> None:
@@ -184,6 +187,7 @@ class Analyzer:
         self._kept = {kind: _Columns(kind) for kind in schema.KINDS}
         # Records before this time were let go: a pass needing them runs cold.
         self._floor = -math.inf
+        self._files_seen: tuple[int, tuple[str, ...]] | None = None  # what _forget last saw
 
     # --- one pass --------------------------------------------------------------------------
 
@@ -211,7 +215,10 @@ class Analyzer:
         cfg = self.settings.analyze
         wanted = self._wanted(at, span)
         files = [(name, self._hour_id(hour)) for hour, names in wanted.items() for name in names]
-        self._forget({name for name, _ in files}, {self._hours[h] for h in wanted})
+        seen = (self._listing.version, tuple(wanted))
+        if seen != self._files_seen:  # the same files as last pass: nothing to let go of
+            self._forget({name for name, _ in files}, {self._hours[h] for h in wanted})
+            self._files_seen = seen
         extra = _Pass()
         self.read = {"mirror_rows": 0, "parsed_bytes": 0}
         uncovered = self._refresh(files, extra)
@@ -237,7 +244,10 @@ class Analyzer:
 
     def _wanted(self, at: float | None, span: float) -> dict[str, list[str]]:
         """The hourly buckets (and their files) a cold pass at *at* would read."""
-        groups = group_by_hour(source_files(self.root))
+        files = self._listing.files(self.root)
+        if self._groups[0] != self._listing.version:
+            self._groups = (self._listing.version, group_by_hour(files))
+        groups = self._groups[1]
         if at is not None:
             hours = hours_needed(list(groups), at - span, at)
         else:
@@ -333,7 +343,10 @@ class Analyzer:
         mark row standing for everything already read, so that the column file
         reader checks and decodes them as if it had read the file whole.
         """
-        reader = _TailReader(sum(size - st.offset for _, st, size in todo))
+        if not todo:
+            return []
+        expected = sum(size - st.offset for _, st, size in todo)
+        reader = _TailReader(expected, self._buffer)
         files: list[tuple[str, _File, int, int]] = []  # name, state, size, prefix rows
         for name, state, size in todo:
             got = reader.read(name, state)
@@ -342,6 +355,9 @@ class Analyzer:
                 parsed.append((name, state, size))
             else:
                 files.append((name, state, size, got))
+        # The next pass reads into the same pages (fresh memory costs about as much as
+        # reading into it), unless the buffer is far larger than what this pass read.
+        self._buffer = reader.buf if reader.buf.size <= 4 * reader.end + (8 << 20) else None
         if not files:
             return []
         counts = reader.counts
@@ -498,6 +514,15 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
 
 class _TailReader(RowBuffer):
     """Reads the new rows of many column mirrors into one buffer, one system call each."""
+
+    def __init__(self, expected: int, spare: np.ndarray | None) -> None:
+        """Room for *expected* bytes: *spare* (a buffer from an earlier pass) if big enough."""
+        reuse = spare is not None and spare.size >= expected + (1 << 20)
+        super().__init__(0 if reuse else expected)
+        if reuse:
+            assert spare is not None
+            self.view.release()
+            self.buf, self.view = spare, spare.data
 
     def read(self, name: str, state: _File) -> int | None:
         """Add *name*'s new rows behind its prefix; return the prefix's rows, None: no mirror."""

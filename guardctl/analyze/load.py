@@ -80,27 +80,114 @@ def _walk_jsonl(top: str) -> list[str]:
     out: list[str] = []
     todo = [top]
     while todo:
-        directory = todo.pop()
-        try:
-            entries = os.scandir(directory)
-        except OSError:  # vanished or unreadable, as os.walk skips it
-            continue
-        with entries:
-            for entry in entries:
-                name = entry.name
-                if name.endswith(".jsonl"):  # by far the most entries: decided by name alone
-                    if not entry.is_dir():
-                        out.append(entry.path)
-                    continue
-                if name.endswith(".cols"):  # column mirrors, found from their files
-                    continue
-                try:
-                    is_dir = entry.is_dir()
-                except OSError:
-                    is_dir = False
-                if is_dir and not entry.is_symlink():
-                    todo.append(entry.path)
+        found = _list_dir(todo.pop())
+        if found is not None:
+            out.extend(found[0])
+            todo.extend(found[1])
     return out
+
+
+def _list_dir(directory: str) -> tuple[list[str], list[str]] | None:
+    """One directory's ``*.jsonl`` files and subdirectories; None when it cannot be listed."""
+    files: list[str] = []
+    subdirs: list[str] = []
+    try:
+        entries = os.scandir(directory)
+    except OSError:  # vanished or unreadable, as os.walk skips it
+        return None
+    with entries:
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".jsonl"):  # by far the most entries: decided by name alone
+                if not entry.is_dir():
+                    files.append(entry.path)
+                continue
+            if name.endswith(".cols"):  # column mirrors, found from their files
+                continue
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir and not entry.is_symlink():
+                subdirs.append(entry.path)
+    return files, subdirs
+
+
+@dataclass
+class _Dir:
+    """One directory as last listed, and since when it has looked the way it does."""
+
+    stamp: tuple[int, int, int]  # inode, mtime and ctime (ns)
+    seen: float  # monotonic time this stamp was first seen
+    settled: bool  # listed at least SETTLE_S after that: a later change shows in the stamp
+    listing: tuple[list[str], list[str]]
+
+
+class Listing:
+    """:func:`source_files` from pass to pass, listing again only directories that changed.
+
+    A directory's entries change only with its modification time, but that time
+    has a granularity (up to 2 s on some file systems): an entry made just after
+    a listing, within the same tick, leaves the time as it was. So a directory is
+    listed again until a listing was made ``SETTLE_S`` after its time was first
+    seen; only such a listing is trusted while the time stays the same. (Files
+    that grow leave their directory's time alone: their growth is found by the
+    reader's stat of each file.)
+    """
+
+    SETTLE_S = 3.0
+
+    def __init__(self) -> None:
+        self._dirs: dict[str, _Dir] = {}
+        self._files: list[str] | None = None
+        self.version = 0  # goes up whenever the list of files changed
+        self.listed = 0  # directories listed by the last call (for tests)
+
+    def files(self, path: Path) -> list[str]:
+        """What ``source_files(path)`` returns now (the same list object while unchanged)."""
+        if not is_store(path):
+            self._files, self._dirs = None, {}
+            self.version += 1
+            return source_files(path)
+        now = time.monotonic()
+        dirs: dict[str, _Dir] = {}
+        todo = [os.fspath(d) for d in layout.telemetry_inputs(path) if d.is_dir()]
+        changed = self._files is None
+        found: list[str] = []
+        self.listed = 0
+        while todo:
+            directory = todo.pop()
+            entry = self._visit(directory, now)
+            if entry is None:
+                changed = True
+                continue
+            old = self._dirs.get(directory)
+            changed = changed or old is None or old.listing != entry.listing
+            dirs[directory] = entry
+            found.extend(entry.listing[0])
+            todo.extend(entry.listing[1])
+        changed = changed or dirs.keys() != self._dirs.keys()
+        self._dirs = dirs
+        if changed or self._files is None:
+            self._files = sorted(found)
+            self.version += 1
+        return self._files
+
+    def _visit(self, directory: str, now: float) -> _Dir | None:
+        try:
+            st = os.stat(directory)  # before the listing: a change after it shows next time
+        except OSError:
+            return None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+        old = self._dirs.get(directory)
+        if old is not None and old.stamp == stamp and old.settled:
+            return old
+        listing = _list_dir(directory)
+        if listing is None:
+            return None
+        self.listed += 1
+        seen = old.seen if old is not None and old.stamp == stamp else now
+        return _Dir(stamp, seen, now - seen >= self.SETTLE_S, listing)
 
 
 def source_files(path: Path) -> list[str]:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from guardctl.analyze import analyze
 from guardctl.analyze.incremental import Analyzer
+from guardctl.analyze.load import Listing, source_files
 from guardctl.config import Settings, load_settings
 from guardctl.simulate import simulate
 from guardctl.telemetry import mirror
@@ -164,3 +166,49 @@ def test_agent_records_pass_as_in_a_cold_pass(trace: Path, tmp_path: Path) -> No
         got = _same(inc, store, settings)
         unknown |= {n["node"] for n in got["nodes"] if n["verdict"] == "unknown"}
     assert node in unknown, "the failing collector shows in the verdicts"
+
+
+def test_directories_are_listed_again_only_when_they_change(tmp_path: Path) -> None:
+    """The kept listing equals a fresh one after every change, and lists nothing when none."""
+    store = tmp_path / "store"
+    for rel in ("telemetry/a/20261202T10.jsonl", "telemetry/b/20261202T10.jsonl",
+                "steps/7/a.r0.20261202T10.jsonl"):  # fmt: skip
+        (store / rel).parent.mkdir(parents=True, exist_ok=True)
+        (store / rel).write_bytes(b"")
+    listing = Listing()
+    listing.SETTLE_S = 0.2  # this file system's times have far finer ticks than that
+    dirs = 5  # telemetry, telemetry/a, telemetry/b, steps, steps/7
+    first = listing.files(store)
+    assert first == source_files(store) and listing.listed == dirs
+    # Within SETTLE_S of first seeing a directory's time, an entry made in the same tick
+    # would not change it: every directory is listed again.
+    assert listing.files(store) is first and listing.listed == dirs
+    time.sleep(0.3)
+    assert listing.files(store) is first and listing.listed == dirs  # the settling listing
+    assert listing.files(store) is first and listing.listed == 0
+    (store / "telemetry/a/20261202T11.jsonl").write_bytes(b"")
+    (store / "telemetry/b/20261202T10.jsonl").unlink()
+    (store / "telemetry/c").mkdir()
+    (store / "telemetry/c/20261202T11.jsonl").write_bytes(b"")
+    (store / "telemetry/c/20261202T11.cols").write_bytes(b"")
+    changed = listing.files(store)
+    assert changed == source_files(store) and changed is not first
+    assert listing.listed == 4  # telemetry (a new directory), a, b and c; steps/ untouched
+    assert "telemetry/c/20261202T11.jsonl" in {os.path.relpath(f, store) for f in changed}
+
+
+def test_a_kept_listing_finds_a_new_hours_files(trace: Path, tmp_path: Path) -> None:
+    """With the listing settled between passes, new files (a new hour) are still read."""
+    store = tmp_path / "store"
+    replay = Replay(trace, store)
+    settings = load_settings(environ={})
+    inc = Analyzer(settings, store)
+    inc._listing.SETTLE_S = 0.1
+    listed = []
+    for minute in range(6, 14):  # the hour turns at minute 10
+        replay.advance(START + 60 * minute)
+        time.sleep(0.15)
+        _same(inc, store, settings)
+        listed.append(inc._listing.listed)
+    assert 0 in listed, "some passes reused every directory's listing"
+    assert max(listed[4:]) > 0, "the new hour's files were found by listing again"
