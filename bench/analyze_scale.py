@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scale benchmark: one analysis pass over 5 minutes of telemetry at a 10 s interval.
 
-For fleets of 1k, 10k and 100k GPUs it writes a simulated trace (JSON Lines plus
+For fleets of 1k, 10k, 30k and 100k GPUs it writes a simulated trace (JSON Lines plus
 the column mirrors the agent and the probe keep beside them), then measures,
 each in a fresh process (so peak memory is that step's own):
 
@@ -28,7 +28,7 @@ workers. Ratios are against ``read`` measured in the same run. The files sit
 in the page cache for every step (the simulator just wrote them), so ``read``
 is memory bandwidth, not disk.
 
-    python bench/analyze_scale.py            # 1k, 10k, 100k GPUs
+    python bench/analyze_scale.py            # 1k, 10k, 30k, 100k GPUs
     python bench/analyze_scale.py --quick    # 1k and 10k GPUs (CI)
     python bench/analyze_scale.py --sizes 10k --rounds 3
 """
@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
+SIZES = {"1k": 1_000, "10k": 10_000, "30k": 30_000, "100k": 100_000}
 
 
 def measure(mode: str, store: str) -> dict[str, Any]:
@@ -190,6 +190,7 @@ def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, ob
     from guardctl.simulate import simulate
 
     store = workdir / label
+    load_before = os.getloadavg()[0]  # a shared machine: say how busy it was
     t0 = time.perf_counter()
     simulate(store, nodes=gpus // 8, duration=360.0, interval=10.0, seed=1, faults="none")
     sim_s = time.perf_counter() - t0
@@ -240,6 +241,7 @@ def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, ob
         "cold_json_x": best("cold_json") / best("read"),
         "warm_json_x": best("warm_json") / best("read"),
         "cols_mib": steps["read_cols"][0]["bytes"] / 2**20,
+        "load_1min": (load_before, os.getloadavg()[0]),
     }
 
 
@@ -275,7 +277,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only 1k and 10k GPUs")
-    parser.add_argument("--sizes", default=None, help="comma list of 1k,10k,100k")
+    parser.add_argument("--sizes", default=None, help="comma list of 1k,10k,30k,100k")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
         "--rounds", type=int, default=1, help="measure every step this many times (min-max)"

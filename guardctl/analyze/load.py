@@ -128,14 +128,17 @@ class Listing:
 
     A directory's entries change only with its modification time, but that time
     has a granularity (up to 2 s on some file systems): an entry made just after
-    a listing, within the same tick, leaves the time as it was. So a directory is
-    listed again until a listing was made ``SETTLE_S`` after its time was first
-    seen; only such a listing is trusted while the time stays the same. (Files
-    that grow leave their directory's time alone: their growth is found by the
-    reader's stat of each file.)
+    a listing, within the same tick, leaves the time as it was. So a listing is
+    trusted while the time stays the same only when it was made ``SETTLE_S``
+    after that time was first seen, or when the time (and the inode change time)
+    lay ``OLD_S`` behind this machine's clock already (a file server's clock
+    may be off by seconds, not by that much). Otherwise the directory is listed
+    again. (Files that grow leave their directory's time alone: their growth is
+    found by the reader's stat of each file.)
     """
 
     SETTLE_S = 3.0
+    OLD_S = 60.0
 
     def __init__(self) -> None:
         self._dirs: dict[str, _Dir] = {}
@@ -149,7 +152,7 @@ class Listing:
             self._files, self._dirs = None, {}
             self.version += 1
             return source_files(path)
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         dirs: dict[str, _Dir] = {}
         todo = [os.fspath(d) for d in layout.telemetry_inputs(path) if d.is_dir()]
         changed = self._files is None
@@ -157,7 +160,7 @@ class Listing:
         self.listed = 0
         while todo:
             directory = todo.pop()
-            entry = self._visit(directory, now)
+            entry = self._visit(directory, now, wall)
             if entry is None:
                 changed = True
                 continue
@@ -173,7 +176,7 @@ class Listing:
             self.version += 1
         return self._files
 
-    def _visit(self, directory: str, now: float) -> _Dir | None:
+    def _visit(self, directory: str, now: float, wall: float) -> _Dir | None:
         try:
             st = os.stat(directory)  # before the listing: a change after it shows next time
         except OSError:
@@ -187,7 +190,8 @@ class Listing:
             return None
         self.listed += 1
         seen = old.seen if old is not None and old.stamp == stamp else now
-        return _Dir(stamp, seen, now - seen >= self.SETTLE_S, listing)
+        old_enough = wall - max(st.st_mtime, st.st_ctime) >= self.OLD_S
+        return _Dir(stamp, seen, old_enough or now - seen >= self.SETTLE_S, listing)
 
 
 def source_files(path: Path) -> list[str]:

@@ -195,6 +195,17 @@ def test_directories_are_listed_again_only_when_they_change(tmp_path: Path) -> N
     assert changed == source_files(store) and changed is not first
     assert listing.listed == 4  # telemetry (a new directory), a, b and c; steps/ untouched
     assert "telemetry/c/20261202T11.jsonl" in {os.path.relpath(f, store) for f in changed}
+    # Directories whose times lie OLD_S behind the clock are trusted at their first listing.
+    dirs += 1  # telemetry/c
+    fresh = Listing()
+    fresh.SETTLE_S, fresh.OLD_S = 100.0, 0.5
+    assert fresh.files(store) == changed and fresh.listed == dirs
+    assert fresh.files(store) == changed and fresh.listed == dirs  # times are still new
+    time.sleep(0.6)
+    later = Listing()
+    later.SETTLE_S, later.OLD_S = 100.0, 0.5
+    assert later.files(store) == changed and later.listed == dirs
+    assert later.files(store) == changed and later.listed == 0
 
 
 def test_a_kept_listing_finds_a_new_hours_files(trace: Path, tmp_path: Path) -> None:
