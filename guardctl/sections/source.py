@@ -34,7 +34,10 @@ class SourceSettings:
     node_map: dict[str, str] = field(default_factory=dict)  # exporter name -> Slurm node
     # the label naming a GPU's job (dcgm-exporter's, with DCGM_HPC_JOB_MAPPING_DIR set): the
     # analyzer's peer groups where no step record is; empty: not read
-    job_label: str = "hpc_job"
+    job_label: str = "hpc_job"  # the exporter's label naming a GPU's job ("": not read)
+    # where a GPU's job comes from: "label" (job_label only), "slurm" (the label where a series
+    # has it, else the job Slurm ran on the node then: squeue --states=all), "none" (no jobs)
+    jobs_from: Literal["label", "slurm", "none"] = "label"  # "slurm": label, else Slurm's job then
 
     def __post_init__(self) -> None:
         if self.kind == "prometheus" and not self.url:
