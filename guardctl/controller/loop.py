@@ -141,7 +141,7 @@ class Controller:
         self.acting = act and not settings.safety.observe_only
         self.ops = NodeOps(settings, slurm)
         self.lease = Lease(settings.store.root, self.cfg.lease_s)
-        self.source = open_source(settings, None, None)
+        self.source = open_source(settings, None, None, self.ops.slurm)  # its jobs: same Slurm
         self.analyzer = Analyzer(settings)
         self.progress = progress
 

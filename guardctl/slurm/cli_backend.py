@@ -168,6 +168,11 @@ class CliSlurm:
     def jobs(self) -> list[JobInfo]:
         return self._read_json(parse.jobs_from_json, "squeue")
 
+    def recent_jobs(self) -> list[JobInfo]:
+        # --states=all: 22.05's `squeue --json` lists the ended jobs anyway, 26.05's only with
+        # it (seen in the lab); their start and end say where they ran when.
+        return self._read_json(parse.jobs_from_json, "squeue", "--states=all")
+
     def reservations(self) -> list[ReservationInfo]:
         if self._modern:
             return parse.reservations_from_json(self._json_text("scontrol", "show", "reservations"))
