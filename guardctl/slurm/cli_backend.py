@@ -242,9 +242,10 @@ class CliSlurm:
     # -- one job ---------------------------------------------------------------------------
     def job(self, job_id: int) -> JobInfo | None:
         # squeue --json ignores -j on 22.05 (and fails on a forgotten id on newer releases):
-        # read the queue and pick the job out.
+        # read the queue and pick the job out; with the ended jobs, whose final state and exit
+        # code 24.11+ lists only with --states=all.
         wanted = int(job_id)
-        return next((j for j in self.jobs() if j.job_id == wanted), None)
+        return next((j for j in self.recent_jobs() if j.job_id == wanted), None)
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._run("scontrol", "requeuehold" if hold else "requeue", str(int(job_id)))
