@@ -119,7 +119,7 @@ def gather(settings: Settings, ops: NodeOps, analysis: Analysis, now: float) -> 
                    for j in jobs if j.requeue and j.state == "RUNNING"}
     duration = settings.control.sweep_duration_s or settings.sweep.gemm_duration_s
     view = policy.View(classified, owners, running_jobs(jobs), ladders, now, duration, dds,
-                       requeueable)
+                       requeueable, analysis.window_end)
     return Gathered(analysis, classified, entries, ladders, view, snap.out_for_repair)
 
 
@@ -185,6 +185,8 @@ class Controller:
             record.record_fleet(self.ops, g.entries, g.classified)
             record.record_fresh_starts(self.ops, g.ladders, g.view.owners, g.out_for_repair)
         for decision in policy.decide(g.view, self.cfg):
+            if not dry_run:  # rung a's watch is a record, observing only or not
+                record.record_rebalance(self.ops, decision, g.ladders.get(decision.node))
             outcome, extra = self._carry_out(decision, g, dry_run)
             if not dry_run and (decision.acts or record.changed(
                     decision, g.ladders.get(decision.node), outcome)):
@@ -214,7 +216,7 @@ class Controller:
     def _act(self, d: policy.Decision, g: Gathered) -> tuple[str, dict[str, Any]]:
         evidence = {"by": BY, "decision": d.action, "rung": d.rung, "kind": d.kind,
                     "jobs": list(d.jobs), **{k: v for k, v in d.evidence.items()
-                                             if k in ("impact", "relapse")}}
+                                             if k in ("impact", "relapse", "rebalance")}}
         if d.action == "quarantine":
             self.ops.quarantine([d.node], f"control: {d.why}", evidence=evidence)
             if not d.jobs:  # free already: straight on to the sweep
