@@ -8,7 +8,8 @@ a. its job runs on it with the data-sharding service: the slow rank already gets
    the job's step time is watched (:mod:`guardctl.controller.rebalance`): recovered, it stays
    here; not recovered within ``rebalance_window_s``, it goes on to quarantine;
 b. quarantine: its maintenance reservation keeps new jobs off it, the running job goes on;
-c. sweep once it is free (its job ended or was requeued): pass -> release, fail -> drain;
+c. sweep once it is free (its job ended or was requeued): pass -> release, fail -> drain
+   (the daemon's sweep runs over several passes: the node waits on it meanwhile);
 d. requeue (``[control] requeue = true``): a requeue-able job the ski-rental rule says is
    cheaper to restart elsewhere is requeued with the node excluded;
 e. relapse: flagged again within ``relapse_window_s`` of a passed sweep: a longer sweep; the
@@ -182,6 +183,10 @@ def _quarantined(view: View, cfg: ControlSettings, node: str, finding: Finding |
     """A node the controller quarantined: sweep it when free, else wait (or requeue)."""
     base: dict[str, Any] = {"kind": finding.kind if finding else "", "jobs": jobs}
     duration, relapse = sweep_duration(view, cfg, ladder)
+    if ladder.sweeping:  # the daemon polls it at each pass
+        return Decision(node, "wait", "e" if relapse else "c",
+                        f"quarantined, its sweep {ladder.sweeping.get('sweep')} runs", **base,
+                        evidence={"sweep": ladder.sweeping.get("sweep")})
     if not jobs:
         rung = "e" if relapse else "c"
         lemon = is_lemon(cfg, relapse)

@@ -34,9 +34,10 @@ interval_s = 1.0
 
 def fleet_trace(store: Path, names: list[str], *, slow: dict[str, float] | None = None,
                 hw_slowdown: list[str] | None = None, contention: list[str] | None = None,
-                minutes: int = 20, seed: int = 7) -> Trace:
+                minutes: int = 20, seed: int = 7, replace: bool = False) -> Trace:
     """A job on *names* whose telemetry ends now: *slow* ranks compute longer (busy time);
-    *hw_slowdown* GPUs report NVML's HW-slowdown clock event; *contention* nodes a high load."""
+    *hw_slowdown* GPUs report NVML's HW-slowdown clock event; *contention* nodes a high load.
+    *replace*: files replaced whole (new inodes), for a running controller to read anew."""
     tr = Trace(store, nodes=len(names), minutes=minutes, seed=seed)
     tr.names = list(names)
     # Ends now, not a moment before: a pass the controller recorded a second ago must predate a
@@ -50,8 +51,25 @@ def fleet_trace(store: Path, names: list[str], *, slow: dict[str, float] | None 
         tr.gpu["sm_clock_mhz"][onset:, tr.node(node), :] = 1200
     for node in contention or []:
         tr.host["load1"][onset:, tr.node(node)] = 90.0
-    tr.write()
+    if replace:
+        write_replacing(tr, tr.step_records())
+    else:
+        tr.write()
     return tr
+
+
+def write_replacing(tr: Trace, steps: list[dict[str, Any]]) -> None:
+    """Write *tr*'s records and *steps* as Trace.write does, each file replaced whole."""
+    files: dict[Path, list[str]] = {}
+    for rec in tr.records():
+        path = layout.node_telemetry_file(tr.root, rec["node"], rec["ts"])
+        files.setdefault(path, []).append(schema.dumps(rec))
+    for rec in steps:
+        path = layout.step_file(tr.root, rec["job"], rec["node"], rec["rank"], rec["ts"])
+        files.setdefault(path, []).append(schema.dumps(rec))
+    for path, lines in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, "\n".join(lines) + "\n", fsync=False)
 
 
 def control_guardctl(tmp_path: Path, lab: object, *, sweep: str = "", control: str = "",
@@ -103,14 +121,5 @@ class ShardedTrace(Trace):
         return out
 
     def write(self) -> Path:
-        files: dict[Path, list[str]] = {}
-        for rec in self.records():
-            path = layout.node_telemetry_file(self.root, rec["node"], rec["ts"])
-            files.setdefault(path, []).append(schema.dumps(rec))
-        for rec in self.step_records():
-            path = layout.step_file(self.root, rec["job"], rec["node"], rec["rank"], rec["ts"])
-            files.setdefault(path, []).append(schema.dumps(rec))
-        for path, lines in files.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, "\n".join(lines) + "\n", fsync=False)
+        write_replacing(self, self.step_records())
         return self.root
