@@ -67,6 +67,10 @@ def _print_explain(data: dict[str, Any]) -> None:
     watch = (d or {}).get("rebalance") or data["ladder"].get("rebalance")
     if watch:
         click.echo(f"  rung a:   {_watch_line(watch)}")
+    if data["ladder"].get("sweeping"):
+        running = data["ladder"]["sweeping"]
+        click.echo(f"  sweeping: sweep {running.get('sweep')} (pid {running.get('pid')} on "
+                   f"{running.get('host')})")
     sweeps = data["ladder"]["sweeps"]
     if sweeps:
         click.echo("  sweeps:   " + ", ".join(s["verdict"] for s in sweeps))

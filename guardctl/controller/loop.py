@@ -270,9 +270,9 @@ class Controller:
         report = run_sweep(self.settings, [node], options, ops=self.ops, progress=self._renew)
         return self._swept(Swept(node, duration, relapse, lemon, why), report)
 
-    def _sweeps_in_flight(self) -> None:
+    def _sweeps_in_flight(self, clean_up: bool = True) -> None:
         """Poll the sweeps this daemon runs (judged ones are recorded and acted on), and abort
-        those open in the log that no process here runs any more."""
+        those open in the log that no process here runs any more (*clean_up*: a pass)."""
         self.sweeps.retry()
         for flight in list(self.sweeps.running.values()):
             try:
@@ -281,8 +281,9 @@ class Controller:
                     self._swept(flight, report)
             except RefusedError as exc:  # aborted and closed; the node stays quarantined
                 self.progress(f"control: sweep {flight.sweep_id} of {flight.node}: {exc}")
-        entries = self.ops.log.entries()
-        self.sweeps.clean_up(derive(entries), entries)
+        if clean_up:
+            entries = self.ops.log.entries()
+            self.sweeps.clean_up(derive(entries), entries)
 
     def _swept(self, flight: Swept | InFlight, report: SweepReport) -> tuple[str, dict[str, Any]]:
         """Record a judged sweep; a lemon that passed is drained all the same."""
@@ -342,7 +343,7 @@ class Controller:
     def tick(self) -> None:
         """Poll the daemon's sweeps in flight (the leader, between passes)."""
         if self.sweeps.running or self.sweeps.leftover:
-            self._sweeps_in_flight()
+            self._sweeps_in_flight(clean_up=False)  # the log is read at the next pass
 
     # -- explain ----------------------------------------------------------------------------
     def explain(self, node: str) -> dict[str, Any]:
