@@ -251,7 +251,9 @@ class SweepRun:
             now = time.time()
             self.submitted.update({j.spec.tag: _Submitted(j.job, now) for j in jobs
                                    if j.job is not None})
-            self.say(f"sweep {self.report.sweep_id}: {len(jobs)} job(s) submitted")
+            self.say(f"sweep {self.report.sweep_id}: submitted "
+                     + ", ".join(j.spec.tag for j in jobs[:4])
+                     + (f" (+{len(jobs) - 4} more)" if len(jobs) > 4 else ""))
             raise SweepPending
         held = [k for k in kept if k is not None]
         running = wait_all([k.job for k in held], timeout_s=0, poll_s=self.cfg.poll_interval_s)

@@ -348,3 +348,34 @@ def test_the_daemon_watches_the_fleet_during_a_sweep_and_a_restart_cleans_it_up(
         second.wait(timeout=60)
     assert "guardctl_" not in reservations(lab)  # nothing leaked: both released on passing
     assert {lab.states()[n] for n in ("node2", "node3")} == {"idle"}
+
+
+def test_the_daemons_sweep_of_kind_all_runs_its_pairwise_rounds_across_passes(
+        lab: Any, tmp_path: Path) -> None:
+    g = control_guardctl(tmp_path, lab, control='sweep_kind = "all"\ninterval_s = 1.0\n')
+    fleet_trace(g.store, NODES, slow={"node2": 1.3})
+    proc = _daemon(g, tmp_path / "daemon.log")
+    try:
+        done = _until("node2 swept", lambda: [e for e in entries(g)
+                                              if e["action"] == "control sweep"], 240, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    log = (tmp_path / "daemon.log").read_text()
+    assert [(e["evidence"]["verdict"], e["evidence"]["action"]) for e in done] == [
+        ("pass", "released")], log
+    sweep = done[0]["evidence"]["sweep"]
+    # GEMM and all-reduce, then the pairwise reference group and round, each a batch submitted
+    # by one poll and read by a later one; each group's sweep reservation made and deleted once.
+    batches = [e for e in entries(g) if e["action"] == "sweep jobs"
+               and e["evidence"]["sweep"] == sweep]
+    tags = [t for e in batches for t in e["evidence"]["jobs"].values()]
+    assert len(batches) >= 3 and any("pairwise-node2" in t for t in tags), log
+    made = [e for e in entries(g) if e["action"] == "sweep reserve" and e["phase"] == "done"]
+    gone = [e for e in entries(g) if e["action"] == "sweep unreserve" and e["phase"] == "done"]
+    assert made and sorted(e["evidence"]["reservation"] for e in made) == sorted(
+        e["evidence"]["reservation"] for e in gone), log
+    waits = [e for e in entries(g) if e["action"] == "control decision"
+             and e["evidence"]["decision"] == "wait" and "its sweep" in e["reason"]]
+    assert waits, log  # the passes in between decided on, the node waiting on its sweep
+    assert "guardctl_" not in reservations(lab) and lab.states()["node2"] == "idle"
