@@ -192,7 +192,7 @@ class Controller:
         analysis = self.analysis()  # first: a source that fails leaves the pass doing nothing
         now = time.time()
         reconciled = [] if dry_run else self.ops.reconcile()
-        if not dry_run:
+        if self.acting and not dry_run:  # observing only: not even its own sweeps' jobs
             self._sweeps_in_flight()
         g = gather(self.settings, self.ops, analysis, now)
         report = PassReport(True, self.acting and not dry_run, reconciled=len(reconciled),
