@@ -492,8 +492,12 @@ class PolledSweep:
         if report.dry_run:
             raise UsageError("a polled sweep acts: not in a dry run or observing only")
         self.settings, self.ops, self.report, self.options = settings, ops, report, options
-        self.run = SweepRun(settings, ops, report, duration, progress, polled=True)
-        _start(settings, ops, report, options, self.goods, duration)
+        _start(settings, ops, report, options, self.goods, duration)  # its directory first
+        try:
+            self.run = SweepRun(settings, ops, report, duration, progress, polled=True)
+        except BaseException as exc:
+            _aborted(ops, report, f"{type(exc).__name__}: {exc}")
+            raise
 
     def poll(self) -> SweepReport | None:
         """The report once the sweep is judged and acted on; None while jobs run. Any error

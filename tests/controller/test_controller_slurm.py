@@ -371,6 +371,8 @@ def test_the_daemons_sweep_of_kind_all_runs_its_pairwise_rounds_across_passes(
                and e["evidence"]["sweep"] == sweep]
     tags = [t for e in batches for t in e["evidence"]["jobs"].values()]
     assert len(batches) >= 3 and any("pairwise-node2" in t for t in tags), log
+    outputs = {p.stem for p in (g.store / "sweeps" / sweep).glob("*.out")}
+    assert outputs == set(tags), outputs  # every job's output in its sweep's directory
     made = [e for e in entries(g) if e["action"] == "sweep reserve" and e["phase"] == "done"]
     gone = [e for e in entries(g) if e["action"] == "sweep unreserve" and e["phase"] == "done"]
     assert made and sorted(e["evidence"]["reservation"] for e in made) == sorted(
