@@ -173,3 +173,30 @@ def test_rung_a_without_newer_step_records_waits_then_goes_on(tmp_path: Path) ->
     assert (third["decision"], third["outcome"]) == ("quarantine", "done"), third
     assert "no newer step records of the job" in str(third["why"])
     assert watches(c) == ["watch", "not recovered"]
+
+
+def test_a_sweep_open_in_the_log_that_no_daemon_here_runs_is_aborted_once(tmp_path: Path
+                                                                         ) -> None:
+    # What a daemon SIGKILLed mid-sweep leaves: its sweep started, a batch submitted, no verdict.
+    fleet_trace(tmp_path, NODES)
+    slurm = MemorySlurm(NODES, start=time.time())
+    job = slurm.submit(SubmitRequest("gemm.sbatch", nodes=("node2",),
+                                     job_name="guardctl-sweep-gemm"))
+    slurm.advance(1)
+    c = controller(tmp_path, slurm)
+    c.ops.record("control sweeping", ["node2"], reason="sweep S1 started",
+                 evidence={"by": "control", "sweep": "S1"})
+    c.ops.record("sweep jobs", ["node2"], evidence={"sweep": "S1",
+                                                     "jobs": {str(job): "001-gemm-node2-a1"}})
+    c.acting = False
+    c.run_pass()  # observing only: not even a dead daemon's sweep job is cancelled
+    assert slurm.job(job).state == "RUNNING"  # type: ignore[union-attr]
+    c.acting = True
+    c.run_pass()
+    assert slurm.job(job).state == "CANCELLED"  # type: ignore[union-attr]
+    c.run_pass()  # closed in the log: aborted once
+    closed = [e for e in c.ops.log.entries() if e.action == "control sweep"]
+    assert [(e.evidence["verdict"], e.evidence["sweep"]) for e in closed] == [("aborted", "S1")]
+    assert "no longer runs it" in closed[0].reason
+    assert [e.action for e in c.ops.log.entries() if e.action == "sweep aborted"] == [
+        "sweep aborted"]

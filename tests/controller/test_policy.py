@@ -236,3 +236,15 @@ def test_rung_a_watch_from_the_log_recovers_or_times_out_from_values() -> None:
     action, phase, evidence = now_at(10.6, since=NOW - 601)
     assert (action, phase) == ("quarantine", "not recovered")
     assert evidence["rebalance"]["won_back_pct"] == 46.7
+
+
+def test_a_node_whose_sweep_runs_waits_on_it_until_its_verdict() -> None:
+    a = analysis(verdict("n2", "busy_time"))
+    owners = {"n2": ("quarantined", "reservation guardctl_q_n2")}
+    log = [entry("quarantine", ["n2"], NOW - 60, "done", by="control"),
+           entry("control sweeping", ["n2"], NOW - 30, sweep="S1")]
+    (d,) = decide(view(a, CFG, entries=log, owners=owners), CFG)
+    assert (d.action, d.rung, d.evidence["sweep"]) == ("wait", "c", "S1") and "S1 runs" in d.why
+    aborted = [*log, entry("control sweep", ["n2"], NOW - 10, verdict="aborted", sweep="S1")]
+    (d,) = decide(view(a, CFG, entries=aborted, owners=owners), CFG)
+    assert d.action == "sweep"  # closed (here aborted): the node is swept afresh
