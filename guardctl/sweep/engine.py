@@ -331,7 +331,7 @@ class SweepRun:
             if not failing:
                 break
             self.say(f"repeating {len(failing)} failed sweep(s) before they count: "
-                          + ", ".join(f"{s} {'+'.join(n)}" for s, n in sorted(failing)))
+                     + ", ".join(f"{s} {'+'.join(n)}" for s, n in sorted(failing)))
             again = self.run_batch([(get(s), n, self.ops.reservation_name(n[0]))
                                     for s, n in sorted(failing)], attempt)
             retried = [m for ms in again for m in ms]
