@@ -69,7 +69,8 @@ def test_the_failstop_policy_never_sees_a_grey_node() -> None:
 
 def test_confounders_cost_guardctl_no_node_but_fool_the_stage_blind_baseline() -> None:
     noisy = dataclasses.replace(SMALL.fault_free(), contention_per_node_day=20.0,
-                                contention_mean_s=1200.0, imbalance_share=1.0)
+                                contention_mean_s=1200.0, imbalance_share=1.0,
+                                false_positive_per_node_pass=0.0)
     mine = simulate(noisy, "guardctl")
     assert (mine.quarantines, mine.drains, mine.requeues) == (0, 0, 0)
     guard = simulate(noisy, "guard")
@@ -80,10 +81,11 @@ def test_lemon_drains_follow_the_controllers_relapses_setting() -> None:
     # Mostly small jobs, so that quarantined lemons come free and are swept; slow an hour at a
     # time, so that many a sweep passes them.
     lemons = dataclasses.replace(QUIET, days=2.0, train_share=0.25, lemon_share=0.15,
-                                 lemon_on_mean_s=3600.0, lemon_off_mean_s=7200.0)
+                                 lemon_on_mean_s=3600.0, lemon_off_mean_s=7200.0,
+                                 max_out_fraction=0.5)
     eager = simulate(lemons, "guardctl", control_settings(lemons, relapses=1))
     patient = simulate(lemons, "guardctl", control_settings(lemons, relapses=50))
-    assert eager.drains > patient.drains and eager.sweeps < patient.sweeps
+    assert eager.lemon_drains > 0 == patient.lemon_drains and eager.sweeps < patient.sweeps
     assert eager.false_drains == patient.false_drains == 0
 
 
