@@ -101,9 +101,13 @@ class Guardctl(FailStop):
 
     name, rebalances = "guardctl", True
 
-    def __init__(self, cfg: ControlSettings, safety: SafetySettings | None = None) -> None:
+    def __init__(self, cfg: ControlSettings, safety: SafetySettings | None = None,
+                 store: Path | None = None) -> None:
+        """*store*: where the run keeps its store (its action log); None: a temporary
+        directory, removed after the run."""
         self.cfg = cfg
         self.safety = safety or SafetySettings()
+        self.store = store
         self.lemons: dict[str, bool] = {}  # node -> whether its running sweep is a lemon's last
         self._ops: NodeOps | None = None
         self._store: tempfile.TemporaryDirectory[str] | None = None
@@ -112,9 +116,11 @@ class Guardctl(FailStop):
 
     # -- the run's store and door --------------------------------------------------------------
     def start(self, sim: Cluster) -> None:
-        self._store = tempfile.TemporaryDirectory(prefix="guardctl-simulate-")
-        settings = Settings(store=StoreSettings(root=Path(self._store.name)),
-                            safety=self.safety, control=self.cfg)
+        root = self.store
+        if root is None:
+            self._store = tempfile.TemporaryDirectory(prefix="guardctl-simulate-")
+            root = Path(self._store.name)
+        settings = Settings(store=StoreSettings(root=root), safety=self.safety, control=self.cfg)
         self._ops = NodeOps(settings, sim.slurm, clock=sim.slurm.time)
         self._ops.log = self._log = TailedLog(settings.store.root, sim.slurm.time)
 
