@@ -238,7 +238,7 @@ class Guardctl(FailStop):
         elif d.action == "sweep":
             self.sweep(sim, d.node, d.duration_s, int(d.evidence.get("relapse", 0)))
         elif d.action == "drain":
-            self.drain(sim, d.node, f"control: {d.why}")
+            self.drain(sim, d.node, f"control: {d.why}", evidence)
         elif d.action == "requeue" and d.job is not None and sim.jobs[d.job].running:
             sim.requeue(sim.jobs[d.job], (d.node,))  # not twice when two of its nodes ask
             self.ops.record("control requeue", [d.node], reason=d.why, evidence={
@@ -269,8 +269,8 @@ class Guardctl(FailStop):
             return False
         return any(a.outcome == "done" for a in done)
 
-    def drain(self, sim: Cluster, node: str, why: str) -> bool:
-        if not self.door(sim, self.ops.drain, node, why, evidence={"by": BY}):
+    def drain(self, sim: Cluster, node: str, why: str, evidence: dict[str, Any]) -> bool:
+        if not self.door(sim, self.ops.drain, node, why, evidence=evidence):
             return False
         sim.released(node)  # the door ended the quarantine with the drain
         sim.taken_out(node, "guardctl")
@@ -282,14 +282,18 @@ class Guardctl(FailStop):
         sim.sweep(node, duration)
 
     def on_sweep(self, sim: Cluster, node: str, verdict: str) -> None:
+        """As the loop: the sweep releases a passed node (not a lemon's: it stays quarantined)
+        and drains a failed one, its verdict is recorded, and a lemon that passed is drained."""
         lemon = self.lemons.pop(node, False)
-        self.ops.record("control sweep", [node], evidence={"verdict": verdict, "lemon": lemon})
-        # As the real loop: a lemon's last sweep is followed by its drain, pass or not.
-        if verdict == "fail" or lemon:
-            if self.drain(sim, node, f"control: swept: {verdict}" + (", a lemon" if lemon else "")):
-                sim.tally.lemon_drains += verdict == "pass"
-        elif self.door(sim, self.ops.release, node, evidence={"by": BY}):
+        swept = {"sweep": f"{node}@{sim.now - sim.t0:.0f}"}  # as run_sweep's, not "by" control
+        if verdict == "fail":
+            self.drain(sim, node, "swept: fail", swept)
+        elif not lemon and self.door(sim, self.ops.release, node, evidence=swept):
             sim.released(node)
+        self.ops.record("control sweep", [node], evidence={"verdict": verdict, "lemon": lemon})
+        if lemon and verdict == "pass" and self.drain(
+                sim, node, "control: lemon, its sweep passed", {"by": BY, "rung": "e"}):
+            sim.tally.lemon_drains += 1
 
 
 class TailedLog(ActionLog):
