@@ -10,11 +10,13 @@
   host contention); a flagged node is quarantined (its job runs on; no new job lands on it,
   and a job that restarts for any reason restarts without it), swept once free: fail drains
   it, pass releases it.
-* ``guardctl``: health checks plus guardctl's own controller: :func:`guardctl.controller.
-  policy.decide` (with the real ski-rental rule, :mod:`guardctl.controller.requeue`) on the
-  real ladder (:func:`guardctl.controller.ladder.derive` over the action-log entries this
-  adapter writes), the data-sharding service giving a flagged node's ranks less work, and
-  guardctl's stage-aware analyzer represented by its measured delay and recall.
+* ``guardctl``: health checks plus guardctl's own controller, driven through its library:
+  the analysis its stage-aware analyzer would give (from its measured delay, recall and
+  false-suspect bound) classified by :func:`guardctl.controller.classify.classify`, decided
+  by :func:`guardctl.controller.policy.decide` (with the real ski-rental rule) on the real
+  ladder and owners read from Slurm and the run's action log, and acted on through
+  :class:`guardctl.nodeops.NodeOps` over the in-memory Slurm on its clock; the data-sharding
+  service gives a node found at fault less work.
 """
 
 from __future__ import annotations
