@@ -16,7 +16,10 @@ nothing and any pass, on any host, reads the same ladder:
   came of it (:mod:`guardctl.controller.rebalance`), until the node is released or drained;
 * fresh starts (``control fresh start``): a node someone else took out for repair (a drain,
   DOWN, a reboot) after guardctl's sweeps passed it comes back with its relapse count at
-  zero: the passes before the repair say nothing about the node after it.
+  zero: the passes before the repair say nothing about the node after it. guardctl's own
+  drain is such a start too: the node goes to repair (the fleet simulation found a node
+  drained for a failed sweep, repaired, and drained again as a lemon at its next flag, on
+  passes from before the repair).
 """
 
 from __future__ import annotations
@@ -116,4 +119,6 @@ def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
                 ladder.quarantined_at = e.ts if mine else None
                 if e.action != "quarantine":  # swept and back, or out: rung a starts over
                     ladder.rebalance = {}
+                if e.action == "drain":  # out for repair: relapses count from here
+                    ladder.fresh_start = e.ts
     return out

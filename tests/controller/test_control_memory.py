@@ -77,6 +77,22 @@ def test_a_node_someone_else_took_out_comes_back_with_its_relapses_at_zero(tmp_p
     assert (back["decision"], back["rung"], back["relapse"]) == ("quarantine", "b", 0), back
 
 
+def test_a_node_guardctl_drained_comes_back_from_repair_with_its_relapses_at_zero(
+        tmp_path: Path) -> None:
+    slurm = MemorySlurm(NODES, start=time.time())
+    c = controller(tmp_path, slurm)
+    for _ in range(2):  # two passed sweeps: the next flag would make it a lemon
+        c.ops.record("control sweep", ["node2"], reason="gemm ok", evidence={"verdict": "pass"})
+    c.ops.drain(["node2"], "sweep gemm below its baseline")  # guardctl's own drain
+    slurm.resume(["node2"])  # repaired, and returned by the administrator
+    slurm.submit(SubmitRequest("train.sbatch", nodes=("node2",), job_name="train"))
+    slurm.advance(1)
+    fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
+    back = decision(c, "node2")
+    # Not drained as a lemon on passes from before its repair: the ladder from the start.
+    assert (back["decision"], back["rung"], back["relapse"]) == ("quarantine", "b", 0), back
+
+
 def test_a_node_merely_not_responding_keeps_its_relapses(tmp_path: Path) -> None:
     # After the Slurm controller restarts, nodes are "not responding" until their slurmd
     # registers: held by someone else for that moment, but not out for repair.
