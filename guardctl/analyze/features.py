@@ -437,9 +437,11 @@ def rank_table(
     t["per_sample"] = gi.sum(counted.astype(np.float64)) == gi.counts
     per_hi = gi.quantiles(per, (1 - low_q,))[0]
     t["busy_hi"] = np.where(t["per_sample"], per_hi, t["compute_hi"])
-    # The rank's pipeline stage (ranks of one stage do the same work); -1 when not known.
-    stage = np.where(c["pp_stage"] == INT_MISSING, -1, c["pp_stage"])
-    t["stage"] = gi.quantiles(stage.astype(np.float64), (1.0,))[0].astype(np.int64)
+    # The rank's parallel role, -1 where not known: its pipeline stage, tensor-parallel
+    # rank (its place within the stage) and data-parallel rank (its replica).
+    for name, column in (("stage", "pp_stage"), ("tp", "tp_rank"), ("dp", "dp_rank")):
+        role = np.where(c[column] == INT_MISSING, -1, c[column]).astype(np.float64)
+        t[name] = gi.quantiles(role, (1.0,))[0].astype(np.int64)
     t["comm_med"] = gi.median(c["comm_s"])
     t["step_med"] = gi.median(c["step_s"])
     # local rank on the node (ranks in order) stands for the GPU index, as LOCAL_RANK does
@@ -453,13 +455,35 @@ def rank_table(
         starts = np.maximum.accumulate(np.where(first, np.arange(g), 0))
         local[order] = np.arange(g) - starts
     t["local"] = local
-    # Peers: the ranks of the same job, pipeline stage and unit (per sample or not) in a window.
-    jk = ((w * (len(frame.jobs) + 1) + job) * (int(t["stage"].max(initial=-1)) + 2)
-          + t["stage"] + 1) * 2 + t["per_sample"]  # fmt: skip
-    uniq, jinv = np.unique(jk, return_inverse=True)
-    size = group_count(jinv, uniq.size)[jinv]
-    t["peer"] = np.where(size >= min_peers, jk, -1 - w)
+    t["peer"] = _role_peers(t, min_peers)
     return t
+
+
+def _ids(*keys: np.ndarray) -> np.ndarray:
+    """One group number per row for the rows' combination of integer *keys*."""
+    if not keys[0].size:
+        return np.empty(0, np.int64)
+    _, inv = np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)
+    return np.asarray(inv, np.int64).reshape(-1)
+
+
+def _role_peers(t: Table, min_peers: int) -> np.ndarray:
+    """Peer group per rank row: the ranks of its job and window that do the same work.
+
+    The data-parallel replicas of one place in the model (same pipeline stage, same
+    tensor-parallel rank) do identical work: they are the peers when there are
+    *min_peers* of them. With fewer replicas, the ranks of the whole stage are (tensor
+    parallelism splits each layer evenly). A stage is never compared with another
+    (stages differ by construction), nor busy time per sample with busy time per step.
+    Rows without enough peers either way get ``-1 - window`` (not judged).
+    """
+    stage = _ids(t["w"], t["job"], t["stage"], t["per_sample"])
+    place = _ids(stage, t["tp"])
+    place_n = np.bincount(place)[place] if place.size else place
+    stage_n = np.bincount(stage)[stage] if stage.size else stage
+    first = int(place.max(initial=-1)) + 1
+    return np.where(place_n >= min_peers, place,
+                    np.where(stage_n >= min_peers, first + stage, -1 - t["w"]))  # fmt: skip
 
 
 def _interval(frame: Frame, wins: dict[str, np.ndarray]) -> float:

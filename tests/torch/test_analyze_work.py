@@ -109,3 +109,47 @@ def test_stages_of_equal_work_are_no_finding(tmp_path: Path) -> None:
     roles = [{"pp_stage": s, "dp_rank": d} for s in (0, 1) for d in range(4)]
     write_steps(tmp_path, roles, [0.5] * 8, [None] * 8)
     assert run(tmp_path).stages == ()
+
+
+def three_d(pp: int, tp: int, dp: int) -> list[dict[str, object]]:
+    """The roles of a pp x tp x dp job, one rank per node, replicas outermost."""
+    return [{"pp_stage": s, "tp_rank": t, "dp_rank": d}
+            for d in range(dp) for s in range(pp) for t in range(tp)]  # fmt: skip
+
+
+def test_a_heavier_tensor_parallel_place_on_every_replica_is_not_a_node_fault(
+    tmp_path: Path,
+) -> None:
+    # 2 stages x 2 tensor-parallel ranks x 4 replicas; tp rank 1 of stage 1 holds the loss
+    # (say) and is 40% heavier on every replica: its peers are its replicas, not its stage.
+    roles = three_d(2, 2, 4)
+    seconds = [0.7 if r["pp_stage"] == 1 and r["tp_rank"] == 1 else 0.5 for r in roles]
+    write_steps(tmp_path, roles, seconds, [None] * 16)
+    assert suspects(run(tmp_path)) == []
+
+
+def test_a_slow_rank_among_its_replicas_is_found(tmp_path: Path) -> None:
+    roles = three_d(2, 2, 4)
+    seconds = [0.7 if r["pp_stage"] == 1 and r["tp_rank"] == 1 else 0.5 for r in roles]
+    slow = roles.index({"pp_stage": 1, "tp_rank": 0, "dp_rank": 2})
+    seconds[slow] = 1.0  # twice its three replicas
+    write_steps(tmp_path, roles, seconds, [None] * 16)
+    assert suspects(run(tmp_path)) == [f"node{slow}"]
+
+
+def test_too_few_replicas_compare_the_tensor_parallel_ranks_of_the_stage(tmp_path: Path) -> None:
+    # 2 replicas of each place: too few; the 4 tensor-parallel ranks of a stage split each
+    # layer evenly and are compared instead.
+    roles = three_d(1, 4, 2)
+    seconds = [0.5] * 8
+    seconds[5] = 1.0
+    write_steps(tmp_path, roles, seconds, [None] * 8)
+    assert suspects(run(tmp_path)) == ["node5"]
+
+
+def test_one_replicas_slow_tensor_parallel_group_is_not_a_heavy_stage(tmp_path: Path) -> None:
+    # One replica: stage 1's four tensor-parallel ranks all wait for one slow GPU inside
+    # every layer. Four ranks, but one replica: no stage finding can be made of it.
+    roles = three_d(2, 4, 1)
+    write_steps(tmp_path, roles, [0.5] * 4 + [0.75] * 4, [None] * 8)
+    assert run(tmp_path).stages == ()
