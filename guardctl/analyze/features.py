@@ -486,6 +486,27 @@ def _role_peers(t: Table, min_peers: int) -> np.ndarray:
                     np.where(stage_n >= min_peers, first + stage, -1 - t["w"]))  # fmt: skip
 
 
+def own_reference(t: Table, n_windows: int, min_samples: int) -> Table:
+    """The rows of the *n_windows* newest windows, each with its rank's own reference.
+
+    ``own_ref`` is the lowest busy time (same unit) the rank had in its job in the
+    older windows of *t* with at least *min_samples* steps (NaN without one):
+    what the rank can do, for a rank too few peers can judge. ``own_windows``
+    says how many older windows it rests on.
+    """
+    old = (t["w"] >= n_windows) & (t["n"] >= min_samples) & np.isfinite(t["busy_hi"])
+    recent = Table({name: col[t["w"] < n_windows] for name, col in t.cols.items()})
+    who = _ids(t["job"], t["rank"], t["per_sample"])
+    groups = int(who.max(initial=-1)) + 1
+    best = np.full(groups, np.inf)
+    np.minimum.at(best, who[old], t["busy_hi"][old])
+    count = np.bincount(who[old], minlength=groups)
+    mine = who[t["w"] < n_windows]
+    recent["own_ref"] = np.where(np.isfinite(best[mine]), best[mine], np.nan)
+    recent["own_windows"] = count[mine]
+    return recent
+
+
 def _interval(frame: Frame, wins: dict[str, np.ndarray]) -> float:
     """The agents' sampling interval: median gap between a node's host (or GPU) samples.
 
@@ -573,23 +594,32 @@ def extract(
     low_q: float,
     hw_xids: tuple[int, ...],
     min_rank_peers: int = 3,
+    own_history: int = 0,
 ) -> Features:
-    """Compute every feature table for the *n_windows* windows ending at *at*."""
+    """Compute every feature table for the *n_windows* windows ending at *at*.
+
+    Step records of the *own_history* windows before those give each rank its own
+    reference (:func:`own_reference`).
+    """
     wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()}
-    wins["step"] = assign_windows(step_times(frame), at, window_s, n_windows)
+    ends = step_times(frame)
+    wins["step"] = assign_windows(ends, at, window_s, n_windows)
+    longer = n_windows + own_history
+    rank_wins = assign_windows(ends, at, window_s, longer) if own_history else wins["step"]
     node_job = _node_jobs(frame, wins, n_windows)
     xids = np.array(hw_xids, np.int64)
     work: dict[str, Callable[[], Table]] = {
         "gpu": lambda: gpu_table(frame, wins["gpu"], node_job, xids, min_peers, low_q, n_windows),
         "host": lambda: host_table(frame, wins["host"], node_job, 3, low_q, n_windows),
         "nic": lambda: nic_table(frame, wins["nic"], node_job, min_peers, low_q, n_windows),
-        "rank": lambda: rank_table(frame, wins["step"], min_rank_peers, low_q, n_windows),
+        "rank": lambda: rank_table(frame, rank_wins, min_rank_peers, low_q, longer),
     }
     # The tables only read the frame: two at a time (numpy's sorts and copies let go of the
     # interpreter), the GPU table, about half the work, beside the three others.
     with ThreadPoolExecutor(2) as pool:
         futures = {name: pool.submit(fn) for name, fn in work.items()}
         tables = {name: future.result() for name, future in futures.items()}
+    tables["rank"] = own_reference(tables["rank"], n_windows, min_samples)
     shape = (n_windows, len(frame.nodes))
     has_data, seen = coverage(
         tables, shape, _interval(frame, wins), window_s, min_samples, min_coverage
