@@ -436,13 +436,14 @@ def load(
 
 
 def history_needed(cfg: AnalyzeSettings, window_s: float | None = None) -> float:
-    """How many seconds before ``at`` one pass looks at (step records: ranks' own history)."""
-    return (window_s or cfg.window_s) * (cfg.persist_n + cfg.own_history)
-
-
-def windows_needed(cfg: AnalyzeSettings, window_s: float | None = None) -> float:
-    """How many seconds before ``at`` one pass judges: all but step records need only these."""
+    """How many seconds before ``at`` one pass judges (all it needs of every record kind)."""
     return (window_s or cfg.window_s) * cfg.persist_n
+
+
+def steps_needed(cfg: AnalyzeSettings, window_s: float | None = None) -> float:
+    """How many seconds before ``at`` a pass reads step records: the judged windows and the
+    ranks' own history before them (``own_history``); a pass from the store reads this."""
+    return (window_s or cfg.window_s) * (cfg.persist_n + cfg.own_history)
 
 
 def analyze(
@@ -454,7 +455,7 @@ def analyze(
 ) -> Analysis:
     """One analysis pass over the store (or *path*): the entry point for CLI, sweep and report."""
     cfg = settings.analyze
-    span = history_needed(cfg, window_s)
+    span = steps_needed(cfg, window_s)
     if at is not None:
         frame = load(path, settings, since=at - span, until=at)
     else:

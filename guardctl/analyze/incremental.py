@@ -48,7 +48,7 @@ from guardctl.analyze.engine import (
     analyze_frame,
     default_at,
     history_needed,
-    windows_needed,
+    steps_needed,
 )
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
@@ -198,7 +198,7 @@ class Analyzer:
     def analyze(self, at: float | None = None, *, window_s: float | None = None) -> Analysis:
         """One analysis pass: the windows ending at *at* (default: the newest records)."""
         cfg = self.settings.analyze
-        span = history_needed(cfg, window_s)
+        span = steps_needed(cfg, window_s)
         if at is not None and at - span < self._floor:
             return self._cold(at, window_s)
         for attempt in range(2):
@@ -239,7 +239,7 @@ class Analyzer:
         finally:
             for kind, cols in self._kept.items():
                 cols.n = marks[kind]  # the tails read for this pass only go
-        self._prune(end - span, end - windows_needed(cfg, window_s), window_s or cfg.window_s)
+        self._prune(end - span, end - history_needed(cfg, window_s), window_s or cfg.window_s)
         files_n, records, bad = counts
         return dataclasses.replace(result, files=files_n, records=records, bad=bad)
 
