@@ -461,10 +461,7 @@ def rank_table(
 
 def _ids(*keys: np.ndarray) -> np.ndarray:
     """One group number per row for the rows' combination of integer *keys*."""
-    if not keys[0].size:
-        return np.empty(0, np.int64)
-    _, inv = np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)
-    return np.asarray(inv, np.int64).reshape(-1)
+    return _groups(*(k.astype(np.int64) for k in keys))[0]
 
 
 def _role_peers(t: Table, min_peers: int) -> np.ndarray:
@@ -486,25 +483,46 @@ def _role_peers(t: Table, min_peers: int) -> np.ndarray:
                     np.where(stage_n >= min_peers, first + stage, -1 - t["w"]))  # fmt: skip
 
 
-def own_reference(t: Table, n_windows: int, min_samples: int) -> Table:
-    """The rows of the *n_windows* newest windows, each with its rank's own reference.
+@dataclass(frozen=True)
+class History:
+    """Where the ranks' own history lies: the *windows* step-record windows before the
+    judged ones (``[analyze] own_history``), and what a window needs to count."""
+
+    windows: int
+    min_samples: int
+    min_peers: int
+    low_q: float
+
+
+def own_reference(
+    t: Table, frame: Frame, ends: np.ndarray, at: float, window_s: float, n_windows: int,
+    history: History,
+) -> None:  # fmt: skip
+    """Give each rank row of *t* its own reference, for ranks too few peers can judge.
 
     ``own_ref`` is the lowest busy time (same unit) the rank had in its job in the
-    older windows of *t* with at least *min_samples* steps (NaN without one):
-    what the rank can do, for a rank too few peers can judge. ``own_windows``
-    says how many older windows it rests on.
+    history windows with at least ``min_samples`` steps (NaN without one), what
+    the rank can do; ``own_windows`` how many windows it rests on. Only the jobs
+    with such ranks are read there: a big job's history costs nothing.
     """
-    old = (t["w"] >= n_windows) & (t["n"] >= min_samples) & np.isfinite(t["busy_hi"])
-    recent = Table({name: col[t["w"] < n_windows] for name, col in t.cols.items()})
-    who = _ids(t["job"], t["rank"], t["per_sample"])
-    groups = int(who.max(initial=-1)) + 1
-    best = np.full(groups, np.inf)
-    np.minimum.at(best, who[old], t["busy_hi"][old])
-    count = np.bincount(who[old], minlength=groups)
-    mine = who[t["w"] < n_windows]
-    recent["own_ref"] = np.where(np.isfinite(best[mine]), best[mine], np.nan)
-    recent["own_windows"] = count[mine]
-    return recent
+    t["own_ref"] = np.full(len(t), np.nan)
+    t["own_windows"] = np.zeros(len(t), np.int64)
+    small = np.unique(t["job"][t["peer"] < 0]) if len(t) else t["job"]
+    if not history.windows or not small.size:
+        return
+    c = frame.cols["step"]
+    longer = n_windows + history.windows
+    win = assign_windows(ends, at, window_s, longer)
+    win = np.where((win >= n_windows) & np.isin(c["job"], small), win, -1)
+    old = rank_table(frame, win, history.min_peers, history.low_q, longer)
+    counted = (old["n"] >= history.min_samples) & np.isfinite(old["busy_hi"])
+    both = [np.concatenate((old[k][counted], t[k])) for k in ("job", "rank", "per_sample")]
+    who = _ids(*both)
+    before, now = who[: int(counted.sum())], who[int(counted.sum()) :]
+    best = np.full(int(who.max(initial=-1)) + 1, np.inf)
+    np.minimum.at(best, before, old["busy_hi"][counted])
+    t["own_ref"] = np.where(np.isfinite(best[now]), best[now], np.nan)
+    t["own_windows"] = np.bincount(before, minlength=best.size)[now]
 
 
 def _interval(frame: Frame, wins: dict[str, np.ndarray]) -> float:
@@ -604,22 +622,21 @@ def extract(
     wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()}
     ends = step_times(frame)
     wins["step"] = assign_windows(ends, at, window_s, n_windows)
-    longer = n_windows + own_history
-    rank_wins = assign_windows(ends, at, window_s, longer) if own_history else wins["step"]
     node_job = _node_jobs(frame, wins, n_windows)
     xids = np.array(hw_xids, np.int64)
     work: dict[str, Callable[[], Table]] = {
         "gpu": lambda: gpu_table(frame, wins["gpu"], node_job, xids, min_peers, low_q, n_windows),
         "host": lambda: host_table(frame, wins["host"], node_job, 3, low_q, n_windows),
         "nic": lambda: nic_table(frame, wins["nic"], node_job, min_peers, low_q, n_windows),
-        "rank": lambda: rank_table(frame, rank_wins, min_rank_peers, low_q, longer),
+        "rank": lambda: rank_table(frame, wins["step"], min_rank_peers, low_q, n_windows),
     }
     # The tables only read the frame: two at a time (numpy's sorts and copies let go of the
     # interpreter), the GPU table, about half the work, beside the three others.
     with ThreadPoolExecutor(2) as pool:
         futures = {name: pool.submit(fn) for name, fn in work.items()}
         tables = {name: future.result() for name, future in futures.items()}
-    tables["rank"] = own_reference(tables["rank"], n_windows, min_samples)
+    history = History(own_history, min_samples, min_rank_peers, low_q)
+    own_reference(tables["rank"], frame, ends, at, window_s, n_windows, history)
     shape = (n_windows, len(frame.nodes))
     has_data, seen = coverage(
         tables, shape, _interval(frame, wins), window_s, min_samples, min_coverage
