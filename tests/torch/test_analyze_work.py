@@ -210,3 +210,9 @@ def test_analyze_summary_counts_the_nodes_judged_on_their_own_history(tmp_path: 
     write_steps(tmp_path, [{}] * 2, [0.5, 0.9], [None] * 2, steps=2 * STEPS)
     run_ = CliRunner().invoke(main, ["analyze", "--input", str(tmp_path)], env={})
     assert "(2 with ranks judged against their own history only)" in run_.output, run_.output
+
+
+def test_work_moved_between_a_small_jobs_ranks_is_no_node_fault(tmp_path: Path) -> None:
+    # Per-step sharding without sample counts: rank 0 took over most of rank 1's share.
+    write_steps(tmp_path, [{}] * 2, [0.5, 0.5], [None] * 2, steps=2 * STEPS, later=[0.8, 0.2])
+    assert suspects(run(tmp_path)) == []

@@ -5,9 +5,11 @@ rank is slow (:mod:`busy_time` leaves it alone). Its ranks still have their own
 history: the lowest busy time each had in the job's earlier windows
 (``[analyze] own_history``). A rank is flagged when it computes ``rel`` above
 that reference while another rank of its job holds within ``steady`` of its
-own: a whole job slowing down (a new phase, longer sequences, a checkpoint) moves
-every rank, a bad node only its own. A one-rank job has no such witness and is
-not judged; nor is a rank slow since before its history began.
+own, neither slower nor faster: a whole job slowing down (a new phase, longer
+sequences, a checkpoint) moves every rank, work moved from one rank to another
+(uneven shares the records do not count) moves both, a bad node only its own.
+A one-rank job has no such witness and is not judged; nor is a rank slow since
+before its history began.
 """
 
 from __future__ import annotations
@@ -16,8 +18,6 @@ import numpy as np
 
 from guardctl.analyze.detectors import Flags, register
 from guardctl.analyze.features import Features, Table
-
-_NONE = np.inf
 
 
 @register
@@ -32,8 +32,8 @@ class BusyHistory:
         value, ref = t["busy_hi"], t["own_ref"]
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(ref > 0, value / ref, np.nan)
-        others = _others_best(t, ratio)
-        hit = (t["peer"] < 0) & (ratio >= 1 + th["rel"]) & (others <= 1 + th["steady"])
+        witness = _witnessed(t, ratio, th["steady"])
+        hit = (t["peer"] < 0) & (ratio >= 1 + th["rel"]) & witness
         rdev = ratio - 1
         sev = np.where(hit, rdev / max(th["rel"], 1e-9), 0.0)
         per = t["per_sample"]
@@ -48,20 +48,14 @@ class BusyHistory:
         ]
 
 
-def _others_best(t: Table, ratio: np.ndarray) -> np.ndarray:
-    """Per row: the lowest ratio to its own reference among the other ranks of its job and
-    window (inf where none has one)."""
+def _witnessed(t: Table, ratio: np.ndarray, steady: float) -> np.ndarray:
+    """Per row: whether another rank of its job held its pace in that window (its busy
+    time within *steady* of its own reference, neither slower nor faster: a rank that
+    got faster may have taken over work, a share the records do not count)."""
     key = t["w"] * (int(t["job"].max(initial=0)) + 1) + t["job"]
     _, group = np.unique(key, return_inverse=True)
     group = group.reshape(-1)
-    r = np.where(np.isfinite(ratio), ratio, _NONE)
-    least = np.full(int(group.max(initial=-1)) + 1, _NONE)
-    np.minimum.at(least, group, r)
-    # the one row per group that holds the least: its witness is the group's second least
-    holder = np.zeros(r.size, bool)
-    at_least = np.flatnonzero(r == least[group])
-    _, first = np.unique(group[at_least], return_index=True)
-    holder[at_least[first]] = True
-    second = np.full(least.size, _NONE)
-    np.minimum.at(second, group[~holder], r[~holder])
-    return np.where(holder, second[group], least[group])
+    with np.errstate(invalid="ignore"):
+        held = np.abs(ratio - 1) <= steady  # NaN (no reference): False
+    count = np.bincount(group, weights=held.astype(np.float64))
+    return count[group] - held > 0
