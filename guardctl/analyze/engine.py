@@ -230,6 +230,7 @@ def analyze_frame(
         min_coverage=cfg.min_coverage,
         min_peers=cfg.min_peers,
         min_rank_peers=cfg.min_rank_peers,
+        own_history=cfg.own_history,
         low_q=cfg.low_quantile,
         hw_xids=cfg.hardware_xids,
     )
@@ -309,18 +310,27 @@ def _impact(f: feat.Features, node: int, job_idx: int, job: str | None) -> dict[
 
 
 NOT_COMPARED = "ranks not judged"
+OWN_HISTORY = "ranks judged against their own history"
 
 
 def _not_compared(f: feat.Features, node: int, cfg: AnalyzeSettings) -> tuple[str, ...]:
-    """Say so when the node's ranks had too few peers to be compared in the newest window."""
+    """Say so when the node's ranks had too few peers to be compared in the newest window,
+    and whether their own history stood in (see the ``busy_history`` detector)."""
     t = f.rank
     if not len(t):
         return ()
     mine = (t["node"] == node) & (t["w"] == 0)
     if not mine.any() or (t["peer"][mine] >= 0).any():
         return ()
-    return (f"{NOT_COMPARED}: fewer than {cfg.min_rank_peers} ranks doing the same work in its "
-            "job (too small a job or pipeline stage to compare)",)  # fmt: skip
+    few = (f"fewer than {cfg.min_rank_peers} ranks doing the same work in its job (too small "
+           "a job or pipeline stage to compare)")  # fmt: skip
+    job = t["job"][mine][0]
+    witnessed = int(np.count_nonzero((t["w"] == 0) & (t["job"] == job) & (t["own_windows"] > 0)))
+    if witnessed >= 2 and (t["own_windows"][mine] > 0).any():
+        return (f"{OWN_HISTORY}: {few}",)
+    if cfg.own_history:
+        few += f"; no {'other rank' if witnessed else 'earlier window'} of its own to compare with"
+    return (f"{NOT_COMPARED}: {few}",)
 
 
 def _evidence(
@@ -380,11 +390,16 @@ def _reasons(evidence: list[Evidence]) -> tuple[str, ...]:
     return tuple(out)
 
 
+# Detectors whose reference is the node's own past, not its peers.
+_OWN_REFERENCE = frozenset({"busy_history"})
+
+
 def _reason(e: Evidence) -> str:
     where = f" GPU {e.gpu}" if e.gpu is not None and e.rank is None else ""
     where += f" rank {e.rank}" if e.rank is not None else ""
     where += f" {e.device}" if e.device else ""
-    dev = f" ({e.deviation:+.0%} vs peers {e.reference:.4g})" if e.deviation is not None else ""
+    against = "its own earlier" if e.detector in _OWN_REFERENCE else "peers"
+    dev = f" ({e.deviation:+.0%} vs {against} {e.reference:.4g})" if e.deviation is not None else ""
     return f"{e.detector}:{where} {e.metric} {e.value:.4g} {e.unit}{dev}"
 
 
@@ -421,8 +436,14 @@ def load(
 
 
 def history_needed(cfg: AnalyzeSettings, window_s: float | None = None) -> float:
-    """How many seconds before ``at`` one pass looks at."""
+    """How many seconds before ``at`` one pass judges (all it needs of every record kind)."""
     return (window_s or cfg.window_s) * cfg.persist_n
+
+
+def steps_needed(cfg: AnalyzeSettings, window_s: float | None = None) -> float:
+    """How many seconds before ``at`` a pass reads step records: the judged windows and the
+    ranks' own history before them (``own_history``); a pass from the store reads this."""
+    return (window_s or cfg.window_s) * (cfg.persist_n + cfg.own_history)
 
 
 def analyze(
@@ -434,7 +455,7 @@ def analyze(
 ) -> Analysis:
     """One analysis pass over the store (or *path*): the entry point for CLI, sweep and report."""
     cfg = settings.analyze
-    span = history_needed(cfg, window_s)
+    span = steps_needed(cfg, window_s)
     if at is not None:
         frame = load(path, settings, since=at - span, until=at)
     else:
