@@ -318,19 +318,8 @@ class Controller:
         return "done", {}
 
     def _actions_last_hour(self) -> int:
-        hour_ago = time.time() - 3600
-        count = 0
-        for e in self.ops.log.entries():
-            if e.ts < hour_ago:
-                continue
-            node_action = e.phase == "done" and e.action in NODE_ACTIONS
-            requeued = e.action == "control requeue" and e.evidence.get("phase") == "done"
-            # a daemon's sweep counts when it starts, one pass's when it is judged
-            swept = e.action == SWEEPING or (e.action == "control sweep"
-                                              and not e.evidence.get("background"))
-            if (node_action and e.evidence.get("by") == BY) or requeued or swept:
-                count += 1
-        return count
+        hour_ago = self.ops.clock() - 3600
+        return sum(1 for e in self.ops.log.entries() if e.ts >= hour_ago and counts_toward_cap(e))
 
     # -- between passes (the daemon) --------------------------------------------------------
     def pause_s(self) -> float:
@@ -429,3 +418,14 @@ def _between(controller: Controller, warn: Callable[[str], None]) -> None:
         controller.tick()
     except GuardctlError as exc:
         warn(f"sweep poll failed, the next pass carries on: {' '.join(str(exc).split())}")
+
+
+def counts_toward_cap(e: Entry) -> bool:
+    """Whether a log entry is one of the controller's own actions that
+    ``control.max_actions_per_hour`` counts: a node action it took, a requeue, a sweep."""
+    node_action = e.phase == "done" and e.action in NODE_ACTIONS and e.evidence.get("by") == BY
+    requeued = e.action == "control requeue" and e.evidence.get("phase") == "done"
+    # a daemon's sweep counts when it starts, one pass's when it is judged
+    swept = e.action == SWEEPING or (e.action == "control sweep"
+                                      and not e.evidence.get("background"))
+    return node_action or requeued or swept

@@ -32,10 +32,11 @@ from guardctl.config import Settings
 from guardctl.controller import policy as control
 from guardctl.controller.classify import Classified, classify
 from guardctl.controller.ladder import BY, NodeLadder, derive
+from guardctl.controller.loop import counts_toward_cap
 from guardctl.controller.record import faults, record_fresh_starts
 from guardctl.errors import RefusedError
 from guardctl.nodeops import Action, NodeOps
-from guardctl.nodeops.ownership import NODE_ACTIONS, Owner
+from guardctl.nodeops.ownership import Owner
 from guardctl.sections.control import ControlSettings
 from guardctl.sections.safety import SafetySettings
 from guardctl.sections.store import StoreSettings
@@ -248,16 +249,12 @@ class Guardctl(FailStop):
 
     def actions_last_hour(self, now: float) -> int:
         """The controller's own actions in the hour before *now*, counted from the action log
-        as the loop counts them (``Controller._actions_last_hour``, on the wall clock)."""
+        by the loop's own rule (``counts_toward_cap``)."""
         count = 0
-        for e in reversed(self.log.entries()):
+        for e in reversed(self.log.entries()):  # newest first: stop at the hour's start
             if e.ts < now - 3600:
                 break
-            node_action = e.phase == "done" and e.action in NODE_ACTIONS
-            requeued = e.action == "control requeue" and e.evidence.get("phase") == "done"
-            if (node_action and e.evidence.get("by") == BY) or requeued or (
-                    e.action == "control sweep"):
-                count += 1
+            count += counts_toward_cap(e)
         return count
 
     def door(self, sim: Cluster, action: Callable[..., list[Action]], node: str, *args: Any,
