@@ -19,7 +19,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,10 +79,15 @@ class Entry:
 
 
 class ActionLog:
-    """Append to and read the action log under a store root."""
+    """Append to and read the action log under a store root.
 
-    def __init__(self, root: Path) -> None:
+    *clock* stamps each entry: the wall clock, or a simulated cluster's clock (a fleet
+    simulation over :class:`~guardctl.slurm.memory.MemorySlurm` passes its ``time``).
+    """
+
+    def __init__(self, root: Path, clock: Callable[[], float] = time.time) -> None:
         self.path = actions_log(root)
+        self.clock = clock
 
     def _ensure_dir(self) -> None:
         try:
@@ -154,7 +159,7 @@ class ActionLog:
         return self.append(
             Entry(
                 id=entry_id or uuid.uuid4().hex[:16],
-                ts=time.time(),
+                ts=self.clock(),
                 action=action,
                 phase=phase,
                 nodes=tuple(nodes),

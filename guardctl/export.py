@@ -22,7 +22,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from guardctl.analyze import SUSPECT, UNKNOWN, Analysis, analyze_frame, health
-from guardctl.analyze.engine import history_needed, load_recent
+from guardctl.analyze.engine import load_recent, steps_needed
 from guardctl.fileio import atomic_write
 from guardctl.sources import Source, prometheus_frame
 
@@ -43,7 +43,7 @@ def collect(source: Source) -> Export:
     if source.url:
         frame = prometheus_frame(source)
     else:
-        frame = load_recent(source.store, settings, history_needed(settings.analyze))
+        frame = load_recent(source.store, settings, steps_needed(settings.analyze))
     return Export(analyze_frame(frame, settings.analyze), health.latest(frame))
 
 

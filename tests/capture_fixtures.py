@@ -1,15 +1,17 @@
 """Capture the Slurm fixtures of tests/fixtures/slurm-<release>/ from a real lab.
 
-    GUARDCTL_LAB_RELEASE=24.11 python3 tests/capture_fixtures.py   # as root
+    GUARDCTL_LAB_RELEASE=24.11 python3 tests/capture_fixtures.py [--only blocked]  # as root
 
 Starts a private 6-node lab of that release and puts it in every state the
 parser must know: node1 runs a job, node2 is drained (and a job pending on
 it), node3 is in a plain reservation (RESERVED), node4 in a maintenance
 reservation (MAINTENANCE+RESERVED), node5 is set DOWN, node6 stays idle.
-Then it saves each read command's output (its default JSON, and each
-data_parser version the release accepts) with the lab's paths, host name and
-cluster name replaced by fixed words, so the files name no machine.  A
-command the release does not have is written down in ``unsupported.txt``.
+On 24.11 and newer a second, 4-node lab puts every node in one topology block
+(topology/block) and runs an ``--exclusive=topo`` job on node1, which leaves
+node2-node4 BLOCKED (``blocked/``).  Then it saves each read command's output
+(its default JSON, and each data_parser version the release accepts) with the
+lab's paths, host name and cluster name replaced by fixed words, so the files
+name no machine.  A command the release does not have is written down in ``unsupported.txt``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,10 +67,10 @@ def set_states(lab: Lab) -> None:
     time.sleep(2)  # let the scheduler give the pending job its reason
 
 
-def capture(lab: Lab, out: Path) -> list[str]:
+def capture(lab: Lab, out: Path, reads: dict[str, tuple[str, ...]] = READS) -> list[str]:
     unsupported = []
     (out / "version.txt").write_text(lab.sh("sinfo", "--version").stdout)
-    for name, argv in READS.items():
+    for name, argv in reads.items():
         for parser in ("", *PARSERS):
             flag = f"--json={parser}" if parser else "--json"
             proc = lab.sh(*argv[:1], flag, *argv[1:], check=False)
@@ -91,18 +94,45 @@ def capture(lab: Lab, out: Path) -> list[str]:
     return unsupported
 
 
+def capture_blocked(out: Path) -> list[str]:
+    """node2-node4 BLOCKED beside an exclusive-topology job (topology/block, 24.05+)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        extra, topology = Path(tmp, "block.conf"), Path(tmp, "topology.conf")
+        extra.write_text("TopologyPlugin=topology/block\n")
+        topology.write_text("BlockName=b1 Nodes=node[1-4]\nBlockSizes=4\n")
+        lab = Lab.start(nodes=4, up_args=["--conf-extra", str(extra), "--topology", str(topology)])
+        try:
+            lab.submit("#!/bin/bash\nsleep 300\n", "-w", "node1", "-J", "exclusive",
+                       "--exclusive=topo")
+            deadline = time.monotonic() + 30
+            while "blocked" not in lab.sh("sinfo", "-h", "-n", "node2", "-o", "%T").stdout:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("node2 never became BLOCKED")
+                time.sleep(0.5)
+            return capture(lab, out, {k: READS[k] for k in ("sinfo", "scontrol_nodes")})
+        finally:
+            with contextlib.suppress(subprocess.CalledProcessError, TimeoutError):
+                lab.cancel_all_jobs()
+            lab.down(purge=True, check=False)
+
+
 def main() -> int:
     release = lab_release()
     out = FIXTURES / f"slurm-{release}"
-    out.mkdir(exist_ok=True)
-    lab = Lab.start(nodes=6)
-    try:
-        set_states(lab)
-        missing = capture(lab, out)
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError, TimeoutError):
-            lab.cancel_all_jobs()
-        lab.down(purge=True, check=False)
+    missing: list[str] = []
+    if sys.argv[1:] != ["--only", "blocked"]:
+        out.mkdir(exist_ok=True)
+        lab = Lab.start(nodes=6)
+        try:
+            set_states(lab)
+            missing += capture(lab, out)
+        finally:
+            with contextlib.suppress(subprocess.CalledProcessError, TimeoutError):
+                lab.cancel_all_jobs()
+            lab.down(purge=True, check=False)
+    if tuple(int(p) for p in release.split(".")) >= (24, 11):
+        (out / "blocked").mkdir(parents=True, exist_ok=True)
+        missing += capture_blocked(out / "blocked")
     print(f"captured Slurm {release} into {out.relative_to(FIXTURES.parent.parent)}; "
           f"{len(missing)} command/parser pairs unsupported")
     return 0

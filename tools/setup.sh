@@ -23,4 +23,7 @@ python3 -m pip install -q --disable-pip-version-check -e '.[dev]'
 # guardctl[torch]'s tests (tests/torch) run real DDP jobs on CPU: the CPU build, pinned (a plain
 # `torch` would pull the multi-GB CUDA build; the GPU checks live in tools/).
 python3 -m pip install -q --disable-pip-version-check torch==2.13.0
+# guardctl[lightning]'s callback is tested in a real Lightning DDP job (after torch: it keeps
+# the CPU build, which satisfies it).
+python3 -m pip install -q --disable-pip-version-check lightning==2.6.6
 echo "setup: done ($(python3 -m guardctl --version))" >&2

@@ -16,6 +16,7 @@ from guardctl.analyze.engine import (
     analyze_frame,
     history_needed,
     load,
+    steps_needed,
     thresholds,
 )
 from guardctl.analyze.frame import Frame
@@ -32,5 +33,6 @@ __all__ = [
     "analyze_frame",
     "history_needed",
     "load",
+    "steps_needed",
     "thresholds",
 ]

@@ -230,6 +230,7 @@ def analyze_frame(
         min_coverage=cfg.min_coverage,
         min_peers=cfg.min_peers,
         min_rank_peers=cfg.min_rank_peers,
+        own_history=cfg.own_history,
         low_q=cfg.low_quantile,
         hw_xids=cfg.hardware_xids,
     )
@@ -240,13 +241,12 @@ def analyze_frame(
     broken = health.failing(frame, at - window_s, at, has_data)
     seen = np.array(f.seen.any(axis=0), bool)  # and nodes only their agents' health is from
     seen[[i for i, name in enumerate(f.nodes) if name in broken]] = True
-    unjudged = _not_compared(f)
+    unjudged = _not_compared(f, cfg)
     verdicts = []
-    for node in np.flatnonzero(seen):
+    for node in np.flatnonzero(seen).tolist():
         why = broken.get(f.nodes[node], [])
-        verdicts.append(
-            _verdict(f, flags, hit, int(node), int(count[node]), cfg, why, bool(unjudged[node]))
-        )
+        alone = unjudged.get(node, ())
+        verdicts.append(_verdict(f, flags, hit, node, int(count[node]), cfg, why, alone))
     verdicts.sort(key=lambda v: (v.verdict != SUSPECT, -v.score, v.node))
     return Analysis(
         at - window_s,
@@ -268,7 +268,7 @@ def _verdict(
     count: int,
     cfg: AnalyzeSettings,
     failing: list[str],
-    unjudged: bool,
+    not_compared: tuple[str, ...],
 ) -> NodeVerdict:
     name = f.nodes[node]
     job_idx = int(f.node_job[0, node])
@@ -283,8 +283,7 @@ def _verdict(
             job=job,
         )
     if not hit[:, node].any():
-        why = (_NOT_COMPARED_WHY.format(cfg.min_rank_peers),) if unjudged else ()
-        return NodeVerdict(name, HEALTHY, 0.0, why, job=job)
+        return NodeVerdict(name, HEALTHY, 0.0, not_compared, job=job)
     evidence = _evidence(f, flags, hit, node, cfg.evidence_per_node)
     score = round(max(e.severity for e in evidence), 2) if evidence else 0.0
     verdict = SUSPECT if count >= cfg.persist_k else HEALTHY
@@ -314,28 +313,47 @@ def _impact(f: feat.Features, node: int, job_idx: int, job: str | None) -> dict[
 
 
 NOT_COMPARED = "ranks not judged"
+OWN_HISTORY = "ranks judged against their own history"
 
 
-_NOT_COMPARED_WHY = (
-    NOT_COMPARED + ": fewer than {} ranks doing the same work in its "
-    "job (too small a job or pipeline stage to compare)"
-)
-
-
-def _not_compared(f: feat.Features) -> np.ndarray:
-    """Per node: it has ranks in the newest window, and none of them had peers to compare with.
+def _not_compared(f: feat.Features, cfg: AnalyzeSettings) -> dict[int, tuple[str, ...]]:
+    """Per node whose ranks had too few peers to be compared in the newest window: say so,
+    and whether their own history stood in (see the ``busy_history`` detector).
 
     One pass over the rank table for all nodes (per node, it was a scan of the
     whole table each: quadratic in the fleet).
     """
     t = f.rank
-    size = len(f.nodes)
     if not len(t):
-        return np.zeros(size, bool)
+        return {}
+    size = len(f.nodes)
     newest = t["w"] == 0
-    ranks = np.bincount(t["node"][newest], minlength=size)
-    compared = np.bincount(t["node"][newest & (t["peer"] >= 0)], minlength=size)
-    return (ranks > 0) & (compared == 0)
+    node = t["node"]
+    ranks = np.bincount(node[newest], minlength=size)
+    compared = np.bincount(node[newest & (t["peer"] >= 0)], minlength=size)
+    alone = np.flatnonzero((ranks > 0) & (compared == 0))
+    if not alone.size:
+        return {}
+    rows = np.flatnonzero(newest)
+    first = np.full(size, -1, np.int64)
+    first[node[rows][::-1]] = rows[::-1]  # each node's first row in the newest window
+    own = newest & (t["own_windows"] > 0)
+    jobs, counts = np.unique(t["job"][own], return_counts=True)
+    witnessed = dict(zip(jobs.tolist(), counts.tolist(), strict=True))
+    has_own = np.bincount(node[own], minlength=size) > 0
+    few = (f"fewer than {cfg.min_rank_peers} ranks doing the same work in its job (too small "
+           "a job or pipeline stage to compare)")  # fmt: skip
+    out: dict[int, tuple[str, ...]] = {}
+    for n in alone.tolist():
+        seen_by = witnessed.get(int(t["job"][first[n]]), 0)
+        if seen_by >= 2 and has_own[n]:
+            out[n] = (f"{OWN_HISTORY}: {few}",)
+        elif cfg.own_history:
+            other = "other rank" if seen_by else "earlier window"
+            out[n] = (f"{NOT_COMPARED}: {few}; no {other} of its own to compare with",)
+        else:
+            out[n] = (f"{NOT_COMPARED}: {few}",)
+    return out
 
 
 def _evidence(
@@ -395,11 +413,16 @@ def _reasons(evidence: list[Evidence]) -> tuple[str, ...]:
     return tuple(out)
 
 
+# Detectors whose reference is the node's own past, not its peers.
+_OWN_REFERENCE = frozenset({"busy_history"})
+
+
 def _reason(e: Evidence) -> str:
     where = f" GPU {e.gpu}" if e.gpu is not None and e.rank is None else ""
     where += f" rank {e.rank}" if e.rank is not None else ""
     where += f" {e.device}" if e.device else ""
-    dev = f" ({e.deviation:+.0%} vs peers {e.reference:.4g})" if e.deviation is not None else ""
+    against = "its own earlier" if e.detector in _OWN_REFERENCE else "peers"
+    dev = f" ({e.deviation:+.0%} vs {against} {e.reference:.4g})" if e.deviation is not None else ""
     return f"{e.detector}:{where} {e.metric} {e.value:.4g} {e.unit}{dev}"
 
 
@@ -436,8 +459,14 @@ def load(
 
 
 def history_needed(cfg: AnalyzeSettings, window_s: float | None = None) -> float:
-    """How many seconds before ``at`` one pass looks at."""
+    """How many seconds before ``at`` one pass judges (all it needs of every record kind)."""
     return (window_s or cfg.window_s) * cfg.persist_n
+
+
+def steps_needed(cfg: AnalyzeSettings, window_s: float | None = None) -> float:
+    """How many seconds before ``at`` a pass reads step records: the judged windows and the
+    ranks' own history before them (``own_history``); a pass from the store reads this."""
+    return (window_s or cfg.window_s) * (cfg.persist_n + cfg.own_history)
 
 
 def analyze(
@@ -449,7 +478,7 @@ def analyze(
 ) -> Analysis:
     """One analysis pass over the store (or *path*): the entry point for CLI, sweep and report."""
     cfg = settings.analyze
-    span = history_needed(cfg, window_s)
+    span = steps_needed(cfg, window_s)
     if at is not None:
         frame = load(path, settings, since=at - span, until=at)
     else:

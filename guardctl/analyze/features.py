@@ -437,9 +437,11 @@ def rank_table(
     t["per_sample"] = gi.sum(counted.astype(np.float64)) == gi.counts
     per_hi = gi.quantiles(per, (1 - low_q,))[0]
     t["busy_hi"] = np.where(t["per_sample"], per_hi, t["compute_hi"])
-    # The rank's pipeline stage (ranks of one stage do the same work); -1 when not known.
-    stage = np.where(c["pp_stage"] == INT_MISSING, -1, c["pp_stage"])
-    t["stage"] = gi.quantiles(stage.astype(np.float64), (1.0,))[0].astype(np.int64)
+    # The rank's parallel role, -1 where not known: its pipeline stage, tensor-parallel
+    # rank (its place within the stage) and data-parallel rank (its replica).
+    for name, column in (("stage", "pp_stage"), ("tp", "tp_rank"), ("dp", "dp_rank")):
+        role = np.where(c[column] == INT_MISSING, -1, c[column]).astype(np.float64)
+        t[name] = gi.quantiles(role, (1.0,))[0].astype(np.int64)
     t["comm_med"] = gi.median(c["comm_s"])
     t["step_med"] = gi.median(c["step_s"])
     # local rank on the node (ranks in order) stands for the GPU index, as LOCAL_RANK does
@@ -453,13 +455,74 @@ def rank_table(
         starts = np.maximum.accumulate(np.where(first, np.arange(g), 0))
         local[order] = np.arange(g) - starts
     t["local"] = local
-    # Peers: the ranks of the same job, pipeline stage and unit (per sample or not) in a window.
-    jk = ((w * (len(frame.jobs) + 1) + job) * (int(t["stage"].max(initial=-1)) + 2)
-          + t["stage"] + 1) * 2 + t["per_sample"]  # fmt: skip
-    uniq, jinv = np.unique(jk, return_inverse=True)
-    size = group_count(jinv, uniq.size)[jinv]
-    t["peer"] = np.where(size >= min_peers, jk, -1 - w)
+    t["peer"] = _role_peers(t, min_peers)
     return t
+
+
+def _ids(*keys: np.ndarray) -> np.ndarray:
+    """One group number per row for the rows' combination of integer *keys*."""
+    return _groups(*(k.astype(np.int64) for k in keys))[0]
+
+
+def _role_peers(t: Table, min_peers: int) -> np.ndarray:
+    """Peer group per rank row: the ranks of its job and window that do the same work.
+
+    The data-parallel replicas of one place in the model (same pipeline stage, same
+    tensor-parallel rank) do identical work: they are the peers when there are
+    *min_peers* of them. With fewer replicas, the ranks of the whole stage are (tensor
+    parallelism splits each layer evenly). A stage is never compared with another
+    (stages differ by construction), nor busy time per sample with busy time per step.
+    Rows without enough peers either way get ``-1 - window`` (not judged).
+    """
+    stage = _ids(t["w"], t["job"], t["stage"], t["per_sample"])
+    place = _ids(stage, t["tp"])
+    place_n = np.bincount(place)[place] if place.size else place
+    stage_n = np.bincount(stage)[stage] if stage.size else stage
+    first = int(place.max(initial=-1)) + 1
+    return np.where(place_n >= min_peers, place,
+                    np.where(stage_n >= min_peers, first + stage, -1 - t["w"]))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class History:
+    """Where the ranks' own history lies: the *windows* step-record windows before the
+    judged ones (``[analyze] own_history``), and what a window needs to count."""
+
+    windows: int
+    min_samples: int
+    min_peers: int
+    low_q: float
+
+
+def own_reference(
+    t: Table, frame: Frame, ends: np.ndarray, at: float, window_s: float, n_windows: int,
+    history: History,
+) -> None:  # fmt: skip
+    """Give each rank row of *t* its own reference, for ranks too few peers can judge.
+
+    ``own_ref`` is the lowest busy time (same unit) the rank had in its job in the
+    history windows with at least ``min_samples`` steps (NaN without one), what
+    the rank can do; ``own_windows`` how many windows it rests on. Only the jobs
+    with such ranks are read there: a big job's history costs nothing.
+    """
+    t["own_ref"] = np.full(len(t), np.nan)
+    t["own_windows"] = np.zeros(len(t), np.int64)
+    small = np.unique(t["job"][t["peer"] < 0]) if len(t) else t["job"]
+    if not history.windows or not small.size:
+        return
+    c = frame.cols["step"]
+    longer = n_windows + history.windows
+    win = assign_windows(ends, at, window_s, longer)
+    win = np.where((win >= n_windows) & np.isin(c["job"], small), win, -1)
+    old = rank_table(frame, win, history.min_peers, history.low_q, longer)
+    counted = (old["n"] >= history.min_samples) & np.isfinite(old["busy_hi"])
+    both = [np.concatenate((old[k][counted], t[k])) for k in ("job", "rank", "per_sample")]
+    who = _ids(*both)
+    before, now = who[: int(counted.sum())], who[int(counted.sum()) :]
+    best = np.full(int(who.max(initial=-1)) + 1, np.inf)
+    np.minimum.at(best, before, old["busy_hi"][counted])
+    t["own_ref"] = np.where(np.isfinite(best[now]), best[now], np.nan)
+    t["own_windows"] = np.bincount(before, minlength=best.size)[now]
 
 
 def _interval(frame: Frame, wins: dict[str, np.ndarray]) -> float:
@@ -549,10 +612,16 @@ def extract(
     low_q: float,
     hw_xids: tuple[int, ...],
     min_rank_peers: int = 3,
+    own_history: int = 0,
 ) -> Features:
-    """Compute every feature table for the *n_windows* windows ending at *at*."""
+    """Compute every feature table for the *n_windows* windows ending at *at*.
+
+    Step records of the *own_history* windows before those give each rank its own
+    reference (:func:`own_reference`).
+    """
     wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()}
-    wins["step"] = assign_windows(step_times(frame), at, window_s, n_windows)
+    ends = step_times(frame)
+    wins["step"] = assign_windows(ends, at, window_s, n_windows)
     node_job = _node_jobs(frame, wins, n_windows)
     xids = np.array(hw_xids, np.int64)
     work: dict[str, Callable[[], Table]] = {
@@ -566,6 +635,8 @@ def extract(
     with ThreadPoolExecutor(2) as pool:
         futures = {name: pool.submit(fn) for name, fn in work.items()}
         tables = {name: future.result() for name, future in futures.items()}
+    history = History(own_history, min_samples, min_rank_peers, low_q)
+    own_reference(tables["rank"], frame, ends, at, window_s, n_windows, history)
     shape = (n_windows, len(frame.nodes))
     has_data, seen = coverage(
         tables, shape, _interval(frame, wins), window_s, min_samples, min_coverage

@@ -23,9 +23,10 @@ behind its last mark start the state over (a pass that reads everything, as a
 cold pass does). Bytes a mirror does not cover yet (a batch being written) are
 parsed for that pass only, as a cold pass parses them, and read from the mirror
 once it has them; files without a usable mirror are parsed, tail by tail.
-Records older than the oldest window are let go (step records a window later,
-because a step is placed by the median time of its job's ranks, whose clocks
-may differ); a pass asked for a time before what is kept runs cold.
+Records older than the oldest window are let go (step records only before the
+ranks' own history, ``[analyze] own_history``, and a window later, because a step
+is placed by the median time of its job's ranks, whose clocks may differ); a pass
+asked for a time before what is kept runs cold.
 """
 
 from __future__ import annotations
@@ -41,7 +42,14 @@ from pathlib import Path
 
 import numpy as np
 
-from guardctl.analyze.engine import Analysis, analyze, analyze_frame, default_at, history_needed
+from guardctl.analyze.engine import (
+    Analysis,
+    analyze,
+    analyze_frame,
+    default_at,
+    history_needed,
+    steps_needed,
+)
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
     Listing,
@@ -194,7 +202,7 @@ class Analyzer:
     def analyze(self, at: float | None = None, *, window_s: float | None = None) -> Analysis:
         """One analysis pass: the windows ending at *at* (default: the newest records)."""
         cfg = self.settings.analyze
-        span = history_needed(cfg, window_s)
+        span = steps_needed(cfg, window_s)
         if at is not None and at - span < self._floor:
             return self._cold(at, window_s)
         for attempt in range(2):
@@ -238,7 +246,7 @@ class Analyzer:
         finally:
             for kind, cols in self._kept.items():
                 cols.n = marks[kind]  # the tails read for this pass only go
-        self._prune(end - span, window_s or cfg.window_s)
+        self._prune(end - span, end - history_needed(cfg, window_s), window_s or cfg.window_s)
         files_n, records, bad = counts
         return dataclasses.replace(result, files=files_n, records=records, bad=bad)
 
@@ -485,9 +493,13 @@ class Analyzer:
             frame.cols[kind] = cols.view()  # every hour kept is one this pass reads
         return frame
 
-    def _prune(self, start: float, window_s: float) -> None:
-        """Let go of records no later pass needs, once they are a good share of the kept."""
-        cutoffs = {kind: start for kind in schema.KINDS}
+    def _prune(self, start: float, judged: float, window_s: float) -> None:
+        """Let go of records no later pass needs, once they are a good share of the kept.
+
+        Step records are kept from *start* (the ranks' own history), the others only
+        from *judged*, where the windows a pass judges begin.
+        """
+        cutoffs = {kind: judged for kind in schema.KINDS}
         cutoffs["step"] = start - window_s  # steps are placed by their job's median time
         masks = {}
         for kind, cols in self._kept.items():

@@ -6,9 +6,10 @@ It is still worth saying: the whole job waits for that stage, and the fix is the
 split, not a node (ByteDance, arXiv 2505.05713: most stragglers in large jobs are not a bad
 machine). A stage is reported when, in at least ``persist_k`` of the last ``persist_n`` windows,
 even its fastest rank's median compute time is ``stage_imbalance`` above the median of the
-other stages' medians, on at least two data-parallel replicas (two or more ranks): "on every
-replica", so that one slow rank (a node fault, which its stage peers show) cannot pass for a
-heavy stage.
+other stages' medians, on at least two data-parallel replicas (distinct ``dp_rank`` where
+the records name it, else two or more ranks): "on every replica", so that one slow rank (a
+node fault, which its stage peers show) cannot pass for a heavy stage, nor can one replica's
+tensor-parallel group, whose ranks all wait for their slowest inside every layer.
 """
 
 from __future__ import annotations
@@ -82,7 +83,15 @@ def _heaviest(t: Any, rows: np.ndarray, imbalance: float) -> tuple[int, float] |
     top = int(np.argmax(fastest))
     medians = np.array([np.median(compute[stages == s]) for s in names])
     rest = float(np.median(np.delete(medians, top)))
-    if rest <= 0 or int(np.count_nonzero(stages == names[top])) < 2:
+    if rest <= 0 or _replicas(t, rows[stages == names[top]]) < 2:
         return None
     ratio = float(fastest[top]) / rest
     return (int(names[top]), ratio) if ratio >= 1 + imbalance else None
+
+
+def _replicas(t: Any, rows: np.ndarray) -> int:
+    """How many data-parallel replicas *rows* span: their distinct ``dp_rank`` where every
+    row names one (the tensor-parallel ranks of one replica wait for each other inside each
+    layer, so one slow GPU slows them all alike), else each rank counts as one."""
+    dp = t["dp"][rows]
+    return int(np.unique(dp).size) if (dp >= 0).all() else int(rows.size)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from guardctl.analyze import SUSPECT
-from guardctl.analyze.engine import NOT_COMPARED, bad_summary, build_cache
+from guardctl.analyze import SUSPECT, Analysis
+from guardctl.analyze.engine import NOT_COMPARED, OWN_HISTORY, bad_summary, build_cache
 from guardctl.analyze.timespec import iso, parse_duration, parse_time
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
 from guardctl.controller.impact import describe
@@ -124,8 +124,7 @@ def _print_table(result: object) -> None:
         v: sum(1 for n in result.nodes if n.verdict == v) for v in (SUSPECT, "unknown", "healthy")
     }
     # A job too small to compare its ranks is not a healthy finding: say how many were not.
-    unjudged = sum(1 for n in result.nodes if any(r.startswith(NOT_COMPARED) for r in n.reasons))
-    not_compared = f" ({unjudged} with ranks not judged: too few peers)" if unjudged else ""
+    not_compared = _small_jobs(result)
     click.echo(
         f"\nwindow {iso(result.window_start)} .. {iso(result.window_end)}; "
         f"{counts[SUSPECT]} suspect, {counts['unknown']} unknown, {counts['healthy']} healthy"
@@ -133,3 +132,14 @@ def _print_table(result: object) -> None:
         f"read {result.records} records from {result.files} files; "
         f"bad lines: {bad_summary(result.bad)}"
     )
+
+
+def _small_jobs(result: Analysis) -> str:
+    """How many nodes ran ranks too few peers could judge: not a healthy finding, say so."""
+    counts = [sum(1 for n in result.nodes if any(r.startswith(p) for r in n.reasons))
+              for p in (NOT_COMPARED, OWN_HISTORY)]  # fmt: skip
+    parts = [text for count, text in zip(counts, (
+        f"{counts[0]} with ranks not judged: too few peers",
+        f"{counts[1]} with ranks judged against their own history only",
+    ), strict=True) if count]  # fmt: skip
+    return f" ({'; '.join(parts)})" if parts else ""

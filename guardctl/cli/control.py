@@ -64,6 +64,13 @@ def _print_explain(data: dict[str, Any]) -> None:
         click.echo(f"  fleet:    {fleet['why']}")
     click.echo(f"  decision: {d['decision']} (rung {d['rung']}): {d['why']}" if d
                else "  decision: nothing to decide")
+    watch = (d or {}).get("rebalance") or data["ladder"].get("rebalance")
+    if watch:
+        click.echo(f"  rung a:   {_watch_line(watch)}")
+    if data["ladder"].get("sweeping"):
+        running = data["ladder"]["sweeping"]
+        click.echo(f"  sweeping: sweep {running.get('sweep')} (pid {running.get('pid')} on "
+                   f"{running.get('host')})")
     sweeps = data["ladder"]["sweeps"]
     if sweeps:
         click.echo("  sweeps:   " + ", ".join(s["verdict"] for s in sweeps))
@@ -71,6 +78,19 @@ def _print_explain(data: dict[str, Any]) -> None:
         ev = e["evidence"]
         what = ev.get("decision") or ev.get("verdict") or ""
         click.echo(f"  history:  {' '.join(filter(None, (e['action'], what)))}: {e['reason']}")
+
+
+def _watch_line(watch: dict[str, Any]) -> str:
+    """Rung a's watch of the job's step time: its phase and figures."""
+    if "phase" not in watch:
+        return str(watch.get("why", ""))
+    line = (f"{watch['phase']}: job {watch['job']} step time {watch['step_s']:.4g} s at rung a, "
+            f"{watch['step_s_without']:.4g} s at its peers' pace")
+    if watch.get("step_s_now") is not None:
+        line += f", {watch['step_s_now']:.4g} s now"
+        if watch.get("won_back_pct") is not None:
+            line += f" ({watch['won_back_pct']:g}% won back)"
+    return line + (f", {watch['waited_s']:.0f} s since" if "waited_s" in watch else "")
 
 
 @main.command("control")

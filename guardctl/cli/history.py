@@ -44,7 +44,7 @@ def history(app: AppContext, nodes: tuple[str, ...], limit: int, control_only: b
 def evidence_line(evidence: dict[str, Any]) -> str:
     """The evidence an operator reads first: a decision, its outcome, a verdict, a cost."""
     parts = []
-    for key in ("decision", "rung", "outcome", "verdict", "kind", "sweep", "job"):
+    for key in ("decision", "rung", "outcome", "verdict", "kind", "sweep", "job", "phase"):
         if evidence.get(key) not in (None, "", []):
             parts.append(f"{key}={evidence[key]}")
     impact = evidence.get("impact")

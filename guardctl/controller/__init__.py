@@ -7,12 +7,14 @@ One concern per module:
   persistent node fault, structural, deterministic heterogeneity);
 * :mod:`~guardctl.controller.impact`: what a finding costs its job (% and GPU-hours a day);
 * :mod:`~guardctl.controller.requeue`: the ski-rental rule for requeueing a job off a slow node;
+* :mod:`~guardctl.controller.rebalance`: rung a, whether a rebalanced job's step time recovers;
+* :mod:`~guardctl.controller.sweeps`: the daemon's sweeps in flight, polled pass by pass;
 * :mod:`~guardctl.controller.ladder`: each node's place on the ladder, read from the action log;
 * :mod:`~guardctl.controller.policy`: the decisions, a pure function of (analysis, jobs, ladder);
 * :mod:`~guardctl.controller.record`: decisions and their evidence in the action log;
 * :mod:`~guardctl.controller.loop`: one pass (read, decide, act, record) and the daemon.
 
 The controller acts only through the node-action door (:class:`guardctl.nodeops.NodeOps`) and
-the sweep (:func:`guardctl.sweep.engine.run_sweep`), so ownership, caps, the rate limit and the
+the sweep (:mod:`guardctl.sweep.engine`), so ownership, caps, the rate limit and the
 intent-before/outcome-after log hold for it as for every other command.
 """

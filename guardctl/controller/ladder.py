@@ -10,9 +10,16 @@ nothing and any pass, on any host, reads the same ladder:
   ``[control] relapse_window_s`` count the relapses;
 * suspect onsets (``control pass`` records list what was flagged), for flap suppression;
 * the last decision recorded for the node, so an unchanged decision is not logged again;
+* a sweep the daemon started and has not judged yet (``control sweeping``, closed by its
+  ``control sweep``; :mod:`guardctl.controller.sweeps`);
+* rung a (``control rebalance``): the job's step time when the controller took it and what
+  came of it (:mod:`guardctl.controller.rebalance`), until the node is released or drained;
 * fresh starts (``control fresh start``): a node someone else took out for repair (a drain,
   DOWN, a reboot) after guardctl's sweeps passed it comes back with its relapse count at
-  zero: the passes before the repair say nothing about the node after it.
+  zero: the passes before the repair say nothing about the node after it. guardctl's own
+  drain is such a start too: the node goes to repair (the fleet simulation found a node
+  drained for a failed sweep, repaired, and drained again as a lemon at its next flag, on
+  passes from before the repair).
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from guardctl.actionlog import Entry
 
 BY = "control"  # the evidence key 'by' of node actions the controller took
 FRESH_START = "control fresh start"
+REBALANCE = "control rebalance"
+SWEEPING = "control sweeping"
 
 
 @dataclass
@@ -38,6 +47,8 @@ class NodeLadder:
     onsets: list[float] = field(default_factory=list)  # when it became flagged
     last_decision: dict[str, Any] = field(default_factory=dict)
     fresh_start: float = 0.0  # relapses count from here (someone else held the node)
+    rebalance: dict[str, Any] = field(default_factory=dict)  # rung a's latest record
+    sweeping: dict[str, Any] = field(default_factory=dict)  # a started sweep, not yet judged
 
     def passes_since(self, since: float) -> int:
         since = max(since, self.fresh_start)
@@ -64,7 +75,8 @@ class NodeLadder:
                 "quarantined_at": self.quarantined_at,
                 "sweeps": [{"ts": ts, "verdict": v} for ts, v in self.sweeps],
                 "onsets": self.onsets, "last_decision": self.last_decision,
-                "fresh_start": self.fresh_start}
+                "fresh_start": self.fresh_start, "rebalance": self.rebalance,
+                "sweeping": self.sweeping}
 
 
 def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
@@ -84,12 +96,20 @@ def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
         elif e.action == "control sweep":
             for node in e.nodes:
                 of(node).sweeps.append((e.ts, str(e.evidence.get("verdict", ""))))
+                if of(node).sweeping.get("sweep") == e.evidence.get("sweep"):
+                    of(node).sweeping = {}
+        elif e.action == SWEEPING:
+            for node in e.nodes:
+                of(node).sweeping = {**e.evidence, "ts": e.ts, "host": e.host, "pid": e.pid}
         elif e.action == "control decision":
             for node in e.nodes:
                 of(node).last_decision = dict(e.evidence)
         elif e.action == FRESH_START:
             for node in e.nodes:
                 of(node).fresh_start = e.ts
+        elif e.action == REBALANCE:
+            for node in e.nodes:
+                of(node).rebalance = dict(e.evidence)
         elif e.phase in ("done", "reconciled") and e.action in ("quarantine", "release",
                                                                "drain"):
             for node in e.nodes:
@@ -97,4 +117,8 @@ def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
                 mine = e.action == "quarantine" and e.evidence.get("by") == BY
                 ladder.quarantined_by_control = mine
                 ladder.quarantined_at = e.ts if mine else None
+                if e.action != "quarantine":  # swept and back, or out: rung a starts over
+                    ladder.rebalance = {}
+                if e.action == "drain":  # out for repair: relapses count from here
+                    ladder.fresh_start = e.ts
     return out

@@ -5,11 +5,13 @@ intents a crash left (:meth:`NodeOps.reconcile`); read the newest analysis, Slur
 reservations and jobs, and the action log; classify and decide (pure, :mod:`policy`); then act
 through the node-action door and the sweep, or, observing only, record what it would do.
 
-A sweep runs inside the pass, and the sweep's progress callback renews the lease between its
-polls, so a sweep of minutes never lets the lease lapse; were the lease ever lost, the callback
-stops the sweep, which leaves the node quarantined (safe) for the next leader to sweep. This
-keeps one process and one place where the controller acts, at the price of a daemon that does
-nothing else while it sweeps (nodes flagged meanwhile wait one sweep's length).
+The daemon does not wait for a sweep: a pass starts it (its first batch of jobs submitted)
+and the passes after it poll it, submitting its next batch or judging it once its jobs ended
+(:mod:`guardctl.controller.sweeps`), so the fleet is watched meanwhile. A sweep open in the log
+that this process does not run (its daemon gone) is aborted by the leader and the node swept
+afresh; a daemon that loses the lease or stops aborts its own. One pass (``--once``) still runs
+its sweep to the end inside the pass: the sweep's progress callback renews the lease between
+its polls, and stops the sweep (the node left quarantined) if the lease was lost.
 
 Slurm unreachable mid-pass: the pass stops with :class:`SlurmUnavailable`; each node action was
 logged as an intent first, so nothing is half done that the next pass cannot reconcile.
@@ -37,14 +39,15 @@ from guardctl.config import Settings
 from guardctl.controller import policy, record
 from guardctl.controller.classify import Classified, classify
 from guardctl.controller.impact import describe
-from guardctl.controller.ladder import BY, NodeLadder, derive
+from guardctl.controller.ladder import BY, SWEEPING, NodeLadder, derive
 from guardctl.controller.lease import Holder, Lease, LeaseLost
+from guardctl.controller.sweeps import InFlight, Sweeps
 from guardctl.errors import RefusedError, SlurmError
 from guardctl.nodeops import NodeOps
 from guardctl.nodeops.ownership import NODE_ACTIONS
 from guardctl.slurm.types import JobInfo, SlurmClient
 from guardctl.sources import Source, SourceError, analyze_source, open_source
-from guardctl.sweep.engine import SweepOptions, run_sweep
+from guardctl.sweep.engine import SweepOptions, SweepReport, run_sweep
 
 Progress = Callable[[str], None]
 LIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
@@ -95,6 +98,17 @@ class Gathered:
     out_for_repair: Callable[[str], bool]  # drained, down, rebooting (whoever holds it)
 
 
+@dataclass(frozen=True)
+class Swept:
+    """What the decision that started a sweep knew, for its record once judged."""
+
+    node: str
+    duration_s: float
+    relapse: int
+    lemon: bool
+    why: str
+
+
 def running_jobs(jobs: list[JobInfo]) -> dict[str, list[JobInfo]]:
     """node -> the jobs running on it, guardctl's own sweep jobs left out."""
     out: dict[str, list[JobInfo]] = {}
@@ -119,7 +133,7 @@ def gather(settings: Settings, ops: NodeOps, analysis: Analysis, now: float) -> 
                    for j in jobs if j.requeue and j.state == "RUNNING"}
     duration = settings.control.sweep_duration_s or settings.sweep.gemm_duration_s
     view = policy.View(classified, owners, running_jobs(jobs), ladders, now, duration, dds,
-                       requeueable)
+                       requeueable, analysis.window_end)
     return Gathered(analysis, classified, entries, ladders, view, snap.out_for_repair)
 
 
@@ -141,9 +155,11 @@ class Controller:
         self.acting = act and not settings.safety.observe_only
         self.ops = NodeOps(settings, slurm)
         self.lease = Lease(settings.store.root, self.cfg.lease_s)
-        self.source = open_source(settings, None, None)
+        self.source = open_source(settings, None, None, self.ops.slurm)  # its jobs: same Slurm
         self.analyzer = Analyzer(settings)
         self.progress = progress
+        self.polled = False  # the daemon: sweeps run across passes (see the module docstring)
+        self.sweeps = Sweeps(self.ops, progress)
 
     def analysis(self) -> Analysis:
         """This pass's analysis, from the configured source (raises SourceError)."""
@@ -170,10 +186,14 @@ class Controller:
         if not dry_run:
             held, holder = self.lead()
             if not held:
+                if self.sweeps.running:
+                    self.sweeps.abort_all(f"lost the controller lease to {_who(holder)}")
                 return PassReport(False, False, holder.as_dict() if holder else None)
         analysis = self.analysis()  # first: a source that fails leaves the pass doing nothing
         now = time.time()
         reconciled = [] if dry_run else self.ops.reconcile()
+        if self.acting and not dry_run:  # observing only: not even its own sweeps' jobs
+            self._sweeps_in_flight()
         g = gather(self.settings, self.ops, analysis, now)
         report = PassReport(True, self.acting and not dry_run, reconciled=len(reconciled),
                             window=(g.analysis.window_start, g.analysis.window_end),
@@ -185,6 +205,8 @@ class Controller:
             record.record_fleet(self.ops, g.entries, g.classified)
             record.record_fresh_starts(self.ops, g.ladders, g.view.owners, g.out_for_repair)
         for decision in policy.decide(g.view, self.cfg):
+            if not dry_run:  # rung a's watch is a record, observing only or not
+                record.record_rebalance(self.ops, decision, g.ladders.get(decision.node))
             outcome, extra = self._carry_out(decision, g, dry_run)
             if not dry_run and (decision.acts or record.changed(
                     decision, g.ladders.get(decision.node), outcome)):
@@ -214,7 +236,7 @@ class Controller:
     def _act(self, d: policy.Decision, g: Gathered) -> tuple[str, dict[str, Any]]:
         evidence = {"by": BY, "decision": d.action, "rung": d.rung, "kind": d.kind,
                     "jobs": list(d.jobs), **{k: v for k, v in d.evidence.items()
-                                             if k in ("impact", "relapse")}}
+                                             if k in ("impact", "relapse", "rebalance")}}
         if d.action == "quarantine":
             self.ops.quarantine([d.node], f"control: {d.why}", evidence=evidence)
             if not d.jobs:  # free already: straight on to the sweep
@@ -239,11 +261,38 @@ class Controller:
         options = SweepOptions(kind=self.cfg.sweep_kind, duration_s=duration,
                                release_passed=not lemon)
         self.progress(f"control: sweeping {node} ({self.cfg.sweep_kind}, {duration:g} s)")
+        if self.polled:
+            flight = self.sweeps.start(self.settings, node, options, relapse, lemon, why)
+            report = self.sweeps.poll(flight)
+            if report is None:  # its first batch submitted
+                return "sweep started", {"sweep": flight.sweep_id}
+            return self._swept(flight, report)
         report = run_sweep(self.settings, [node], options, ops=self.ops, progress=self._renew)
+        return self._swept(Swept(node, duration, relapse, lemon, why), report)
+
+    def _sweeps_in_flight(self, clean_up: bool = True) -> None:
+        """Poll the sweeps this daemon runs (judged ones are recorded and acted on), and abort
+        those open in the log that no process here runs any more (*clean_up*: a pass)."""
+        self.sweeps.retry()
+        for flight in list(self.sweeps.running.values()):
+            try:
+                report = self.sweeps.poll(flight)
+                if report is not None:
+                    self._swept(flight, report)
+            except RefusedError as exc:  # aborted and closed; the node stays quarantined
+                self.progress(f"control: sweep {flight.sweep_id} of {flight.node}: {exc}")
+        if clean_up:
+            entries = self.ops.log.entries()
+            self.sweeps.clean_up(derive(entries), entries)
+
+    def _swept(self, flight: Swept | InFlight, report: SweepReport) -> tuple[str, dict[str, Any]]:
+        """Record a judged sweep; a lemon that passed is drained all the same."""
+        node, relapse, lemon, why = flight.node, flight.relapse, flight.lemon, flight.why
         verdict = report.verdicts[0]
         self.ops.record("control sweep", [node], reason=verdict.evidence, evidence={
             "verdict": verdict.verdict, "action": verdict.action, "sweep": report.sweep_id,
-            "duration_s": duration, "relapse": relapse, "lemon": lemon})
+            "duration_s": flight.duration_s, "relapse": relapse, "lemon": lemon,
+            "background": self.polled})
         if lemon and verdict.verdict == "pass":
             # Relapsing after every passed sweep: the burn-in cannot see its fault, the jobs can.
             self.ops.drain([node], f"control: lemon after relapse {relapse}, its sweep passed "
@@ -269,17 +318,21 @@ class Controller:
         return "done", {}
 
     def _actions_last_hour(self) -> int:
-        hour_ago = time.time() - 3600
-        count = 0
-        for e in self.ops.log.entries():
-            if e.ts < hour_ago:
-                continue
-            node_action = e.phase == "done" and e.action in NODE_ACTIONS
-            requeued = e.action == "control requeue" and e.evidence.get("phase") == "done"
-            if (node_action and e.evidence.get("by") == BY) or requeued or (
-                    e.action == "control sweep"):
-                count += 1
-        return count
+        hour_ago = self.ops.clock() - 3600
+        return sum(1 for e in self.ops.log.entries() if e.ts >= hour_ago and counts_toward_cap(e))
+
+    # -- between passes (the daemon) --------------------------------------------------------
+    def pause_s(self) -> float:
+        """How long the daemon sleeps between looks: the lease's renewal, or a sweep's poll."""
+        pause = self.cfg.lease_s / 3
+        if self.sweeps.running or self.sweeps.leftover:
+            pause = min(pause, self.settings.sweep.poll_interval_s)
+        return pause
+
+    def tick(self) -> None:
+        """Poll the daemon's sweeps in flight (the leader, between passes)."""
+        if self.sweeps.running or self.sweeps.leftover:
+            self._sweeps_in_flight(clean_up=False)  # the log is read at the next pass
 
     # -- explain ----------------------------------------------------------------------------
     def explain(self, node: str) -> dict[str, Any]:
@@ -328,6 +381,7 @@ def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport]
     """
     from guardctl.errors import GuardctlError
 
+    controller.polled = True
     try:
         while True:
             leader = False
@@ -344,8 +398,34 @@ def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport]
                 warn(f"pass failed, the next one carries on: {' '.join(str(exc).split())}")
             deadline = time.monotonic() + interval_s
             while (left := deadline - time.monotonic()) > 0:
-                time.sleep(min(left, controller.cfg.lease_s / 3))
+                time.sleep(min(left, controller.pause_s()))
                 if leader and deadline - time.monotonic() > 0:
                     leader = controller.lead()[0]
+                    if leader:
+                        _between(controller, warn)
     finally:
-        controller.lease.release()
+        try:
+            controller.sweeps.abort_all("the controller stopped")
+        finally:
+            controller.lease.release()
+
+
+def _between(controller: Controller, warn: Callable[[str], None]) -> None:
+    """Between passes, the leader polls its sweeps: a batch's end starts the next one."""
+    from guardctl.errors import GuardctlError
+
+    try:
+        controller.tick()
+    except GuardctlError as exc:
+        warn(f"sweep poll failed, the next pass carries on: {' '.join(str(exc).split())}")
+
+
+def counts_toward_cap(e: Entry) -> bool:
+    """Whether a log entry is one of the controller's own actions that
+    ``control.max_actions_per_hour`` counts: a node action it took, a requeue, a sweep."""
+    node_action = e.phase == "done" and e.action in NODE_ACTIONS and e.evidence.get("by") == BY
+    requeued = e.action == "control requeue" and e.evidence.get("phase") == "done"
+    # a daemon's sweep counts when it starts, one pass's when it is judged
+    swept = e.action == SWEEPING or (e.action == "control sweep"
+                                      and not e.evidence.get("background"))
+    return node_action or requeued or swept

@@ -4,10 +4,12 @@ Nothing here reads Slurm, the store or the clock: :func:`decide` is handed value
 tests (and a fleet simulation over the in-memory Slurm) can drive it directly. The ladder, for
 a node the analysis finds at fault:
 
-a. its job uses the data-sharding service: the slow rank already gets less work; noted with
-   the job's slowdown so that recovery can be checked;
+a. its job runs on it with the data-sharding service: the slow rank already gets less work;
+   the job's step time is watched (:mod:`guardctl.controller.rebalance`): recovered, it stays
+   here; not recovered within ``rebalance_window_s``, it goes on to quarantine;
 b. quarantine: its maintenance reservation keeps new jobs off it, the running job goes on;
-c. sweep once it is free (its job ended or was requeued): pass -> release, fail -> drain;
+c. sweep once it is free (its job ended or was requeued): pass -> release, fail -> drain
+   (the daemon's sweep runs over several passes: the node waits on it meanwhile);
 d. requeue (``[control] requeue = true``): a requeue-able job the ski-rental rule says is
    cheaper to restart elsewhere is requeued with the node excluded;
 e. relapse: flagged again within ``relapse_window_s`` of a passed sweep: a longer sweep; the
@@ -24,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from guardctl.controller import requeue
+from guardctl.controller import rebalance, requeue
 from guardctl.controller.classify import Classified, Finding
 from guardctl.controller.ladder import NodeLadder
 from guardctl.nodeops.ownership import Owner
@@ -72,6 +74,7 @@ class View:
     sweep_duration_s: float
     dds_jobs: frozenset[str] = frozenset()  # analysis job ids served by the data-sharding service
     requeueable: Mapping[int, float | None] = field(default_factory=dict)  # job -> seconds left
+    data_end: float = 0.0  # end of the analysis's newest window (rung a's step times)
 
 
 def decide(view: View, cfg: ControlSettings) -> list[Decision]:
@@ -123,12 +126,17 @@ def _fault(view: View, cfg: ControlSettings, node: str, finding: Finding, ladder
                         f"{cfg.flap_window_s:g} s (control.max_flaps={cfg.max_flaps})",
                         **base, evidence=evidence)
     relapse = ladder.passes_since(view.now - cfg.relapse_window_s)
-    if finding.job is not None and finding.job in view.dds_jobs:
-        evidence["rebalanced"] = "the data-sharding service already gives its ranks less work"
+    if relapse == 0 and finding.job in view.dds_jobs and finding.job in map(str, jobs):
+        taken, watched = _rung_a(view, cfg, node, finding, ladder, jobs)
+        if taken is not None:
+            return taken
+        evidence["rebalance"] = watched  # not recovered, or nothing to check it on
     rung = "b" if relapse == 0 else "e"
     why = f"persistent node fault: {finding.why}"
     if relapse:
         why = f"relapse {relapse} of {cfg.relapses}: {why}"
+    if "rebalance" in evidence:
+        why = f"{why}; rung a: {evidence['rebalance']['why']}"
     if is_lemon(cfg, relapse):
         why = (f"lemon: flagged again after {relapse} passed sweep(s) within "
                f"{cfg.relapse_window_s:g} s, drained for repair after its last sweep, pass or "
@@ -136,6 +144,27 @@ def _fault(view: View, cfg: ControlSettings, node: str, finding: Finding, ladder
     return Decision(node, "quarantine", rung, why + (f"; job(s) {', '.join(map(str, jobs))} "
                     "go on undisturbed" if jobs else ""), **base,
                     evidence={**evidence, "relapse": relapse, "lemon": is_lemon(cfg, relapse)})
+
+
+def _rung_a(view: View, cfg: ControlSettings, node: str, finding: Finding, ladder: NodeLadder,
+            jobs: tuple[int, ...]) -> tuple[Decision | None, dict[str, Any]]:
+    """Rung a for a node whose running job the data-sharding service serves: take it (a watch
+    of the job's step time), stay on it (watching, or recovered), or leave it for the next
+    rung with the evidence (not recovered)."""
+    base: dict[str, Any] = {"kind": finding.kind, "jobs": jobs}
+    watch = rebalance.read(ladder.rebalance)
+    if watch is None or watch.job != finding.job:
+        watch = rebalance.start(finding.impact, view.now, view.data_end, cfg)
+        if watch is None:
+            return None, {"job": finding.job, "why": "the data-sharding service gives the slow "
+                          "rank less work, but no step records show the job's step time: "
+                          "nothing to check its recovery on"}
+    elif watch.phase == "watch":
+        watch = rebalance.check(watch, finding.impact, view.data_end, view.now, cfg)
+    if watch.phase == "not recovered":
+        return None, watch.as_dict()
+    return Decision(node, "rebalance", "a", watch.why, **base,
+                    evidence={"impact": finding.impact, "rebalance": watch.as_dict()}), {}
 
 
 def is_lemon(cfg: ControlSettings, relapse: int) -> bool:
@@ -154,6 +183,10 @@ def _quarantined(view: View, cfg: ControlSettings, node: str, finding: Finding |
     """A node the controller quarantined: sweep it when free, else wait (or requeue)."""
     base: dict[str, Any] = {"kind": finding.kind if finding else "", "jobs": jobs}
     duration, relapse = sweep_duration(view, cfg, ladder)
+    if ladder.sweeping:  # the daemon polls it at each pass
+        return Decision(node, "wait", "e" if relapse else "c",
+                        f"quarantined, its sweep {ladder.sweeping.get('sweep')} runs", **base,
+                        evidence={"sweep": ladder.sweeping.get("sweep")})
     if not jobs:
         rung = "e" if relapse else "c"
         lemon = is_lemon(cfg, relapse)

@@ -8,6 +8,8 @@ Everything goes through :meth:`guardctl.nodeops.NodeOps.record` as ``control ...
 * ``control decision``: a node's decision, its rung, why and its evidence, written when it
   differs from the node's last one (an unchanged wait is not logged every pass);
 * ``control sweep``: a sweep's verdict; ``control requeue``: a job requeued off a node;
+* ``control rebalance``: rung a's watch of a job's step time when taken, and again when it
+  recovered or did not (:mod:`guardctl.controller.rebalance`);
 * ``control fresh start``: a node with passed sweeps that someone else now holds; its
   relapse count starts over (:mod:`guardctl.controller.ladder`).
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 from guardctl.actionlog import Entry
 from guardctl.controller.classify import Classified
-from guardctl.controller.ladder import FRESH_START, NodeLadder
+from guardctl.controller.ladder import FRESH_START, REBALANCE, NodeLadder
 from guardctl.controller.policy import Decision
 from guardctl.nodeops import NodeOps
 
@@ -68,6 +70,18 @@ def record_decision(ops: NodeOps, decision: Decision, outcome: str,
                     extra: dict[str, Any] | None = None) -> Entry:
     return ops.record("control decision", [decision.node], reason=decision.why,
                       evidence={**decision.as_dict(), "outcome": outcome, **(extra or {})})
+
+
+def record_rebalance(ops: NodeOps, decision: Decision, ladder: NodeLadder | None) -> None:
+    """Note rung a's watch when it is taken and when it recovers or does not."""
+    watch = decision.evidence.get("rebalance")
+    if not isinstance(watch, dict) or "phase" not in watch:
+        return  # no watch: nothing to check the step time on
+    last = ladder.rebalance if ladder else {}
+    key = ("phase", "job", "since")
+    if tuple(last.get(k) for k in key) == tuple(watch.get(k) for k in key):
+        return
+    ops.record(REBALANCE, [decision.node], reason=str(watch.get("why", "")), evidence=watch)
 
 
 def record_fresh_starts(ops: NodeOps, ladders: Mapping[str, NodeLadder],

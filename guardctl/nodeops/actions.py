@@ -65,12 +65,16 @@ class Action:
 class NodeOps:
     """The one door for node actions: ownership, caps, rate limit and an action log."""
 
-    def __init__(self, settings: Settings, slurm: SlurmClient | None = None) -> None:
+    def __init__(self, settings: Settings, slurm: SlurmClient | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        """*clock* dates the action log and the rate limit's hour: the wall clock, or the
+        clock of the simulated cluster that *slurm* is (``MemorySlurm.time``)."""
         if os.environ.get(testhooks.CRASH_ENV):  # crash points exist for the lab's tests only
             testhooks.require_lab(testhooks.CRASH_ENV, settings.slurm.conf)
         self.settings = settings
         self.slurm = slurm if slurm is not None else make_client(settings)
-        self.log = ActionLog(settings.store.root)
+        self.clock = clock
+        self.log = ActionLog(settings.store.root, clock)
         self.prefix = settings.safety.reason_prefix
         self._lock_depth = 0
 
@@ -177,7 +181,8 @@ class NodeOps:
                 rules.check_cap(self.settings.safety, snap, self.prefix, todo)
             if dry_run or self.settings.safety.observe_only:
                 return results + [Action(n, action, "would do", describe(snap, n)) for n in todo]
-            rules.check_rate(self.settings.safety, self.log.entries(), len(todo))
+            rules.check_rate(self.settings.safety, self.log.entries(), len(todo),
+                             self.clock())
             return results + [Action(n, action, "done", perform(snap, n)) for n in todo]
 
     def quarantine(
@@ -348,7 +353,8 @@ class NodeOps:
                                    f"sweep ({detail}); nothing was changed")
             partners = [n for n, (owner, _) in owners.items() if owner == "in service"]
             rules.check_partners(self.settings.safety, snap, self.prefix, partners)
-            rules.check_rate(self.settings.safety, self.log.entries(), len(partners))
+            rules.check_rate(self.settings.safety, self.log.entries(), len(partners),
+                             self.clock())
             evidence = {"sweep": sweep_id, "reservation": reservation, "partners": partners,
                         "host": socket.gethostname(), "pid": os.getpid()}
             self._do(SWEEP_RESERVE, group, lambda: self.slurm.create_reservation(

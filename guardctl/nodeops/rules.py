@@ -83,10 +83,14 @@ def weight(entry: Entry) -> int:
     """How many node actions a logged action counts for in the rate limit.
 
     A sweep reservation counts the nodes it takes out of service (its partners: the suspects
-    are quarantined already); giving one back counts nothing, it only returns nodes.
+    are quarantined already); giving one back counts nothing, it only returns nodes. Nor does
+    the quarantine reservation that a drain deletes (it is part of that drain, which the rate
+    check counted as one action per node).
     """
     if entry.action == SWEEP_RESERVE:
         return len(entry.evidence.get("partners") or ())
     if entry.action == SWEEP_UNRESERVE:
+        return 0
+    if entry.action == "release" and entry.evidence.get("because") == "drained":
         return 0
     return len(entry.nodes)

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from guardctl.analyze import SUSPECT, UNKNOWN, Analysis, analyze_frame, history_needed, load
+from guardctl.analyze import (
+    SUSPECT,
+    UNKNOWN,
+    Analysis,
+    analyze_frame,
+    history_needed,
+    load,
+    steps_needed,
+)
 from guardctl.analyze.engine import default_at, load_recent
 from guardctl.analyze.frame import Frame, slice_sorted, sort_by_time
 from guardctl.config import Settings
@@ -64,7 +72,9 @@ def build_timeline(
     """
     cfg = settings.analyze
     step = step_s or cfg.window_s
-    span = history_needed(cfg)
+    # From the store, step records of the ranks' own history too (a Prometheus source
+    # reads one span for every kind: the judged windows).
+    span = history_needed(cfg) if source else steps_needed(cfg)
     if end is None:
         recent = source.recent(span) if source else load_recent(path, settings, span)
         end = default_at(recent, cfg.window_s) if recent.records else None

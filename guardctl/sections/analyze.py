@@ -26,6 +26,9 @@ class AnalyzeSettings:
     # A pipeline stage whose fastest rank computes this much longer than the other stages'
     # ranks (in persist_k windows) is reported as the job's imbalance; 0: not looked for.
     stage_imbalance: float = 0.15
+    # A rank too few peers can judge is compared with its own earlier windows of the same
+    # job: this many windows before the last persist_n are read for it (0: not judged).
+    own_history: int = 3  # windows of a rank's own history (small jobs)
     low_quantile: float = 0.3  # a fault must hold in this share of a window to show
     hardware_xids: tuple[int, ...] = DEFAULT_HARDWARE_XIDS
     cache: bool = True  # keep parsed telemetry in <store>/cache/analyze
@@ -49,6 +52,8 @@ class AnalyzeSettings:
             raise ValueError("min_peers: must be >= 2")
         if self.stage_imbalance < 0:
             raise ValueError("stage_imbalance: must be >= 0 (0: not looked for)")
+        if self.own_history < 0:
+            raise ValueError("own_history: must be >= 0 (0: small jobs not judged)")
         if self.min_rank_peers < 3:
             raise ValueError("min_rank_peers: must be >= 3 (two ranks cannot say which is slow)")
         if not 0 < self.low_quantile <= 0.5:

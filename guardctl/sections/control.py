@@ -37,13 +37,17 @@ class ControlSettings:
     signal: str = ""  # sent to the job before a requeue (e.g. USR1: checkpoint now); empty: none
     signal_grace_s: float = 60.0  # how long the job gets to act on the signal
     gpus_per_node: int = 8  # a node's GPUs where Slurm does not say
-    recovery: float = 0.5  # a rebalanced job must win back this share of its slowdown
+    # Rung a: a job whose data-sharding service already gives the slow rank less work.
+    recovery: float = 0.5  # rung a: the step time must win back this share of the slowdown
+    rebalance_window_s: float = 900.0  # rung a: no recovery within this long: quarantine the node
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0 or self.lease_s <= 0:
             raise ValueError("interval_s, lease_s: must be positive")
-        if self.sweep_duration_s < 0 or self.relapse_window_s < 0 or self.flap_window_s < 0:
-            raise ValueError("sweep_duration_s, relapse_window_s, flap_window_s: must be >= 0")
+        if min(self.sweep_duration_s, self.relapse_window_s, self.flap_window_s,
+               self.rebalance_window_s) < 0:
+            raise ValueError("sweep_duration_s, relapse_window_s, flap_window_s, "
+                             "rebalance_window_s: must be >= 0")
         if self.relapse_sweep_factor < 1 or self.relapses < 1 or self.max_flaps < 1:
             raise ValueError("relapse_sweep_factor, relapses, max_flaps: must be >= 1")
         if self.max_actions_per_hour < 1 or self.min_group < 1:

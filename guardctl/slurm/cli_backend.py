@@ -2,10 +2,12 @@
 
 Reads use JSON where the installed release has it (``sinfo --json`` /
 ``squeue --json`` on 22.05, ``scontrol --json`` from 23.02); reservations on
-22.05 come from ``scontrol show -o``. From 24.11 the JSON is asked for in one
-pinned data_parser version (``--json=v0.0.42``, the one 24.11 and 26.05 share and
-that tests/fixtures/ holds captured from both); a release that no longer ships it
-is read with its default ``--json`` instead. Every command has a timeout; a timeout or
+22.05 come from ``scontrol show -o``. From 24.11 the JSON is asked for in a pinned
+data_parser version: the newest one that both the release and guardctl know
+(:data:`DATA_PARSERS`; tests/fixtures/ holds each captured); a release that does not
+ship it is read with its default ``--json`` instead. Where the JSON cannot carry every
+node flag (BLOCKED before data_parser v0.0.44), the flags of ``scontrol show -o node``
+are added to the nodes read. Every command has a timeout; a timeout or
 "Unable to contact slurm controller" becomes :class:`SlurmUnavailable`.
 """
 
@@ -28,8 +30,15 @@ from guardctl.slurm.job import signal_name
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SubmitRequest
 
 T = TypeVar("T")
-# (first release that has it, data_parser plugin): asked for with --json=<plugin>.
-PINNED_DATA_PARSER = ((24, 11), "v0.0.42")
+# (first release that has it, data_parser plugin), newest first: a release is asked for the
+# newest plugin it has (--json=<plugin>), so that no state it can report is lost to an older
+# format (v0.0.42 drops BLOCKED, which 26.05 reports in v0.0.44+). A newer release still
+# ships the last of these for a while (each release keeps the three before its own).
+DATA_PARSERS = (((26, 5), "v0.0.45"), ((25, 11), "v0.0.44"), ((25, 5), "v0.0.43"),
+                ((24, 11), "v0.0.42"))
+# Before this release no data_parser carries BLOCKED (24.11 knows the state, shows it only
+# in text): node flags are then also read from `scontrol show -o node`.
+JSON_SHOWS_EVERY_NODE_FLAG = (25, 11)
 _DEFAULT_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
 # Words Slurm clients print when the controller does not answer.
 _UNREACHABLE = (
@@ -115,11 +124,11 @@ class CliSlurm:
 
     @property
     def json_flag(self) -> str:
-        """``--json=<pinned data_parser>`` where the release has it, else ``--json``."""
-        first, plugin = PINNED_DATA_PARSER
-        if self.version >= first and not self._pin_failed:
-            return f"--json={plugin}"
-        return "--json"
+        """``--json=<pinned data_parser>`` where the release has one, else ``--json``."""
+        if self._pin_failed:
+            return "--json"
+        plugin = next((p for first, p in DATA_PARSERS if self.version >= first), None)
+        return f"--json={plugin}" if plugin else "--json"
 
     def _json_text(self, name: str, *args: str) -> str:
         """Run a JSON read (``--json`` goes first, before *args*), falling back from the pinned
@@ -147,12 +156,22 @@ class CliSlurm:
 
     # -- reads ---------------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
-        if self._modern:
-            return self._read_json(parse.nodes_from_json, "scontrol", "show", "nodes")
-        return self._read_json(parse.nodes_from_json, "sinfo")
+        if not self._modern:
+            return self._read_json(parse.nodes_from_json, "sinfo")
+        nodes = self._read_json(parse.nodes_from_json, "scontrol", "show", "nodes")
+        if self.version < JSON_SHOWS_EVERY_NODE_FLAG:
+            # A flag the JSON cannot show must still keep the node out of "in service".
+            text = self._run("scontrol", "show", "-o", "node")
+            nodes = parse.with_flags_from_text(nodes, text)
+        return nodes
 
     def jobs(self) -> list[JobInfo]:
         return self._read_json(parse.jobs_from_json, "squeue")
+
+    def recent_jobs(self) -> list[JobInfo]:
+        # --states=all: 22.05's `squeue --json` lists the ended jobs anyway, 26.05's only with
+        # it (seen in the lab); their start and end say where they ran when.
+        return self._read_json(parse.jobs_from_json, "squeue", "--states=all")
 
     def reservations(self) -> list[ReservationInfo]:
         if self._modern:
@@ -223,9 +242,10 @@ class CliSlurm:
     # -- one job ---------------------------------------------------------------------------
     def job(self, job_id: int) -> JobInfo | None:
         # squeue --json ignores -j on 22.05 (and fails on a forgotten id on newer releases):
-        # read the queue and pick the job out.
+        # read the queue and pick the job out; with the ended jobs, whose final state and exit
+        # code 24.11+ lists only with --states=all.
         wanted = int(job_id)
-        return next((j for j in self.jobs() if j.job_id == wanted), None)
+        return next((j for j in self.recent_jobs() if j.job_id == wanted), None)
 
     def requeue(self, job_id: int, *, hold: bool = False) -> None:
         self._run("scontrol", "requeuehold" if hold else "requeue", str(int(job_id)))

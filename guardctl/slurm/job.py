@@ -162,4 +162,4 @@ def _read(slurm: SlurmClient, jobs: Sequence[Job]) -> list[JobInfo]:
     if len(jobs) == 1:
         one = slurm.job(jobs[0].job_id)
         return [one] if one is not None else []
-    return slurm.jobs()
+    return slurm.recent_jobs()  # ended ones too: a final state and exit code, not only GONE

@@ -201,6 +201,11 @@ class MemorySlurm:
         self._purge()
         return [self._job_info(j) for j in self._jobs.values()]
 
+    def recent_jobs(self) -> list[JobInfo]:
+        # jobs() already lists the ended jobs until MinJobAge forgets them, as 22.05's
+        # `squeue --json` does.
+        return self.jobs()
+
     def reservations(self) -> list[ReservationInfo]:
         return [ReservationInfo(r.name, r.nodes, r.users, r.flags, r.start_time, None, "ACTIVE")
                 for r in self._resv.values()]

@@ -23,6 +23,7 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetParseError
@@ -129,6 +130,23 @@ def nodes_from_json(text: str) -> list[NodeInfo]:
             if node.name:
                 seen.setdefault(node.name, node)
     return list(seen.values())
+
+
+def with_flags_from_text(nodes: list[NodeInfo], text: str) -> list[NodeInfo]:
+    """*nodes* with the flags that ``scontrol show -o node`` shows and their JSON does not
+    (24.11 reports BLOCKED in text only). Flags are only added: the two reads are not one
+    moment, and a flag too many holds a node back, a flag too few would not."""
+    shown: dict[str, frozenset[str]] = {}
+    for line in text.splitlines():
+        kv = parse_key_values(line)
+        if "NodeName" in kv and "State" in kv:
+            shown[kv["NodeName"]] = split_state(kv["State"])[1]
+    return [
+        replace(node, flags=node.flags | shown[node.name])
+        if shown.get(node.name, node.flags) - node.flags
+        else node
+        for node in nodes
+    ]
 
 
 def _ungroup_sinfo(groups: list[Any]) -> list[dict[str, Any]]:

@@ -66,6 +66,10 @@ class PyslurmClient:
         loaded = self._call("load jobs", self.pyslurm.Jobs.load)
         return [_job(job) for job in loaded.values()]
 
+    def recent_jobs(self) -> list[JobInfo]:
+        # libslurm's job list holds every job the controller has, ended ones included.
+        return self.jobs()
+
     def reservations(self) -> list[ReservationInfo]:
         loaded = self._call("load reservations", self.pyslurm.Reservations.load)
         return [_reservation(r) for r in loaded.values()]

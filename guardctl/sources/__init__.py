@@ -4,7 +4,9 @@ A source turns a time range into the same :class:`~guardctl.analyze.frame.Frame`
 store gives, so every judgement stays the analyzer's. :func:`open_source` picks one
 from ``--from KIND LOCATION`` or the ``[source]`` settings; a Prometheus source also
 reads the record kinds of ``source.store_kinds`` (the probe's step records) from the
-store where one exists, so that one analysis has both.
+store where one exists, so that one analysis has both. With ``source.jobs_from = "slurm"``
+the GPUs' jobs come from Slurm's job list where the exporter labels none
+(:mod:`guardctl.sources.slurm_jobs`), through *slurm* (default: the configured client).
 
 Entry points: :func:`open_source`, then :meth:`Source.load` / :meth:`Source.recent`
 (reports, the controller) or :func:`analyze_source` (one pass, as ``analyze`` runs it).
@@ -22,7 +24,9 @@ from guardctl.analyze.frame import Frame, concat
 from guardctl.analyze.load import is_store
 from guardctl.config import Settings
 from guardctl.errors import UsageError
+from guardctl.slurm.types import SlurmClient
 from guardctl.sources.prometheus import Coverage, PrometheusClient, SourceError, fetch
+from guardctl.sources.slurm_jobs import NodeJobs, read_node_jobs
 
 KINDS = ("store", "prometheus")
 
@@ -45,6 +49,7 @@ class Source:
     store: Path | None  # the store or input path (None: the configured store)
     url: str = ""
     coverage: Coverage | None = None  # what Prometheus gave on the last load
+    slurm: SlurmClient | None = None  # for jobs_from = "slurm" (None: the configured one)
 
     @property
     def kind(self) -> str:
@@ -60,7 +65,8 @@ class Source:
         if since is None or until is None:
             raise UsageError("a Prometheus source needs a time range")
         client = PrometheusClient(self.url, self.settings.source)
-        frame, self.coverage = fetch(client, self.settings.source, since, until)
+        jobs = self._slurm_jobs()
+        frame, self.coverage = fetch(client, self.settings.source, since, until, jobs)
         mixed = self._store_part(since, until)
         return concat([frame, mixed]) if mixed is not None else frame
 
@@ -68,6 +74,16 @@ class Source:
         """The last *span* seconds before now."""
         now = time.time()
         return self.load(now - span, now)
+
+    def _slurm_jobs(self) -> NodeJobs | None:
+        """Slurm's jobs where ``jobs_from = "slurm"``, read before Prometheus (fails first)."""
+        if self.settings.source.jobs_from != "slurm":
+            return None
+        if self.slurm is None:
+            from guardctl.slurm import make_client
+
+            self.slurm = make_client(self.settings)
+        return read_node_jobs(self.slurm)
 
     def _store_part(self, since: float, until: float) -> Frame | None:
         kinds = self.settings.source.store_kinds
@@ -82,16 +98,20 @@ class Source:
 
 
 def open_source(
-    settings: Settings, from_opt: tuple[str, str] | None, input_path: Path | None
+    settings: Settings,
+    from_opt: tuple[str, str] | None,
+    input_path: Path | None,
+    slurm: SlurmClient | None = None,
 ) -> Source:
     """The source ``--from KIND LOCATION`` names, else the one ``[source]`` configures.
 
     ``--from store PATH`` is ``--input PATH``; with ``--from prometheus URL``,
-    ``--input`` names the store whose step records join the analysis.
+    ``--input`` names the store whose step records join the analysis. *slurm* gives the
+    GPUs' jobs where ``source.jobs_from = "slurm"`` (default: the configured client).
     """
     if from_opt is None:
         if settings.source.kind == "prometheus":
-            return Source(settings, input_path, settings.source.url)
+            return Source(settings, input_path, settings.source.url, slurm=slurm)
         return Source(settings, input_path)
     kind, location = from_opt
     if kind not in KINDS:
@@ -100,7 +120,7 @@ def open_source(
         if input_path is not None:
             raise UsageError("--from store PATH and --input PATH: give one of them")
         return Source(settings, Path(location))
-    return Source(settings, input_path, location)
+    return Source(settings, input_path, location, slurm=slurm)
 
 
 def analyze_source(

@@ -6,8 +6,10 @@ for more than ``max_points`` steps), with a timeout, retries on what is transien
 or basic-auth credentials read from a file. The matrices become schema-v1 ``gpu`` and
 ``nic`` records, exactly what the agent writes, and go through the analyzer's own
 parser (:func:`guardctl.analyze.frame.parse_lines`). A GPU series labelled with its job
-(``source.job_label``, dcgm-exporter's ``hpc_job``) gives its records that job: the
-analyzer then compares the GPU with the other GPUs of its job.
+(``source.job_label``, dcgm-exporter's ``hpc_job``) gives its records that job; with
+``source.jobs_from = "slurm"`` a sample without the label takes the job Slurm ran on its
+node at its time (:mod:`guardctl.sources.slurm_jobs`): the analyzer then compares the GPU
+with the other GPUs of its job.
 
 Anything short of a complete answer is an error, never a verdict: a server that is
 down or too slow, an HTTP or API error, a body that is not Prometheus's JSON, and a
@@ -26,13 +28,16 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardctl.analyze.frame import Frame, parse_lines
 from guardctl.errors import InputError
 from guardctl.nodes import validate_name
 from guardctl.sections.source import SourceSettings
 from guardctl.sources import dcgm_fields as F
+
+if TYPE_CHECKING:
+    from guardctl.sources.slurm_jobs import NodeJobs
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 DEFAULT_NODE_LABELS = ("Hostname", "hostname", "instance")
@@ -53,6 +58,7 @@ class Coverage:
     samples: int = 0
     skipped: dict[str, int] = field(default_factory=dict)  # series left out, per reason
     queries: int = 0
+    jobs: dict[str, Any] = field(default_factory=dict)  # where the GPUs' jobs came from
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,14 +70,19 @@ class Coverage:
             "samples": self.samples,
             "skipped": dict(sorted(self.skipped.items())),
             "queries": self.queries,
+            "jobs": dict(self.jobs),
         }
 
     def summary(self) -> str:
         """One line for the human output."""
         gone = ", ".join(sorted(self.missing)) or "nothing"
+        jobs = ""
+        if self.jobs.get("from") == "slurm":
+            jobs = (f"; jobs from Slurm: {self.jobs['jobs']} jobs, "
+                    f"{self.jobs['samples_with_job']} GPU samples with a job")
         return (
             f"prometheus {self.url}: {self.series} series, {self.samples} samples in "
-            f"{self.queries} queries; not given: {gone}"
+            f"{self.queries} queries; not given: {gone}{jobs}"
         )
 
 
@@ -242,22 +253,30 @@ def _unit(kind: str, labels: dict[str, str]) -> tuple[Any, ...] | None:
 
 
 def fetch(
-    client: PrometheusClient, cfg: SourceSettings, since: float, until: float
+    client: PrometheusClient,
+    cfg: SourceSettings,
+    since: float,
+    until: float,
+    jobs: NodeJobs | None = None,
 ) -> tuple[Frame, Coverage]:
-    """The exporter series over [since, until] as a frame, and what the source gave."""
+    """The exporter series over [since, until] as a frame, and what the source gave; *jobs*
+    (Slurm's, for ``jobs_from = "slurm"``) names the job of each GPU sample without a label."""
     selector = "{" + cfg.selector + "}" if cfg.selector else ""
 
     def matrix(metric: str, stamps: bool = False) -> list[Any]:
         expr = f"timestamp({metric}{selector})" if stamps else metric + selector
         return client.query_range(expr, since, until, cfg.step_s)
 
-    frame, cov = to_frame(matrix, cfg, client.url)
+    frame, cov = to_frame(matrix, cfg, client.url, jobs)
     cov.queries = client.queries
     return frame, cov
 
 
 def to_frame(
-    matrix: Callable[[str, bool], list[Any]], cfg: SourceSettings, url: str = ""
+    matrix: Callable[[str, bool], list[Any]],
+    cfg: SourceSettings,
+    url: str = "",
+    jobs: NodeJobs | None = None,
 ) -> tuple[Frame, Coverage]:
     """Records from the matrix that *matrix(metric, False)* gives per exporter series.
 
@@ -267,8 +286,9 @@ def to_frame(
     the sample times of each unit's first series, drops every step whose sample an
     earlier step already had, and a gap stays a gap (the analyzer's "unknown").
     """
-    cov = Coverage(url)
+    cov = Coverage(url, jobs={"from": cfg.jobs_from})
     names = NodeNames(cfg)
+    job_label = cfg.job_label if cfg.jobs_from != "none" else ""
     # (kind, node, unit) -> field -> [per-series values]
     units: dict[tuple[Any, ...], dict[str, list[list[tuple[float, Any]]]]] = {}
     for kind, table in F.FIELDS.items():
@@ -279,7 +299,7 @@ def to_frame(
                 if not found:
                     continue
                 used.append(series.metric)
-                _collect(kind, name, series, found, names, units, cov, cfg.job_label)
+                _collect(kind, name, series, found, names, units, cov, job_label)
                 if series.how in ("value", "state", "xid"):
                     break  # a direct series found: the fallbacks are not needed
             key = f"{kind}.{name}"
@@ -288,7 +308,13 @@ def to_frame(
             else:
                 cov.missing[key] = "no " + " or ".join(s.metric for s in options)
     stale = _stale_steps(matrix, cfg, cov, names)
-    return parse_lines(_lines(units, stale)), cov
+    lines = _lines(units, stale, jobs)
+    if jobs is not None:
+        cov.jobs.update(jobs.to_dict())
+        if jobs.attributed:
+            label = cov.given.get("gpu.job")
+            cov.given["gpu.job"] = (label + ", else " if label else "") + "Slurm's jobs"
+    return parse_lines(lines), cov
 
 
 def _stale_steps(
@@ -359,6 +385,7 @@ def _sample(pair: Any) -> tuple[float, float]:
 def _lines(
     units: dict[tuple[Any, ...], dict[str, list[list[tuple[float, Any]]]]],
     stale: set[tuple[Any, ...]],
+    jobs: NodeJobs | None = None,
 ) -> list[bytes]:
     out = []
     for key, fields in units.items():
@@ -376,5 +403,9 @@ def _lines(
             for name, per in merged.items():
                 if t in per:
                     rec[name] = per[t]
+            if kind == "gpu" and jobs is not None and not rec.get("job"):  # a label wins
+                job = jobs.at(node, t)
+                if job is not None:
+                    rec["job"] = job
             out.append(json.dumps(rec, separators=(",", ":")).encode() + b"\n")
     return out

@@ -137,6 +137,19 @@ def new_sweep_id(now: float) -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
 
 
+class SweepPending(Exception):
+    """A polled sweep's batch of jobs has not ended yet: poll again later."""
+
+
+@dataclass
+class _Submitted:
+    """A polled sweep's job, kept from poll to poll (by its tag)."""
+
+    job: Job
+    at: float  # when its batch was submitted (wall clock)
+    timed_out: bool = False
+
+
 @dataclass
 class _SweepJob:
     """One sweep job: the plugin that built it, what it was asked, the Slurm job running it."""
@@ -157,11 +170,18 @@ class SweepRun:
     """One sweep in progress: submits batches of jobs, waits, parses and judges."""
 
     def __init__(self, settings: Settings, ops: NodeOps, report: SweepReport,
-                 duration_s: float, progress: Progress) -> None:
+                 duration_s: float, progress: Progress, *, polled: bool = False) -> None:
         self.settings, self.ops, self.report = settings, ops, report
         self.cfg = settings.sweep
         self.duration_s = duration_s
         self.progress = progress
+        # Polled (the controller's daemon): a batch is submitted and SweepPending raised; each
+        # poll replays the sweep from the top (the same specs, tags and reservation names, as
+        # the counter starts again at 0), reading the ended batches' jobs kept here.
+        self.polled = polled
+        self.submitted: dict[str, _Submitted] = {}
+        self.reserved: dict[str, str] = {}  # sweep reservation asked -> made ("": deleted)
+        self.said: set[str] = set()
         self.out_dir = Path(report.directory)
         self.scripts = scripts_dir(settings)
         self.baselines = baseline.values(settings.store.root)
@@ -172,6 +192,13 @@ class SweepRun:
             env[testhooks.INJECT_ENV] = ",".join(f"{n}={f:g}" for n, f in
                                                     sorted(self.cfg.inject.items()))
         self.env = env
+
+    def say(self, message: str) -> None:
+        """Progress, once per message when polled (each poll replays what was said before)."""
+        if self.polled and message in self.said:
+            return
+        self.said.add(message)
+        self.progress(message)
 
     # -- jobs ------------------------------------------------------------------------------
     def spec(self, plugin: SweepPlugin, nodes: Sequence[str], reservation: str,
@@ -193,18 +220,56 @@ class SweepRun:
                   attempt: int) -> list[list[Measurement]]:
         """Submit every (plugin, nodes, reservation) at once, wait, return each job's figures."""
         jobs = [_SweepJob(p, self.spec(p, nodes, resv, attempt)) for p, nodes, resv in batch]
+        if self.polled:
+            return self._polled_batch(jobs, attempt)
         try:
-            for sj in jobs:
-                sj.job = Job.submit(self.ops.slurm, sj.plugin.build(sj.spec), tag=sj.spec.tag)
-            self.ops.record("sweep jobs", sorted({n for j in jobs for n in j.spec.nodes}),
-                            evidence={"sweep": self.report.sweep_id, "attempt": attempt,
-                                      "jobs": {str(j.job.job_id): j.spec.tag for j in jobs
-                                               if j.job is not None}})
+            self._submit(jobs, attempt)
             self._wait(jobs)
         except BaseException:
             self._cancel([j.job for j in jobs if j.job is not None and not j.job.ended])
             raise
         return [self._measurements(j) for j in jobs]
+
+    def _submit(self, jobs: list[_SweepJob], attempt: int) -> None:
+        for sj in jobs:
+            sj.job = Job.submit(self.ops.slurm, sj.plugin.build(sj.spec), tag=sj.spec.tag)
+        self.ops.record("sweep jobs", sorted({n for j in jobs for n in j.spec.nodes}),
+                        evidence={"sweep": self.report.sweep_id, "attempt": attempt,
+                                  "jobs": {str(j.job.job_id): j.spec.tag for j in jobs
+                                           if j.job is not None}})
+
+    def _polled_batch(self, jobs: list[_SweepJob], attempt: int) -> list[list[Measurement]]:
+        """Submit the batch and raise SweepPending; at later polls, its figures once it ended
+        (jobs still running at sweep.job_timeout_s are cancelled, as a waiting sweep does)."""
+        kept = [self.submitted.get(j.spec.tag) for j in jobs]
+        if not any(kept):
+            try:
+                self._submit(jobs, attempt)
+            except BaseException:
+                self._cancel([j.job for j in jobs if j.job is not None])
+                raise
+            now = time.time()
+            self.submitted.update({j.spec.tag: _Submitted(j.job, now) for j in jobs
+                                   if j.job is not None})
+            self.say(f"sweep {self.report.sweep_id}: submitted "
+                     + ", ".join(j.spec.tag for j in jobs[:4])
+                     + (f" (+{len(jobs) - 4} more)" if len(jobs) > 4 else ""))
+            raise SweepPending
+        held = [k for k in kept if k is not None]
+        running = wait_all([k.job for k in held], timeout_s=0, poll_s=self.cfg.poll_interval_s)
+        if running and time.time() - min(k.at for k in held) < self.cfg.job_timeout_s:
+            raise SweepPending
+        self._cancel(running)
+        for late in held:
+            late.timed_out = late.timed_out or any(late.job is r for r in running)
+        for sj, got in zip(jobs, kept, strict=True):
+            if got is not None:
+                sj.job, sj.timed_out = got.job, got.timed_out
+        return [self._measurements(j) for j in jobs]
+
+    def cancel_all(self) -> None:
+        """Cancel every job of this polled sweep that has not ended (an abort)."""
+        self._cancel([k.job for k in self.submitted.values() if not k.job.ended])
 
     def _wait(self, jobs: list[_SweepJob]) -> None:
         def note(done: int, total: int, running: list[Job]) -> None:
@@ -265,8 +330,8 @@ class SweepRun:
             failing = {(j.measurement.sweep, j.measurement.nodes) for j in judged if not j.passed}
             if not failing:
                 break
-            self.progress(f"repeating {len(failing)} failed sweep(s) before they count: "
-                          + ", ".join(f"{s} {'+'.join(n)}" for s, n in sorted(failing)))
+            self.say(f"repeating {len(failing)} failed sweep(s) before they count: "
+                     + ", ".join(f"{s} {'+'.join(n)}" for s, n in sorted(failing)))
             again = self.run_batch([(get(s), n, self.ops.reservation_name(n[0]))
                                     for s, n in sorted(failing)], attempt)
             retried = [m for ms in again for m in ms]
@@ -299,7 +364,7 @@ class SweepRun:
                 failing = [j.measurement.nodes for j in results if not j.passed]
                 if not failing:
                     break
-                self.progress(f"repeating {len(failing)} failed group(s) before they count")
+                self.say(f"repeating {len(failing)} failed group(s) before they count")
                 again = [m for ms in self._groups(plugin, failing, attempt) for m in ms]
                 results = [j for j in results if j.measurement.nodes not in failing] + self._judge(
                     again, {**self._refs(again), **refs}, attempt)
@@ -319,20 +384,39 @@ class SweepRun:
         rate limit, intent first), and a crash leaves nothing the next command cannot delete.
         """
         base = self.cfg.reservation_prefix + self.report.sweep_id.replace("-", "_")
-        made: list[str] = []
+        names: list[str] = []
+        pending = False
         try:
             batch: list[tuple[SweepPlugin, Sequence[str], str]] = []
             for group in groups:
-                resv = f"{base}_{self.counter + len(made) + 1}"
-                made.append(self.ops.reserve_for_sweep(group, self.report.sweep_id, resv))
-                batch.append((plugin, group, resv))
+                name = f"{base}_{self.counter + len(names) + 1}"
+                if name not in self.reserved:  # polled: made at an earlier poll (or deleted)
+                    self.reserved[name] = self.ops.reserve_for_sweep(
+                        group, self.report.sweep_id, name)
+                names.append(name)
+                batch.append((plugin, group, self.reserved[name] or name))
             return self.run_batch(batch, attempt)
+        except SweepPending:
+            pending = True  # its jobs run in them: kept until a later poll sees them end
+            raise
         finally:
-            for resv in made:
-                try:
-                    self.ops.unreserve(resv)
-                except Exception as exc:  # keep deleting the others; the operator must know
-                    self.progress(f"could not delete sweep reservation {resv}: {exc}")
+            if not pending:
+                self.unreserve(names)
+
+    def unreserve(self, names: Sequence[str] | None = None) -> bool:
+        """Delete the sweep reservations *names* (all still held: None); True when all went."""
+        ok = True
+        for name in self.reserved if names is None else names:
+            resv = self.reserved.get(name)
+            if not resv:
+                continue
+            try:
+                self.ops.unreserve(resv)
+                self.reserved[name] = ""
+            except Exception as exc:  # keep deleting the others; the operator must know
+                ok = False
+                self.progress(f"could not delete sweep reservation {resv}: {exc}")
+        return ok
 
 
 def _good_partners(ops: NodeOps, settings: Settings, suspects: Sequence[str]) -> list[str]:
@@ -378,6 +462,69 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
               ops: NodeOps | None = None,
               progress: Progress = lambda _msg: None) -> SweepReport:
     """Qualify *nodes*: quarantine, sweep, judge, then drain failures and release passes."""
+    ops = ops or NodeOps(settings)
+    report, goods, duration = _prepare(settings, ops, nodes, options)
+    if report.dry_run:
+        return report
+    _start(settings, ops, report, options, goods, duration)
+    try:
+        _execute(settings, ops, report, options, goods,
+                 SweepRun(settings, ops, report, duration, progress))
+    except BaseException as exc:
+        _aborted(ops, report, f"{type(exc).__name__}: {exc}")
+        raise
+    return report
+
+
+class PolledSweep:
+    """A sweep that does not wait: :meth:`poll` submits its next batch of jobs, or judges and
+    acts once its last batch ended, and returns at once (the controller's daemon polls it at
+    each pass and watches the fleet in between).
+
+    It keeps its jobs and its sweep reservations in memory, so only the process that started
+    it can finish it: whoever finds it open in the action log after that process is gone
+    aborts it (``guardctl.controller``). Its nodes stay quarantined through any abort.
+    """
+
+    def __init__(self, settings: Settings, nodes: Sequence[str], options: SweepOptions, *,
+                 ops: NodeOps, progress: Progress = lambda _msg: None) -> None:
+        report, self.goods, duration = _prepare(settings, ops, nodes, options)
+        if report.dry_run:
+            raise UsageError("a polled sweep acts: not in a dry run or observing only")
+        self.settings, self.ops, self.report, self.options = settings, ops, report, options
+        _start(settings, ops, report, options, self.goods, duration)  # its directory first
+        try:
+            self.run = SweepRun(settings, ops, report, duration, progress, polled=True)
+        except BaseException as exc:
+            _aborted(ops, report, f"{type(exc).__name__}: {exc}")
+            raise
+
+    def poll(self) -> SweepReport | None:
+        """The report once the sweep is judged and acted on; None while jobs run. Any error
+        aborts it (jobs cancelled, reservations deleted, nodes left quarantined) and is raised."""
+        self.run.counter = 0  # the replay names every job and reservation as before
+        try:
+            _execute(self.settings, self.ops, self.report, self.options, self.goods, self.run)
+        except SweepPending:
+            return None
+        except BaseException as exc:
+            self.abort(f"{type(exc).__name__}: {exc}")
+            raise
+        return self.report
+
+    def abort(self, why: str) -> bool:
+        """Cancel its jobs, delete its sweep reservations, record it aborted; True when every
+        reservation went (else call again: nothing may be leaked)."""
+        self.run.cancel_all()
+        gone = self.run.unreserve()
+        if not self.report.finished:
+            _aborted(self.ops, self.report, why)
+        return gone
+
+
+def _prepare(settings: Settings, ops: NodeOps, nodes: Sequence[str],
+             options: SweepOptions) -> tuple[SweepReport, list[str], float]:
+    """Check the request and plan it (a dry run's report is complete here); nothing changes."""
     if not nodes:
         raise UsageError("no nodes to sweep")
     # Fault injection makes a healthy node fail its sweep and be drained: only on the lab.
@@ -385,7 +532,6 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
         testhooks.require_lab("sweep.inject", settings.slurm.conf)
     if os.environ.get(testhooks.INJECT_ENV):  # sbatch --export=ALL would hand it to the jobs
         testhooks.require_lab(testhooks.INJECT_ENV, settings.slurm.conf)
-    ops = ops or NodeOps(settings)
     duration = options.duration_s or settings.sweep.gemm_duration_s
     if duration <= 0:
         raise UsageError("--duration must be positive")
@@ -402,14 +548,18 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
         if not goods and len(nodes) < 2:
             raise UsageError("multi-node sweep: no idle in-service node to pair with; "
                              "set sweep.good_nodes or use --kind single")
-    reason = f"sweep {report.sweep_id}"
     # Refusals (ownership, cap) come from a dry run first: nothing, not even the store, changes.
-    planned_actions = ops.quarantine(list(nodes), reason, dry_run=True)
+    planned_actions = ops.quarantine(list(nodes), f"sweep {report.sweep_id}", dry_run=True)
     if report.dry_run:
         report.actions = [a.as_dict() for a in planned_actions]
         report.planned = _plan(settings, nodes, options.kind, goods, duration)
         report.finished = time.time()
-        return report
+    return report, goods, duration
+
+
+def _start(settings: Settings, ops: NodeOps, report: SweepReport, options: SweepOptions,
+           goods: list[str], duration: float) -> None:
+    """Its results directory, its nodes quarantined, "sweep started" in the action log."""
     directory = layout.sweep_dir(settings.store.root, report.sweep_id)
     try:
         directory.mkdir(parents=True, exist_ok=False)
@@ -417,26 +567,24 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
     except OSError as exc:
         raise StoreError(f"cannot create {directory}: {exc.strerror}") from None
     report.directory = str(directory)
+    reason = f"sweep {report.sweep_id}"
     report.actions = [a.as_dict() for a in ops.quarantine(
-        list(nodes), reason, evidence={"sweep": report.sweep_id})]
-    ops.record("sweep started", list(nodes), reason=reason, evidence={
+        report.nodes, reason, evidence={"sweep": report.sweep_id})]
+    ops.record("sweep started", report.nodes, reason=reason, evidence={
         "sweep": report.sweep_id, "kind": options.kind, "duration_s": duration,
         "good_partners": goods})
-    try:
-        _execute(settings, ops, report, options, goods, duration, progress)
-    except BaseException as exc:
-        ops.record("sweep aborted", list(nodes), reason=f"{type(exc).__name__}: {exc}",
-                   evidence={"sweep": report.sweep_id, "left": "quarantined"})
-        report.finished = time.time()
-        _write_results(report)
-        raise
-    return report
+
+
+def _aborted(ops: NodeOps, report: SweepReport, why: str) -> None:
+    ops.record("sweep aborted", report.nodes, reason=why,
+               evidence={"sweep": report.sweep_id, "left": "quarantined"})
+    report.finished = time.time()
+    _write_results(report)
 
 
 def _execute(settings: Settings, ops: NodeOps, report: SweepReport, options: SweepOptions,
-             goods: list[str], duration: float, progress: Progress) -> None:
+             goods: list[str], run: SweepRun) -> None:
     kind = options.kind
-    run = SweepRun(settings, ops, report, duration, progress)
     nodes = report.nodes
     judged: list[Judgement] = []
     outcome: pairing.Outcome | None = None

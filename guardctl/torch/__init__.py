@@ -15,6 +15,8 @@ The only part of guardctl that imports torch (``pip install guardctl[torch]``)::
             optimizer.step()
 
 See docs/telemetry.md and docs/dds.md for why the mark must come from the hook.
+Lightning jobs: :class:`guardctl.torch.lightning.ProbeCallback` (imported from
+there only, so that this package does not need Lightning).
 """
 
 from __future__ import annotations

@@ -82,7 +82,9 @@ echo "training job $train runs on node[3-4]"
 # nobody types a command: it quarantines node3 at once (the job goes on), waits for the job,
 # sweeps node3 (made really slow: a demo-only setting, honoured only because SLURM_CONF is the
 # lab's: guardctl refuses it on any other cluster) and drains it, and only watches node6.
-g control --act --interval 3 >"$DEMO_DIR/controller.log" 2>&1 &
+# (Not through g(): $! must be guardctl's own pid, not a subshell's, or the kill below would
+# leave the daemon running on the lab.)
+guardctl --config "$CONFIG" control --act --interval 3 >"$DEMO_DIR/controller.log" 2>&1 &
 ctl=$!
 trap 'kill "$ctl" 2>/dev/null || true' EXIT
 last=""

@@ -83,6 +83,8 @@ class Trace:
         self.nic = {k: np.broadcast_to(v, pshape).copy() for k, v in self.nic.items()}
         # per-sample multiplier of each rank's compute time (rank = node * 8 + gpu)
         self.slow = np.ones(shape)
+        # which GPUs run a rank of the job (all busy ones, unless a test makes a small job)
+        self.ranks = np.broadcast_to(self.busy[:, None], (N, GPUS)).copy()
         self.step_s = 10.0
         self.rng = rng
 
@@ -130,6 +132,7 @@ class Trace:
                 (n, g): 7.0 * self.slow[i, n, g] * (1 + self.rng.normal(0, 0.005))
                 for n in busy
                 for g in range(GPUS)
+                if self.ranks[n, g]
             }
             step_s = max(compute.values()) + 3.0
             for (n, g), c in compute.items():

@@ -41,6 +41,13 @@ def _slow_rank(tr: Trace) -> None:
     tr.slow[tr.at(ONSET) :, tr.node(SICK), 6] = 1.15
 
 
+def _slow_rank_of_a_small_job(tr: Trace) -> None:
+    # a job of two ranks: no peers to judge by, so the rank's own first window must
+    tr.ranks[:] = False
+    tr.ranks[tr.node(SICK), 0] = tr.ranks[tr.node("gn01"), 0] = True
+    tr.slow[tr.at(ONSET) :, tr.node(SICK), 0] = 1.5
+
+
 def _xid(tr: Trace) -> None:
     tr.gpu["xid"][tr.at(14), tr.node(SICK), 4] = 79
 
@@ -87,6 +94,7 @@ FAULTS: list[tuple[str, Callable[[Trace], None], str]] = [
     ("power below peers", _low_power_only, "power"),
     ("stuck clock", _stuck_clock, "clocks"),
     ("slow GPU seen only in busy time", _slow_rank, "busy_time"),
+    ("small job's rank slower than its own history", _slow_rank_of_a_small_job, "busy_history"),
     ("hardware XID", _xid, "xid"),
     ("double-bit ECC", _dbe, "ecc"),
     ("PCIe replays rising", _pcie, "gpu_links"),
@@ -169,7 +177,15 @@ def _clock_skew(tr: Trace) -> None:
     tr.skew[tr.node("gn01")] = -20.0
 
 
+def _small_job_slows_at_once(tr: Trace) -> None:
+    # a two-rank job's new phase (longer sequences, say): both ranks slow down together
+    tr.ranks[:] = False
+    tr.ranks[tr.node(SICK), 0] = tr.ranks[tr.node("gn01"), 0] = True
+    tr.slow[tr.at(ONSET) :] *= 1.5
+
+
 CONFOUNDERS: list[tuple[str, Callable[[Trace], None]]] = [
+    ("small job slows at once", _small_job_slows_at_once),
     ("whole job slows at once", _whole_job_slow),
     ("warm rack without throttling", _warm_rack),
     ("power cap and sync boost bits", _power_cap_bits),

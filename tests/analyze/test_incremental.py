@@ -223,3 +223,37 @@ def test_a_kept_listing_finds_a_new_hours_files(trace: Path, tmp_path: Path) -> 
         listed.append(inc._listing.listed)
     assert 0 in listed, "some passes reused every directory's listing"
     assert max(listed[4:]) > 0, "the new hour's files were found by listing again"
+
+
+def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(tmp_path: Path) -> None:
+    # A two-rank job for 45 minutes, rank 1 twice as slow in the last 15, with its nodes'
+    # host records: the step records of the ranks' own history are kept, the others let go.
+    from guardctl import layout
+
+    src, store = tmp_path / "src", tmp_path / "store"
+    files: dict[Path, list[str]] = {}
+    for step in range(2700):
+        ts = START + step
+        for rank in (0, 1):
+            node = f"gn{rank + 1:02d}"
+            compute = 0.5 * (2 if rank == 1 and step >= 1800 else 1) * (1 + 0.01 * (step % 3))
+            rec = make_record("step", node, ts, job="9", rank=rank, step=step, step_s=1.5,
+                              compute_s=compute, comm_s=1.5 - compute)  # fmt: skip
+            files.setdefault(layout.step_file(src, "9", node, rank, ts), []).append(dumps(rec))
+            if step % 10 == 0:
+                host = make_record("host", node, ts, cpu_pct=30.0, load1=8.0, mem_used_pct=50.0)
+                files.setdefault(layout.node_telemetry_file(src, node, ts), []).append(dumps(host))
+    for path, lines in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+    replay = Replay(src, store)
+    settings = load_settings(environ={})
+    inc = Analyzer(settings, store)
+    verdicts = []
+    for minute in range(20, 46, 5):
+        replay.advance(START + 60 * minute)
+        got = _same(inc, store, settings)
+        verdicts.append({n["node"]: n["verdict"] for n in got["nodes"]})
+    assert verdicts[0] == {"gn01": "healthy", "gn02": "healthy"}
+    assert verdicts[-1] == {"gn01": "healthy", "gn02": "suspect"}
+    assert inc.cold_passes == 0

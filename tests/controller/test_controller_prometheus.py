@@ -120,3 +120,25 @@ def test_prometheus_down_a_pass_does_nothing_and_says_so(lab: Any, tmp_path: Pat
                and "cannot connect" in ln for ln in lines), err
     assert not [e for e in _entries(g) if e["action"].startswith("control")]
     assert "guardctl_" not in lab.sh("scontrol", "show", "reservation").stdout
+
+
+def test_a_pass_reads_the_gpus_jobs_through_its_own_slurm(
+        lab: Any, tmp_path: Path, exporter: PromServer) -> None:
+    g = control_guardctl(tmp_path, lab, sections=_source(exporter.url, jobs_from="slurm"),
+                         control="max_fleet_fraction = 0.6\nmax_job_fraction = 0.6\n")
+    fleet_trace(g.store, NODES, slow={"node3": 1.3})
+    proc = g("control", "--once", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["source"]["jobs"]["from"] == "slurm"  # squeue answered: the pass went on
+    assert {f["node"] for f in report["findings"]} == {"node2", "node3"}
+    before = _entries(g)
+    lab.stop_controller()
+    try:
+        proc = g("control", "--once", "--json")
+    finally:
+        lab.start_controller()
+    assert proc.returncode == 7 and proc.stdout == "", proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith('guardctl: error: source.jobs_from = "slurm": cannot read'), line
+    assert _entries(g) == before  # that pass decided and recorded nothing

@@ -284,3 +284,100 @@ def test_requeue_rung_moves_a_requeueable_job_off_the_slow_node(lab: Any, tmp_pa
     stop.touch()
     kept_stop.touch()
     os.sync()
+
+
+def _daemon(g: Guardctl, out: Path) -> subprocess.Popen[str]:
+    """A controller daemon whose output goes to *out* (a pipe could fill and stall it)."""
+    with out.open("a") as fh:
+        return subprocess.Popen(g.cmd("control", "--act"), env=g.env, stdout=fh, stderr=fh,
+                                text=True, cwd=str(g.store.parent))
+
+
+def _until(what: str, check: Any, timeout: float, proc: subprocess.Popen[str]) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline and proc.poll() is None, what
+        time.sleep(0.3)
+    return found
+
+
+def test_the_daemon_watches_the_fleet_during_a_sweep_and_a_restart_cleans_it_up(
+        lab: Any, tmp_path: Path) -> None:
+    g = control_guardctl(tmp_path, lab, control="sweep_duration_s = 15.0\ninterval_s = 1.0\n"
+                         "max_fleet_fraction = 1.0\nmax_job_fraction = 1.0\n")
+
+    def of(action: str, node: str, pid: int | None = None) -> list[dict[str, Any]]:
+        return [e for e in entries(g) if e["action"] == action and node in e["nodes"]
+                and pid in (None, e["pid"])]
+
+    fleet_trace(g.store, NODES, slow={"node2": 1.3})
+    first = _daemon(g, tmp_path / "first.log")
+    try:
+        _until("node2's sweep started", lambda: of("control sweeping", "node2"), 60, first)
+        # node3 turns grey while node2's sweep runs: the daemon is not stuck in that sweep.
+        fleet_trace(g.store, NODES, slow={"node2": 1.3, "node3": 1.3}, replace=True)
+        _until("node3's sweep started", lambda: of("control sweeping", "node3"), 60, first)
+        assert not of("control sweep", "node2"), "node3 waited for node2's sweep"
+        first.send_signal(signal.SIGKILL)  # mid-sweep: its jobs run on, its state is lost
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    (orphan,) = of("control sweeping", "node3")
+    jobs = [int(j) for e in entries(g) if e["action"] == "sweep jobs"
+            and e["evidence"]["sweep"] == orphan["evidence"]["sweep"]
+            for j in e["evidence"]["jobs"]]
+    assert jobs
+    second = _daemon(g, tmp_path / "second.log")
+    try:
+        # The new daemon aborts what the dead one left (its jobs cancelled, node3 kept
+        # quarantined), then sweeps both nodes itself to the end.
+        for node in ("node2", "node3"):
+            _until(f"{node} swept by the new daemon", lambda n=node: [  # type: ignore[misc]
+                e for e in of("control sweep", n, second.pid)
+                if e["evidence"]["verdict"] == "pass"], 150, second)
+        aborted = [e for e in of("control sweep", "node3")
+                   if e["evidence"]["sweep"] == orphan["evidence"]["sweep"]]
+        assert [e["evidence"]["verdict"] for e in aborted] == ["aborted"]
+        assert aborted[0]["pid"] == second.pid
+        for job in jobs:
+            assert lab.job_info(str(job)).get("JobState", "COMPLETED") in ("CANCELLED",
+                                                                         "COMPLETED")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=60)
+    assert "guardctl_" not in reservations(lab)  # nothing leaked: both released on passing
+    assert {lab.states()[n] for n in ("node2", "node3")} == {"idle"}
+
+
+def test_the_daemons_sweep_of_kind_all_runs_its_pairwise_rounds_across_passes(
+        lab: Any, tmp_path: Path) -> None:
+    g = control_guardctl(tmp_path, lab, control='sweep_kind = "all"\ninterval_s = 1.0\n')
+    fleet_trace(g.store, NODES, slow={"node2": 1.3})
+    proc = _daemon(g, tmp_path / "daemon.log")
+    try:
+        done = _until("node2 swept", lambda: [e for e in entries(g)
+                                              if e["action"] == "control sweep"], 240, proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    log = (tmp_path / "daemon.log").read_text()
+    assert [(e["evidence"]["verdict"], e["evidence"]["action"]) for e in done] == [
+        ("pass", "released")], log
+    sweep = done[0]["evidence"]["sweep"]
+    # GEMM and all-reduce, then the pairwise reference group and round, each a batch submitted
+    # by one poll and read by a later one; each group's sweep reservation made and deleted once.
+    batches = [e for e in entries(g) if e["action"] == "sweep jobs"
+               and e["evidence"]["sweep"] == sweep]
+    tags = [t for e in batches for t in e["evidence"]["jobs"].values()]
+    assert len(batches) >= 3 and any("pairwise-node2" in t for t in tags), log
+    outputs = {p.stem for p in (g.store / "sweeps" / sweep).glob("*.out")}
+    assert outputs == set(tags), outputs  # every job's output in its sweep's directory
+    made = [e for e in entries(g) if e["action"] == "sweep reserve" and e["phase"] == "done"]
+    gone = [e for e in entries(g) if e["action"] == "sweep unreserve" and e["phase"] == "done"]
+    assert made and sorted(e["evidence"]["reservation"] for e in made) == sorted(
+        e["evidence"]["reservation"] for e in gone), log
+    waits = [e for e in entries(g) if e["action"] == "control decision"
+             and e["evidence"]["decision"] == "wait" and "its sweep" in e["reason"]]
+    assert waits, log  # the passes in between decided on, the node waiting on its sweep
+    assert "guardctl_" not in reservations(lab) and lab.states()["node2"] == "idle"

@@ -193,3 +193,58 @@ def test_a_heavy_pipeline_stage_is_reported_and_a_node_fault_in_it_still_acted_o
     # The stage alone: reported, no node action.
     quiet = Analysis(base.window_start, base.window_end, analysis().nodes, stages=(heavy,))
     assert decide(view(quiet, CFG), CFG) == [] and classify(quiet, CFG).fleet
+
+
+def test_rung_a_only_for_the_served_job_running_on_the_node_with_step_records() -> None:
+    impact = {"job": "41", "pct": 25.0, "gpu_h_per_day": 96.0, "gpus": 16, "step_s": 12.0,
+              "step_s_without": 9.0}
+    a = analysis(verdict("n2", "busy_time", job="41", impact=impact), job="41")
+    job = JobInfo(41, "train", "u", "RUNNING", ("n1", "n2"))
+    running = {"n2": [job]}
+    (d,) = decide(view(a, CFG, running=running, dds_jobs=frozenset({"41"}), data_end=NOW), CFG)
+    assert (d.action, d.rung) == ("rebalance", "a")
+    assert d.evidence["rebalance"]["step_s"] == 12.0 and "10.5 s" in d.why  # recovered at <= 10.5
+    # The service serves another job, or the job no longer runs there: the ladder as ever.
+    (d,) = decide(view(a, CFG, running=running, dds_jobs=frozenset({"7"})), CFG)
+    assert (d.action, d.rung) == ("quarantine", "b")
+    (d,) = decide(view(a, CFG, dds_jobs=frozenset({"41"})), CFG)
+    assert (d.action, d.rung) == ("quarantine", "b")
+    # No step records: nothing to check the job's recovery on, so no rung a.
+    bare = analysis(verdict("n2", "busy_time", job="41"), job="41")
+    (d,) = decide(view(bare, CFG, running=running, dds_jobs=frozenset({"41"})), CFG)
+    assert d.action == "quarantine" and "nothing to check its recovery on" in d.why
+
+
+def test_rung_a_watch_from_the_log_recovers_or_times_out_from_values() -> None:
+    cfg = ControlSettings(recovery=0.5, rebalance_window_s=600.0)
+    job = JobInfo(41, "train", "u", "RUNNING", ("n2",))
+    watch = {"phase": "watch", "job": "41", "since": NOW - 300, "step_s": 12.0,
+             "step_s_without": 9.0, "data_end": NOW - 300, "why": "watching"}
+
+    def now_at(step_s: float, since: float = NOW - 300) -> tuple[str, str, dict]:
+        impact = {"job": "41", "step_s": step_s, "step_s_without": 9.0, "pct": 1, "gpus": 8}
+        a = analysis(verdict("n2", "busy_time", job="41", impact=impact), job="41")
+        # as record_rebalance writes it ("phase" is the evidence's, not the entry's)
+        entries = [Entry("w", since, "control rebalance", "note", ("n2",),
+                         evidence={**watch, "since": since})]
+        (d,) = decide(view(a, cfg, entries=entries, running={"n2": [job]},
+                           dds_jobs=frozenset({"41"}), data_end=NOW), cfg)
+        return d.action, d.evidence.get("rebalance", {}).get("phase", ""), d.evidence
+
+    assert now_at(10.5)[:2] == ("rebalance", "recovered")  # half the 3 s won back
+    assert now_at(10.6)[:2] == ("rebalance", "watch")  # not yet, still in time
+    action, phase, evidence = now_at(10.6, since=NOW - 601)
+    assert (action, phase) == ("quarantine", "not recovered")
+    assert evidence["rebalance"]["won_back_pct"] == 46.7
+
+
+def test_a_node_whose_sweep_runs_waits_on_it_until_its_verdict() -> None:
+    a = analysis(verdict("n2", "busy_time"))
+    owners = {"n2": ("quarantined", "reservation guardctl_q_n2")}
+    log = [entry("quarantine", ["n2"], NOW - 60, "done", by="control"),
+           entry("control sweeping", ["n2"], NOW - 30, sweep="S1")]
+    (d,) = decide(view(a, CFG, entries=log, owners=owners), CFG)
+    assert (d.action, d.rung, d.evidence["sweep"]) == ("wait", "c", "S1") and "S1 runs" in d.why
+    aborted = [*log, entry("control sweep", ["n2"], NOW - 10, verdict="aborted", sweep="S1")]
+    (d,) = decide(view(a, CFG, entries=aborted, owners=owners), CFG)
+    assert d.action == "sweep"  # closed (here aborted): the node is swept afresh

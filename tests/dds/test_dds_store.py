@@ -81,9 +81,9 @@ def test_the_wal_starts_over_under_steady_commits(
     finally:
         writer.close()
     # The file's size is its high-water mark. Bounded, not exact: on a loaded machine the
-    # checkpointer thread may miss a few dozen commits (969 pages seen at load 5 on 2 cores);
-    # unbounded, the log ends near 6 000.
-    assert largest < 6 * 300
+    # checkpointer thread may miss many commits (969 pages seen at load 5 on 2 cores, 1 885 at
+    # load 7); unbounded, the log ends near 6 000. Half of that still tells the two apart.
+    assert largest < 10 * 300
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM meta").fetchone()[0] == len(keys)
 

@@ -102,6 +102,18 @@ def test_rate_limit_refuses_whole_and_forgets_after_an_hour(tmp_path: Path) -> N
     check_rate(ops.settings.safety, ops.log.entries(), 3, now=time.time() + 3601)
 
 
+def test_draining_a_quarantined_node_counts_one_action(tmp_path: Path) -> None:
+    # The drain deletes the node's quarantine reservation too: one node action, as checked.
+    ops, _slurm = make(tmp_path, max_actions_per_hour=3, max_out_nodes=8, max_out_fraction=1.0)
+    ops.quarantine(["node1"], "suspect")
+    ops.drain(["node1"], "swept: fail")
+    assert [e.action for e in ops.log.entries() if e.phase == "done"] == [
+        "quarantine", "drain", "release"]
+    ops.drain(["node2"], "slow")  # the third node action of the hour: at the limit
+    with pytest.raises(RefusedError, match="rate limit: 3 node action"):
+        ops.drain(["node3"], "slow")
+
+
 def test_observe_only_changes_nothing_anywhere(tmp_path: Path) -> None:
     ops, slurm = make(tmp_path, observe_only=True)
     for acted in (ops.drain(["node1"], "slow"), ops.quarantine(["node2"])):

@@ -57,7 +57,7 @@ def test_captured_nodes(name: str) -> None:
     assert all(n.partitions == ("debug",) and n.cpus == 2 for n in nodes.values())
     if name == "slurm-26.05/sinfo.json":
         # 26.05's default sinfo data_parser (v0.0.45) groups reserved nodes with idle ones and
-        # drops the reason's user: why guardctl pins v0.0.42 and reads nodes from scontrol.
+        # drops the reason's user: why guardctl reads nodes from scontrol.
         assert nodes["node3"].slurm_state == nodes["node4"].slurm_state == "idle"
         assert drained.reason_user == ""
         return
@@ -133,3 +133,47 @@ def test_state_variants() -> None:
     assert parse.split_state("idle*", ["DRAIN"]) == ("idle", frozenset({"DRAIN"}))
     assert parse.split_state(["DOWN", "DRAIN"]) == ("down", frozenset({"DRAIN"}))
     assert parse.split_state("mixed+maint") == ("mixed", frozenset({"MAINT"}))
+
+
+# The BLOCKED scene (tests/capture_fixtures.py, 24.11+): node1 runs an --exclusive=topo job in a
+# topology block of node1-node4, which leaves node2-node4 BLOCKED.
+BLOCKED_NODE_FILES = sorted(
+    str(p.relative_to(FIXTURES))
+    for p in FIXTURES.glob("slurm-*/blocked/*.json")
+    if p.name.startswith(("sinfo", "scontrol_nodes"))
+)
+
+
+def test_blocked_was_captured_on_every_release_that_has_it() -> None:
+    assert {name.split("/")[0] for name in BLOCKED_NODE_FILES} == {"slurm-24.11", "slurm-26.05"}
+
+
+@pytest.mark.parametrize("name", BLOCKED_NODE_FILES)
+def test_blocked_nodes_in_json(name: str) -> None:
+    nodes = {n.name: n for n in parse.nodes_from_json(read(name))}
+    assert nodes["node1"].state == "mixed"
+    blocked = {n: nodes[n].slurm_state for n in ("node2", "node3", "node4")}
+    # Only data_parser v0.0.44+ (26.05's default) carries the flag; every older one says "idle",
+    # which is why guardctl pins the newest data_parser and reads 24.11's flags from text.
+    old = name.endswith((".v0.0.42.json", ".v0.0.43.json"))
+    shows = name.startswith("slurm-26.05/") and not old
+    assert set(blocked.values()) == ({"idle+blocked"} if shows else {"idle"}), blocked
+
+
+@pytest.mark.parametrize("release", ["24.11", "26.05"])
+def test_blocked_flags_from_text_join_the_json(release: str) -> None:
+    # v0.0.42, the one both share: neither shows BLOCKED in it.
+    nodes = parse.nodes_from_json(read(f"slurm-{release}/blocked/scontrol_nodes.v0.0.42.json"))
+    assert not any(n.flags for n in nodes)
+    merged = {n.name: n for n in parse.with_flags_from_text(
+        nodes, read(f"slurm-{release}/blocked/nodes.txt"))}
+    assert merged["node1"].slurm_state == "mixed"
+    assert {merged[n].slurm_state for n in ("node2", "node3", "node4")} == {"idle+blocked"}
+
+
+@pytest.mark.parametrize("release", ["24.11", "26.05"])
+def test_text_flags_add_nothing_where_the_json_has_them(release: str) -> None:
+    # The main scene: drained, reserved, maintenance and down nodes read the same either way
+    # (the text names the flags as the JSON does, so nothing unknown is added).
+    nodes = parse.nodes_from_json(read(f"slurm-{release}/scontrol_nodes.json"))
+    assert parse.with_flags_from_text(nodes, read(f"slurm-{release}/nodes.txt")) == nodes

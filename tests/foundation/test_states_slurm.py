@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import pytest
+from labtools import lab_release
 
 from guardctl.sections.slurm import SlurmSettings
 from guardctl.slurm.cli_backend import CliSlurm
@@ -37,8 +38,9 @@ def test_the_data_parser_is_pinned_where_the_release_has_it(lab: Any) -> None:
     slurm = client(lab)
     nodes = slurm.nodes()
     assert sorted(n.name for n in nodes) == lab.nodes
-    pinned = slurm.version >= (24, 11)
-    assert slurm.json_flag == ("--json=v0.0.42" if pinned else "--json")
+    # The release's newest data_parser: all its node states are in it.
+    pinned = {(24, 11): "--json=v0.0.42", (26, 5): "--json=v0.0.45"}
+    assert slurm.json_flag == pinned.get(slurm.version, "--json")
     assert {n.slurm_state for n in nodes} == {"idle"}
 
 
@@ -77,4 +79,28 @@ def test_reboot_requested_is_shown_and_not_idle(lab_factory: Any, gctl_factory: 
         assert proc.returncode != 0 and "held by someone else" in proc.stderr
     finally:
         lab.sh("scontrol", "cancel_reboot", "node1", check=False)
+        lab.cancel_all_jobs()
+
+
+def test_blocked_is_shown_and_held(lab_factory: Any, gctl_factory: Any, tmp_path: Any) -> None:
+    # topology/block (24.05+): an --exclusive=topo job leaves the rest of its block BLOCKED.
+    # 24.11's JSON cannot show BLOCKED in any data_parser (v0.0.44 can): guardctl reads it
+    # from scontrol's text there, and it must never read such a node as idle and in service.
+    if tuple(int(p) for p in lab_release().split(".")) < (24, 5):
+        pytest.skip(f"Slurm {lab_release()} has no topology/block (24.05+)")
+    extra, topology = tmp_path / "block.conf", tmp_path / "topology.conf"
+    extra.write_text("TopologyPlugin=topology/block\n")
+    topology.write_text("BlockName=b1 Nodes=node[1-3]\nBlockSizes=3\n")
+    lab = lab_factory(nodes=3, up_args=["--conf-extra", str(extra), "--topology", str(topology)])
+    lab.submit("#!/bin/bash\nsleep 120\n", "-w", "node1", "--time=3", "--exclusive=topo")
+    try:
+        node = wait_node(lab, "node2", "BLOCKED")
+        assert node.slurm_state == "idle+blocked"
+        gctl = gctl_factory(conf=str(lab.conf), env=lab.env, bin_dir=str(lab.bin_dir or ""))
+        shown = gctl.status()
+        assert shown["node3"]["slurm_state"] == "idle+blocked"
+        assert shown["node3"]["guardctl"] == "held by someone else", shown["node3"]
+        proc = gctl("quarantine", "node2", "--reason", "test")
+        assert proc.returncode == 6 and "held by someone else" in proc.stderr
+    finally:
         lab.cancel_all_jobs()

@@ -14,7 +14,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,32 +21,18 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from promtools import PromServer, openmetrics, require_prometheus
+from promtools import SCRAPE_S, PromFleet, PromServer, openmetrics, require_prometheus
 
 from guardctl.analyze import analyze_frame, history_needed, load
 from guardctl.analyze.frame import select
 from guardctl.config import Settings
 from guardctl.export import prometheus_text
-from guardctl.simulate import Truth, simulate
+from guardctl.simulate import simulate
 from guardctl.sources.dcgm_fields import exporter_series
 from guardctl.telemetry.schema import read_path
 
 DURATION = 7200.0
-SCRAPE_S = 10.0
 FAULTS = "thermal,stuck_clocks,link_errors,link_flaps,slow_gpu"
-
-
-@dataclass
-class PromFleet:
-    server: PromServer
-    store: Path
-    truth: Truth
-    start: float
-    end: float
-
-    @property
-    def url(self) -> str:
-        return self.server.url
 
 
 def _guardctl_series(store: Path, start: float, end: float) -> dict:  # type: ignore[type-arg]

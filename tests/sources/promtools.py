@@ -18,7 +18,10 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+
+from guardctl.simulate import Truth
 
 Series = Mapping[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]]
 
@@ -139,3 +142,24 @@ class PromServer:
         if getattr(self, "log", None) is not None:
             self.log.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# The session fleet's scrape interval (conftest.py's ``prom_fleet``), and what it yields.
+SCRAPE_S = 10.0
+
+
+@dataclass
+class PromFleet:
+    """The ``prom_fleet`` fixture: a simulated fleet in a store and in a Prometheus server.
+    Here, not in conftest.py, so that test modules import it by a name that is theirs alone
+    (``conftest`` is the name of every test folder's fixture file)."""
+
+    server: PromServer
+    store: Path
+    truth: Truth
+    start: float
+    end: float
+
+    @property
+    def url(self) -> str:
+        return self.server.url

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import PromFleet
 from prometheus_client.parser import text_string_to_metric_families
+from promtools import PromFleet
 
 from guardctl.analyze import analyze
 from guardctl.config import Settings

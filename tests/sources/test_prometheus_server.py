@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import SCRAPE_S, PromFleet
+from promtools import SCRAPE_S, PromFleet
 
 from guardctl.analyze import analyze
 from guardctl.cli import main

@@ -45,3 +45,8 @@ def test_prometheus_kind_needs_a_url() -> None:
 def test_source_settings_are_checked() -> None:
     assert _run("--set", "source.max_points=20000", "analyze")[0] == 3
     assert _run("--set", 'source.store_kinds=["steps"]', "analyze")[0] == 3
+
+
+def test_jobs_from_is_checked() -> None:
+    code, out = _run("--set", "source.jobs_from=sacct", "analyze")
+    assert code == 3 and "source.jobs_from" in out

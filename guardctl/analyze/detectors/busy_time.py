@@ -6,8 +6,11 @@ not in ``step_s``. Comparing ranks of the same job in the same window makes a
 whole job slowing at once (checkpoint, file-system stall) a non-event. Where
 step records say how many samples a step was, busy time per sample is
 compared (per-step data sharding gives a slow rank fewer samples, and then a
-normal ``compute_s``); where they say the rank's pipeline stage, a rank is
-compared only with the ranks of its own stage (stages differ by construction).
+normal ``compute_s``); where they say the rank's parallel role, a rank is
+compared only with the ranks doing the same work: the data-parallel replicas of
+its pipeline stage and tensor-parallel rank, or with too few of those, its stage
+(stages differ by construction). A rank without enough such peers is left to
+:mod:`busy_history`.
 """
 
 from __future__ import annotations

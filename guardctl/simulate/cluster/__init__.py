@@ -7,7 +7,7 @@
 * :mod:`.jobs`: a job's piecewise-constant speed, progress, checkpoints and losses;
 * :mod:`.engine`: the event loop over the in-memory Slurm, and what policies may do;
 * :mod:`.policies`: no mitigation, fail-stop checks, a Guard-style baseline, and guardctl's
-  real controller (:func:`guardctl.controller.policy.decide`);
+  real controller (``classify``, ``decide``, the ladder) acting through ``NodeOps``;
 * :mod:`.metrics`: goodput, step-time variation, losses, drains, nodes out of service;
 * :mod:`.run`: one run, and policies compared over seeds;
 * :mod:`.report`: the table and the plots.

@@ -4,7 +4,9 @@ Events wait in a heap; between two events every job runs at a constant speed
 (:mod:`.jobs`), so a week of a 16k-GPU cluster is tens of thousands of events, not billions
 of steps. Slurm is the in-memory Slurm (:class:`guardctl.slurm.memory.MemorySlurm`): jobs are
 submitted to it, it places them (a training partition for the large jobs, a batch partition
-for the small ones), and node actions are its reservations, drains and requeues. The policy
+for the small ones). The baselines, NHC and the operator act on it straight (reservations,
+drains, requeues); guardctl acts through its node-action door (:class:`guardctl.nodeops.
+NodeOps`) over the same Slurm, on its clock, and reports back what the door did. The policy
 (:mod:`.policies`) is called every controller pass and when a sweep ends.
 """
 
@@ -43,16 +45,22 @@ class Policy(Protocol):
 
     def on_sweep(self, sim: Cluster, node: str, verdict: str) -> None: ...
 
+    def start(self, sim: Cluster) -> None: ...
+
+    def stop(self) -> None: ...
+
 
 @dataclass(frozen=True)
 class Flag:
-    """A node the analyzer (as modelled) calls a suspect at this pass."""
+    """A node the analyzer (as modelled) flags at this pass, with the evidence it would give."""
 
     node: str
-    kind: str  # persistent or transient, as guardctl's classification calls it
     job: int
     since: float  # when the node began slowing this job
-    cause: str  # what the simulation knows it is: grey, lemon_on, failslow, contention, stage
+    cause: str  # what the simulation knows it is: grey, lemon_on, failslow, contention, stage,
+    # false (a false suspect: the node is healthy)
+    detectors: tuple[str, ...]  # the analyzer's detectors that flag it
+    suspect: bool  # flagged long enough (the measured detection delay) to be called a suspect
 
 
 class Cluster:
@@ -72,10 +80,11 @@ class Cluster:
         self.end = self.t0 + p.horizon_s
         self.heap: list[tuple[float, int, str, Any]] = []
         self.seq = 0
-        self.sources: dict[str, dict[int, tuple[str, float]]] = {}
+        self.sources: dict[str, dict[int, faults.Onset]] = {}  # the transient slowdowns
         self.factor: dict[str, float] = {}
         self.slow_since: dict[str, float] = {}
         self.grey: dict[str, float] = {}
+        self.phantom: dict[str, float] = {}  # node -> when the analyzer last called it falsely
         self.lemon: set[str] = set()
         self.gpu_lost: dict[str, float] = {}
         self.reveal: dict[str, float] = {}
@@ -127,20 +136,24 @@ class Cluster:
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> Tally:
         day = 1
-        while self.heap and self.heap[0][0] < self.end:
-            at, _, kind, data = heapq.heappop(self.heap)
-            self.now = at
-            getattr(self, f"_on_{kind}")(data)
-            if self.progress and at - self.t0 >= day * DAY:
-                self.progress(f"{self.policy.name}: day {day} of {self.p.days:g}")
-                day += 1
+        self.policy.start(self)
+        try:
+            while self.heap and self.heap[0][0] < self.end:
+                at, _, kind, data = heapq.heappop(self.heap)
+                self.now = at
+                getattr(self, f"_on_{kind}")(data)
+                if self.progress and at - self.t0 >= day * DAY:
+                    self.progress(f"{self.policy.name}: day {day} of {self.p.days:g}")
+                    day += 1
+        finally:
+            self.policy.stop()
         self.now = self.end
         for job in self.jobs.values():
             job.advance(self.end)
         self.tally.close(self)
         return self.tally
 
-    def _clock(self) -> None:
+    def sync_clock(self) -> None:
         """Bring the Slurm clock to now (Slurm may start pending jobs), then follow it."""
         if self.now > self.slurm.now:
             self.slurm.advance(self.now - self.slurm.now)
@@ -211,13 +224,13 @@ class Cluster:
 
     def _on_arrive(self, data: tuple[int, float]) -> None:
         self.queue.append((SimJob(0, False, data[0] * self.p.gpus_per_node, data[1]), data[0]))
-        self._clock()
+        self.sync_clock()
 
     def _on_finish(self, data: tuple[int, int]) -> None:
         job = self.jobs[data[0]]
         if not job.running or job.version != data[1]:
             return
-        self._clock()
+        self.sync_clock()
         job.advance(self.now)
         job.done_s = job.work_s
         job.running = False
@@ -271,10 +284,12 @@ class Cluster:
         elif o.kind == "grey":
             self.grey[node] = o.factor
             self.set_factor(node)
+        elif o.kind == "false_positive":
+            self.phantom[node] = self.now
         else:
             if o.kind == "lemon_on":
                 self.lemon.add(node)
-            self.sources.setdefault(node, {})[self.seq] = (o.kind, o.factor)
+            self.sources.setdefault(node, {})[self.seq] = o
             self.push(self.now + o.duration_s, "source_end", (node, self.seq))
             self.set_factor(node)
 
@@ -284,7 +299,7 @@ class Cluster:
             self.set_factor(node)
 
     def _crash(self, node: str) -> None:
-        self._clock()
+        self.sync_clock()
         job = self.node_job.get(node)
         self.slurm.set_down(node, "Not responding")
         self.down.add(node)
@@ -297,7 +312,7 @@ class Cluster:
         if node in self.node_job:  # still running out its job: look again in an hour
             self.push(self.now + HOUR, "repair", node)
             return
-        self._clock()
+        self.sync_clock()
         for table in (self.grey, self.gpu_lost, self.sources):
             table.pop(node, None)
         self.lemon.discard(node)
@@ -312,7 +327,7 @@ class Cluster:
     def set_factor(self, node: str) -> None:
         """The node's slowdown from its faults; its job follows."""
         f = math.inf if node in self.gpu_lost else max(
-            [self.grey.get(node, 1.0), *(s[1] for s in self.sources.get(node, {}).values())])
+            [self.grey.get(node, 1.0), *(s.factor for s in self.sources.get(node, {}).values())])
         old = self.factor.get(node, 1.0)
         if f == old:
             return
@@ -332,14 +347,16 @@ class Cluster:
         """Whether the node has a fault (the truth a false drain is measured against)."""
         srcs = self.sources.get(node, {}).values()
         return node in self.grey or node in self.gpu_lost or node in self.lemon or any(
-            k == "failslow" for k, _ in srcs)
+            s.kind == "failslow" for s in srcs)
 
     def flagged(self, stage_aware: bool) -> list[Flag]:
-        """The suspects the analyzer reports now, from its measured delay and recall.
+        """The nodes the analyzer flags now, from its measured delay, recall and false suspects.
 
-        guardctl's analyzer compares a rank with the ranks of its own pipeline stage and calls
-        host contention transient (*stage_aware*); a detector without those (the Guard-style
-        baseline) also flags the slowest stage's nodes and contended hosts as slow nodes.
+        A slow node shows from the first pass that sees it and is a suspect once the measured
+        detection delay has passed. guardctl's analyzer compares a rank with the ranks of its
+        own pipeline stage (*stage_aware*); a detector without stages (the Guard-style baseline)
+        also flags the slowest stage's nodes. A false suspect is a healthy node in a job that
+        the analyzer calls a suspect at one pass (``false_positive_per_node_pass``), for both.
         """
         p, out = self.p, []
         candidates = {n: "" for n, f in self.factor.items() if p.detect_min_slow <= f
@@ -355,15 +372,26 @@ class Cluster:
                 continue
             job = self.jobs[job_id]
             since = job.ready if cause else max(job.ready, self.slow_since.get(node, job.ready))
-            if self.now - since < p.detect_delay_s or not self.detected(node, since):
+            if self.now < since or not self.detected(node, since):
                 continue
+            detectors: tuple[str, ...] = ("busy_time",)
             if not cause:
-                kinds = {k for k, _ in self.sources.get(node, {}).values()}
-                cause = "grey" if node in self.grey else max(
-                    kinds, key=lambda k: k != "contention")
-            kind = "transient" if cause == "contention" and stage_aware else "persistent"
-            out.append(Flag(node, kind, job_id, since, cause))
+                cause, detectors = self.cause(node)
+            out.append(Flag(node, job_id, since, cause, detectors,
+                            self.now - since >= p.detect_delay_s))
+        for node, at in sorted(self.phantom.items()):
+            job_id = self.node_job.get(node)
+            if self.now - at < p.pass_s and node not in candidates and job_id is not None:
+                out.append(Flag(node, job_id, at, "false", ("busy_time",), True))
         return out
+
+    def cause(self, node: str) -> tuple[str, tuple[str, ...]]:
+        """What slows *node* (its worst cause first), and every detector its slowdowns trip."""
+        srcs = list(self.sources.get(node, {}).values())
+        detectors = tuple(sorted({d for s in srcs for d in s.detectors} | {"busy_time"}))
+        if node in self.grey:
+            return "grey", detectors
+        return max((s.kind for s in srcs), key=lambda k: k != "contention"), detectors
 
     def detected(self, node: str, since: float) -> bool:
         """The analyzer's recall, drawn once per episode (the same draw for every policy)."""
@@ -385,35 +413,51 @@ class Cluster:
         self._without[key] = value = node_factor(plain, moved)
         return value
 
+    # Straight to Slurm: the baselines' own quarantines, NHC's and the operator's drains.
     def quarantine(self, node: str) -> None:
-        self._clock()
+        self.sync_clock()
         if node not in self.quarantined:
             self.slurm.create_reservation(QUARANTINE + node, [node], ["root"])
-            self.quarantined.add(node)
-            self.tally.quarantines += 1
+            self.held(node)
 
     def release(self, node: str) -> None:
-        self._clock()
+        self.sync_clock()
         if node in self.quarantined:
             self.slurm.delete_reservation(QUARANTINE + node)
-            self.quarantined.discard(node)
-        self.sync()
+        self.released(node)
 
     def drain(self, node: str, by: str) -> None:
-        """Drain (held out for repair); a guardctl drain of a healthy node is a false drain."""
-        self._clock()
+        """Drain for repair. A policy's drain (*by* ``"guardctl"``) ends its own quarantine
+        first; NHC and an operator leave a reservation that holds the node as it is."""
+        self.sync_clock()
+        if node in self.drained:
+            return
+        if by == "guardctl":
+            self.release(node)
+        self.slurm.drain([node], f"{by}: held out for repair")
+        self.taken_out(node, by)
+
+    # What each did, in the simulation's own books (guardctl's door reports here as well).
+    def held(self, node: str) -> None:
+        self.quarantined.add(node)
+        self.tally.quarantines += 1
+
+    def released(self, node: str) -> None:
+        self.quarantined.discard(node)
+        self.sync()
+
+    def taken_out(self, node: str, by: str) -> None:
+        """Drained for repair; a policy's drain of a healthy node is a false drain."""
         if by == "guardctl":
             self.tally.drains += 1
             self.tally.false_drains += 0 if self.at_fault(node) else 1
-        self.release(node)
-        self.slurm.drain([node], f"guardctl: {by}")
         self.drained[node] = by
         self.push(self.now + self.p.repair_s, "repair", node)
         self.mitigated(node)
 
     def requeue(self, job: SimJob, exclude: tuple[str, ...]) -> None:
         """Requeue the job (its nodes in *exclude* left out of its next run)."""
-        self._clock()
+        self.sync_clock()
         self.slurm.requeue(job.job_id)
         if exclude:
             self.slurm.update_job(job.job_id, exclude=sorted(
@@ -437,7 +481,8 @@ class Cluster:
             self.tally.mitigation_s.append(self.now - since)
 
     def sweep(self, node: str, duration_s: float) -> None:
-        if node in self.sweeping or node in self.node_job:
+        if node in self.sweeping or node in self.node_job or node in self.drained or (
+                node in self.down):
             return
         self.sweeping.add(node)
         self.tally.sweeps += 1
@@ -445,18 +490,19 @@ class Cluster:
 
     def _on_sweep_done(self, data: tuple[str, float]) -> None:
         node, duration = data
+        self.sync_clock()
         self.sweeping.discard(node)
         revealed = node in self.grey and duration >= self.reveal.get(node, 0.0)
-        slow = any(k in ("failslow", "lemon_on") for k, _ in self.sources.get(node, {}).values())
+        slow = any(s.kind in ("failslow", "lemon_on") for s in self.sources.get(node, {}).values())
         verdict = "fail" if revealed or slow or node in self.gpu_lost else "pass"
         self.policy.on_sweep(self, node, verdict)
 
     # -- passes ---------------------------------------------------------------------------------
     def _on_wake(self, _: None) -> None:
-        self._clock()
+        self.sync_clock()
 
     def _on_pass(self, _: None) -> None:
-        self._clock()
+        self.sync_clock()
         if self.policy.health_checks:
             self.health_checks()
         else:

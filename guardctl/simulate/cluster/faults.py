@@ -20,9 +20,13 @@ class Onset:
 
     at: float
     node: int
-    kind: str  # crash, gpu_lost, failslow, grey, lemon_on, lemon_off, contention
+    kind: str  # crash, gpu_lost, failslow, grey, lemon_on, contention, false_positive
     factor: float = 1.0  # how much slower the node runs
     duration_s: float = 0.0  # for the transient kinds; 0: until repaired
+    # The analyzer's detectors that see it, beside busy time (the job's own measurement):
+    # a compute fail-slow is the GPU throttling (clock events), a communication one shows as
+    # transmit wait on the node's links (FALCON); host contention is its own detector.
+    detectors: tuple[str, ...] = ("busy_time",)
 
 
 @dataclass
@@ -56,7 +60,9 @@ def draw(p: Params, rng: np.random.Generator) -> Schedule:
         comm = rng.random() < p.failslow_comm_share
         mean = p.failslow_comm_mean_s if comm else p.failslow_compute_mean_s
         length = float(np.clip(rng.exponential(mean), p.failslow_min_s, p.failslow_max_s))
-        out.onsets.append(Onset(float(t), int(rng.integers(n)), "failslow", _slow(rng, p), length))
+        signal = "xmit_wait" if comm else "clock_events"
+        out.onsets.append(Onset(float(t), int(rng.integers(n)), "failslow", _slow(rng, p), length,
+                                ("busy_time", signal)))
     greys = [int(x) for x in rng.choice(n, size=round(p.grey_share * n), replace=False)]
     later = poisson_times(rng, p.grey_per_1000_node_days * per_node_s, horizon)
     for node, t in [(g, 0.0) for g in greys] + [(int(rng.integers(n)), float(t)) for t in later]:
@@ -70,6 +76,12 @@ def draw(p: Params, rng: np.random.Generator) -> Schedule:
             t += on + float(rng.exponential(p.lemon_off_mean_s))
     for t in poisson_times(rng, p.contention_per_node_day * n / DAY, horizon):
         out.onsets.append(Onset(float(t), int(rng.integers(n)), "contention", p.contention_slow,
-                                float(rng.exponential(p.contention_mean_s))))
+                                float(rng.exponential(p.contention_mean_s)),
+                                ("busy_time", "host_contention")))
+    # Last, so that every draw above is the same with or without them: the analyzer's false
+    # suspects, healthy nodes it calls slow at one pass (a property of the analyzer, not of the
+    # fleet's faults: scaled() leaves them be).
+    for t in poisson_times(rng, p.false_positive_per_node_pass * n / p.pass_s, horizon):
+        out.onsets.append(Onset(float(t), int(rng.integers(n)), "false_positive"))
     out.onsets.sort(key=lambda o: (o.at, o.node, o.kind))
     return out

@@ -26,7 +26,10 @@ class Tally:
     sweeps: int = 0
     drains: int = 0  # by guardctl (or the Guard-style baseline): not by NHC or an operator
     false_drains: int = 0
+    lemon_drains: int = 0  # drained after a passed sweep, as lemons
     requeues: int = 0
+    refused: int = 0  # guardctl's node actions its door refused (cap, rate limit, ownership)
+    skipped: int = 0  # guardctl's decisions past control.max_actions_per_hour
     hangs: int = 0
     completed: int = 0
     mitigation_s: list[float] = field(default_factory=list)
@@ -58,9 +61,12 @@ class Tally:
             "mitigated": len(self.mitigation_s),
             "drains": self.drains,
             "false_drains": self.false_drains,
+            "lemon_drains": self.lemon_drains,
             "quarantines": self.quarantines,
             "sweeps": self.sweeps,
             "requeues": self.requeues,
+            "refused": self.refused,
+            "skipped": self.skipped,
             "restarts": self.restarts,
             "nodes_out_of_service": round(float(np.mean(self.out_of_service)), 2)
             if self.out_of_service else 0.0,

@@ -13,7 +13,10 @@ COLUMNS = [
     ("mitigation_median_s", "fault to mitigation, median s"),
     ("drains", "drains"),
     ("false_drains", "false drains"),
+    ("lemon_drains", "of them lemons"),
     ("requeues", "requeues"),
+    ("refused", "refused by the door"),
+    ("skipped", "past the hourly cap"),
     ("nodes_out_of_service", "nodes out of service"),
 ]
 

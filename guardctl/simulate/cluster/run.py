@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from guardctl.sections.control import ControlSettings
+from guardctl.sections.safety import SafetySettings
 from guardctl.simulate.cluster import policies
 from guardctl.simulate.cluster.engine import Cluster
 from guardctl.simulate.cluster.metrics import Tally
@@ -28,10 +29,18 @@ def control_settings(p: Params, **overrides: Any) -> ControlSettings:
     return dataclasses.replace(base, **overrides)
 
 
+def safety_settings(p: Params) -> SafetySettings:
+    """guardctl's [safety] in the simulated cluster: its caps and rate limit."""
+    limit = p.nodes if p.max_out_nodes is None else p.max_out_nodes
+    return SafetySettings(max_out_fraction=p.max_out_fraction, max_out_nodes=limit,
+                          max_actions_per_hour=p.max_actions_per_hour)
+
+
 def simulate(p: Params, policy: str, cfg: ControlSettings | None = None,
              progress: Progress | None = None) -> Tally:
     """One run of *policy* on the cluster *p*."""
-    return Cluster(p, policies.make(policy, cfg or control_settings(p)), progress).run()
+    return Cluster(p, policies.make(policy, cfg or control_settings(p), safety_settings(p)),
+                   progress).run()
 
 
 def compare(p: Params, seeds: Sequence[int], names: Sequence[str] = policies.NAMES,
