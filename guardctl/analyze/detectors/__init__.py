@@ -67,6 +67,22 @@ class Flags:
         )  # fmt: skip
 
 
+def busy_flags(detector: str, table: Any, hit: np.ndarray, value: np.ndarray,
+               reference: np.ndarray, deviation: np.ndarray, severity: np.ndarray,
+               against: str) -> list[Flags]:
+    """A rank's busy time flagged *against* a reference: per step, or per sample where its
+    step records count their samples (``per_sample``), under the metric each is measured in."""
+    per = table["per_sample"]
+    return [
+        Flags.of(detector, metric, unit, f"rank busy time{each} above {against}", table,
+                 hit & rows, value, reference, deviation, severity, gpu="local", rank="rank")
+        for metric, unit, each, rows in (
+            ("compute_s", "s", "", ~per),
+            ("compute_s_per_sample", "s/sample", " per sample", per),
+        )
+    ]
+
+
 def below_peers_under_load(
     detector: str, f: Features, th: dict[str, float], column: str, metric: str, unit: str,
     summary: str,

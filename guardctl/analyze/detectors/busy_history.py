@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from guardctl.analyze.detectors import Flags, register
+from guardctl.analyze.detectors import Flags, busy_flags, register
 from guardctl.analyze.features import Features, Table
 
 
@@ -36,16 +36,7 @@ class BusyHistory:
         hit = (t["peer"] < 0) & (ratio >= 1 + th["rel"]) & witness
         rdev = ratio - 1
         sev = np.where(hit, rdev / max(th["rel"], 1e-9), 0.0)
-        per = t["per_sample"]
-        return [
-            Flags.of(self.name, field, unit, text, t, hit & rows, value, ref, rdev, sev,
-                     gpu="local", rank="rank")
-            for field, unit, text, rows in (
-                ("compute_s", "s", "rank busy time above its own earlier windows", ~per),
-                ("compute_s_per_sample", "s/sample",
-                 "rank busy time per sample above its own earlier windows", per),
-            )
-        ]
+        return busy_flags(self.name, t, hit, value, ref, rdev, sev, "its own earlier windows")
 
 
 def _witnessed(t: Table, ratio: np.ndarray, steady: float) -> np.ndarray:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from guardctl.analyze.detectors import Flags, deviation_test, register
+from guardctl.analyze.detectors import Flags, busy_flags, deviation_test, register
 from guardctl.analyze.features import Features, peer_stats
 
 
@@ -34,13 +34,4 @@ class BusyTime:
         med, mad, _ = peer_stats(t["peer"], value, np.ones(len(t), bool))
         hit, rdev, sev = deviation_test(value, med, mad, direction=1, rel=th["rel"], z=th["z"])
         hit &= t["peer"] >= 0  # a job too small to have peers is not judged
-        per = t["per_sample"]
-        return [
-            Flags.of(self.name, field, unit, text, t, hit & rows, value, med, rdev, sev,
-                     gpu="local", rank="rank")
-            for field, unit, text, rows in (
-                ("compute_s", "s", "rank busy time above its job's ranks", ~per),
-                ("compute_s_per_sample", "s/sample",
-                 "rank busy time per sample above its job's ranks", per),
-            )
-        ]
+        return busy_flags(self.name, t, hit, value, med, rdev, sev, "its job's ranks")
