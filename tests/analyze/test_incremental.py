@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,24 @@ class Replay:
         self.appended[rel] = self.appended.get(rel, 0) + len(data)
 
 
+Replays = Callable[..., Replay]
+
+
+@pytest.fixture
+def replays() -> Iterator[Replays]:
+    """Replays that close their column files at the end of the test (each holds one open
+    file per store file, 600 and more: three tests' worth passed the open-files limit)."""
+    made: list[Replay] = []
+
+    def make(src: Path, dst: Path, unmirrored: int = 0) -> Replay:
+        made.append(Replay(src, dst, unmirrored))
+        return made[-1]
+
+    yield make
+    for replay in made:
+        replay.mirror.close()
+
+
 def _same(inc: Analyzer, store: Path, settings: Settings, at: float | None = None) -> dict:
     got = inc.analyze(at).to_dict()
     want = analyze(store, settings, at).to_dict()
@@ -91,9 +110,10 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return src
 
 
-def test_passes_a_minute_apart_equal_cold_passes(trace: Path, tmp_path: Path) -> None:
+def test_passes_a_minute_apart_equal_cold_passes(trace: Path, tmp_path: Path, replays: Replays
+                                                 ) -> None:
     store = tmp_path / "store"
-    replay = Replay(trace, store, unmirrored=3)
+    replay = replays(trace, store, unmirrored=3)
     settings = load_settings(environ={})
     inc = Analyzer(settings, store)
     telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
@@ -132,9 +152,10 @@ def test_passes_a_minute_apart_equal_cold_passes(trace: Path, tmp_path: Path) ->
     assert any("T00" in name for name in os.listdir(store / telemetry[0].rsplit("/", 1)[0]))
 
 
-def test_a_pass_before_what_is_kept_runs_cold(trace: Path, tmp_path: Path) -> None:
+def test_a_pass_before_what_is_kept_runs_cold(trace: Path, tmp_path: Path, replays: Replays
+                                              ) -> None:
     store = tmp_path / "store"
-    replay = Replay(trace, store)
+    replay = replays(trace, store)
     settings = load_settings(environ={})
     inc = Analyzer(settings, store)
     for minute in (5, 10, 15, 20, 25):
@@ -144,10 +165,11 @@ def test_a_pass_before_what_is_kept_runs_cold(trace: Path, tmp_path: Path) -> No
     assert inc.cold_passes == 1
 
 
-def test_agent_records_pass_as_in_a_cold_pass(trace: Path, tmp_path: Path) -> None:
+def test_agent_records_pass_as_in_a_cold_pass(trace: Path, tmp_path: Path, replays: Replays
+                                              ) -> None:
     """Collector health records (one collector failing) reach the verdicts as a cold pass's."""
     store = tmp_path / "store"
-    replay = Replay(trace, store)
+    replay = replays(trace, store)
     settings = load_settings(environ={})
     inc = Analyzer(settings, store)
     telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
@@ -208,10 +230,11 @@ def test_directories_are_listed_again_only_when_they_change(tmp_path: Path) -> N
     assert later.files(store) == changed and later.listed == 0
 
 
-def test_a_kept_listing_finds_a_new_hours_files(trace: Path, tmp_path: Path) -> None:
+def test_a_kept_listing_finds_a_new_hours_files(trace: Path, tmp_path: Path, replays: Replays
+                                                ) -> None:
     """With the listing settled between passes, new files (a new hour) are still read."""
     store = tmp_path / "store"
-    replay = Replay(trace, store)
+    replay = replays(trace, store)
     settings = load_settings(environ={})
     inc = Analyzer(settings, store)
     inc._listing.SETTLE_S = 0.1
@@ -225,7 +248,8 @@ def test_a_kept_listing_finds_a_new_hours_files(trace: Path, tmp_path: Path) -> 
     assert max(listed[4:]) > 0, "the new hour's files were found by listing again"
 
 
-def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(tmp_path: Path) -> None:
+def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(tmp_path: Path,
+                                                                 replays: Replays) -> None:
     # A two-rank job for 45 minutes, rank 1 twice as slow in the last 15, with its nodes'
     # host records: the step records of the ranks' own history are kept, the others let go.
     from guardctl import layout
@@ -246,7 +270,7 @@ def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(tmp_path: Path
     for path, lines in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
-    replay = Replay(src, store)
+    replay = replays(src, store)
     settings = load_settings(environ={})
     inc = Analyzer(settings, store)
     verdicts = []
