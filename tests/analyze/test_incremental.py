@@ -110,8 +110,8 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return src
 
 
-def test_passes_a_minute_apart_equal_cold_passes(trace: Path, tmp_path: Path, replays: Replays
-                                                 ) -> None:
+def test_passes_a_minute_apart_equal_cold_passes(
+        trace: Path, tmp_path: Path, replays: Replays) -> None:
     store = tmp_path / "store"
     replay = replays(trace, store, unmirrored=3)
     settings = load_settings(environ={})
@@ -152,8 +152,8 @@ def test_passes_a_minute_apart_equal_cold_passes(trace: Path, tmp_path: Path, re
     assert any("T00" in name for name in os.listdir(store / telemetry[0].rsplit("/", 1)[0]))
 
 
-def test_a_pass_before_what_is_kept_runs_cold(trace: Path, tmp_path: Path, replays: Replays
-                                              ) -> None:
+def test_a_pass_before_what_is_kept_runs_cold(
+        trace: Path, tmp_path: Path, replays: Replays) -> None:
     store = tmp_path / "store"
     replay = replays(trace, store)
     settings = load_settings(environ={})
@@ -165,8 +165,8 @@ def test_a_pass_before_what_is_kept_runs_cold(trace: Path, tmp_path: Path, repla
     assert inc.cold_passes == 1
 
 
-def test_agent_records_pass_as_in_a_cold_pass(trace: Path, tmp_path: Path, replays: Replays
-                                              ) -> None:
+def test_agent_records_pass_as_in_a_cold_pass(
+        trace: Path, tmp_path: Path, replays: Replays) -> None:
     """Collector health records (one collector failing) reach the verdicts as a cold pass's."""
     store = tmp_path / "store"
     replay = replays(trace, store)
@@ -230,8 +230,8 @@ def test_directories_are_listed_again_only_when_they_change(tmp_path: Path) -> N
     assert later.files(store) == changed and later.listed == 0
 
 
-def test_a_kept_listing_finds_a_new_hours_files(trace: Path, tmp_path: Path, replays: Replays
-                                                ) -> None:
+def test_a_kept_listing_finds_a_new_hours_files(
+        trace: Path, tmp_path: Path, replays: Replays) -> None:
     """With the listing settled between passes, new files (a new hour) are still read."""
     store = tmp_path / "store"
     replay = replays(trace, store)
@@ -248,8 +248,8 @@ def test_a_kept_listing_finds_a_new_hours_files(trace: Path, tmp_path: Path, rep
     assert max(listed[4:]) > 0, "the new hour's files were found by listing again"
 
 
-def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(tmp_path: Path,
-                                                                 replays: Replays) -> None:
+def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(
+        tmp_path: Path, replays: Replays) -> None:
     # A two-rank job for 45 minutes, rank 1 twice as slow in the last 15, with its nodes'
     # host records: the step records of the ranks' own history are kept, the others let go.
     from guardctl import layout
