@@ -51,3 +51,17 @@ def test_timed_collectives_show_the_straggler_that_a_single_mark_hides(tmp_path:
 def test_instrument_wants_fully_shard_units() -> None:
     with pytest.raises(TypeError, match="fully_shard"):
         fsdp.instrument(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.filterwarnings("ignore:FSDP is switching to use `NO_SHARD`")  # one rank: no shards
+def test_instrument_refuses_fsdp1_whose_gathers_it_cannot_time(tmp_path: Path) -> None:
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    dist = torch.distributed
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        model = FullyShardedDataParallel(torch.nn.Linear(2, 2), device_id=torch.device("cpu"))
+        with pytest.raises(TypeError, match="FSDP1"):
+            fsdp.instrument(model)
+    finally:
+        dist.destroy_process_group()
