@@ -220,11 +220,6 @@ class Probe:
         """Record that this rank's current step trains on *count* samples (or tokens)."""
         self._samples = int(count)
 
-    @property
-    def cuda_events(self) -> bool:
-        """Whether the marks are CUDA events (GPU times) rather than host clock readings."""
-        return self._cuda is not None
-
     def __enter__(self) -> Probe:
         self._tc = None
         self._comm_s = None
@@ -245,7 +240,11 @@ class Probe:
         return _Comm(self)
 
     def comm_add(self, seconds: float) -> None:
-        """Add *seconds* spent inside a collective to the open step's communication time."""
+        """Add *seconds* spent inside a collective to the open step's communication time.
+
+        Host seconds, added as they are also under CUDA events: time a collective
+        the GPU runs with :meth:`comm`, whose events are on the GPU's clock.
+        """
         self._comm_s = (self._comm_s or 0.0) + max(0.0, float(seconds))
 
     def __exit__(
