@@ -108,3 +108,33 @@ def test_more_collective_time_than_the_step_is_all_communication(tmp_path: Path)
         probe.comm_add(-1.0)  # a clock that went backwards adds nothing
     last = probe.last()
     assert last is not None and last.compute_s == 0.0 and last.comm_s == last.step_s
+
+
+class HostClockEvents:
+    """Stands in for the probe's CUDA-event timer (no GPU here): a mark is a clock reading,
+    and ``seconds`` is only called when a duration is asked for, as with events."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def seconds(self, start: float, end: float) -> float:
+        self.asked += 1
+        return end - start
+
+
+def test_with_events_collectives_are_summed_when_the_times_are_read(tmp_path: Path) -> None:
+    one = probe.configure(store=tmp_path, job="5", rank=0, node="n1", flush_interval_s=60)
+    events = HostClockEvents()
+    one._cuda = events  # type: ignore[assignment]
+    with probe.step():
+        for _ in range(2):
+            with probe.comm():
+                time.sleep(0.02)
+        time.sleep(0.02)
+    assert events.asked == 0  # the training loop never waits for events
+    last = probe.last()
+    assert last is not None and events.asked == 3  # the step and the two collectives
+    assert last.comm_s >= 0.04 and 0.02 <= last.compute_s < last.step_s - 0.04
