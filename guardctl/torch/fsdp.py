@@ -23,7 +23,8 @@ On the host (CPU, gloo) a synchronous collective returns when it is done, so
 its wall time is its time. With ``configure(cuda_events=True)`` the probe
 records CUDA events on the current stream, which inside the hooks is FSDP's
 all-gather or reduce-scatter stream. FSDP1 (``FullyShardedDataParallel``) has
-no hook around its parameter all-gathers: see docs/telemetry.md.
+no hook around its parameter all-gathers: see docs/telemetry.md. Needs a torch
+whose ``FSDPModule`` has ``set_custom_all_gather`` (tested with 2.13).
 """
 
 from __future__ import annotations
@@ -50,7 +51,10 @@ Size = Sequence[int | torch.SymInt]
 
 
 class _TimedWork(dist.Work):
-    """An asynchronous collective's handle: the host waits for it in ``wait()``, timed there."""
+    """An asynchronous collective's handle: the host waits for it in ``wait()``, timed there.
+
+    Only ``wait()`` is passed on: it is all FSDP calls on an all-gather's handle.
+    """
 
     def __init__(self, inner: dist.Work, into: probe.Probe | None) -> None:
         super().__init__()
