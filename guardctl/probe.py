@@ -31,9 +31,19 @@ in-memory queue. A background thread writes the queue to the store every
 second; when the queue is full, steps are dropped and counted, never waited
 for. :func:`flush` writes what is queued; it also runs at exit.
 
-With ``configure(cuda_events=True)`` (needs torch with CUDA) the three marks
-are CUDA events recorded on the current stream, so the times are GPU times;
-the flush thread waits for them, never the training loop.
+Where no single mark separates a rank's own work from its waiting (FSDP
+gathers parameters before every unit's forward, and each gather waits for the
+slowest rank), time each collective instead: ``with probe.comm(): ...`` around
+it, or :func:`comm_add` with seconds measured elsewhere. A step with such
+time has ``comm_s`` = the sum and ``compute_s`` = ``step_s`` minus it;
+``comm_begin()`` is then ignored. ``guardctl.torch.fsdp.instrument`` does this
+for FSDP2.
+
+With ``configure(cuda_events=True)`` (needs torch with CUDA) the marks are
+CUDA events recorded on the current stream, so the times are GPU times; the
+flush thread waits for them, never the training loop. Inside ``comm()`` the
+current stream is the collective's own (FSDP runs it under its stream), and the
+pairs of events are summed in the flush thread.
 """
 
 from __future__ import annotations
@@ -124,6 +134,27 @@ class _CudaTimer:
         return float(start.elapsed_time(end)) / 1000.0
 
 
+class _Comm:
+    """``with probe.comm():`` around one collective: its time is added to the step's."""
+
+    __slots__ = ("_probe", "_start")
+
+    def __init__(self, owner: Probe) -> None:
+        self._probe = owner
+        self._start: Any = None
+
+    def __enter__(self) -> None:
+        cuda = self._probe._cuda
+        self._start = cuda.mark() if cuda else time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        cuda = self._probe._cuda
+        if cuda:  # GPU times: the flush thread waits for the events, not this thread
+            self._probe._spans.append((self._start, cuda.mark()))
+        else:
+            self._probe.comm_add(time.perf_counter() - self._start)
+
+
 class Probe:
     """Times steps of one rank and writes them to the store from a background thread."""
 
@@ -156,6 +187,9 @@ class Probe:
         self._t0: Any = None
         self._tc: Any = None
         self._samples: int | None = None
+        # Time inside collectives in the open step: host seconds, and CUDA event pairs.
+        self._comm_s: float | None = None
+        self._spans: list[tuple[Any, Any]] = []
         self._last: tuple[Any, ...] | None = None
         self._store: BufferedStore | None = None
         self._hour = -1
@@ -188,12 +222,30 @@ class Probe:
 
     def __enter__(self) -> Probe:
         self._tc = None
+        self._comm_s = None
+        self._spans = []
         self._t0 = self._cuda.mark() if self._cuda else time.perf_counter()
         return self
 
     def comm_begin(self) -> None:
         """Mark the moment this rank enters its gradient collective."""
         self._tc = self._cuda.mark() if self._cuda else time.perf_counter()
+
+    def comm(self) -> _Comm:
+        """Context manager around one collective: its time counts as communication.
+
+        Once a step has such time, its ``comm_s`` is their sum (not the time
+        after :meth:`comm_begin`). Outside a step the time is dropped.
+        """
+        return _Comm(self)
+
+    def comm_add(self, seconds: float) -> None:
+        """Add *seconds* spent inside a collective to the open step's communication time.
+
+        Host seconds, added as they are also under CUDA events: time a collective
+        the GPU runs with :meth:`comm`, whose events are on the GPU's clock.
+        """
+        self._comm_s = (self._comm_s or 0.0) + max(0.0, float(seconds))
 
     def __exit__(
         self,
@@ -209,12 +261,19 @@ class Probe:
             return  # an aborted step is not a step time
         if self._thread is None or self._pid != os.getpid():
             self._start_thread()
-        item = (number, time.time(), self._t0, self._tc, t1, samples)
+        comm = self._comm_taken()
+        item = (number, time.time(), self._t0, self._tc, t1, samples, comm)
         self._last = item
         if len(self._queue) >= self.queue_size:
             self.dropped += 1
             return
         self._queue.append(item)
+
+    def _comm_taken(self) -> tuple[float | None, tuple[tuple[Any, Any], ...]]:
+        # The step's collectives, handed to the record; the next step starts empty.
+        comm = (self._comm_s, tuple(self._spans))
+        self._comm_s, self._spans = None, []
+        return comm
 
     def last(self) -> StepTimes | None:
         """The last finished step's times (None before the first), e.g. for the
@@ -222,8 +281,8 @@ class Probe:
         GPU to finish that step."""
         if self._last is None:
             return None
-        number, _, t0, tc, t1, samples = self._last
-        step_s, compute_s, comm_s = self._durations(t0, tc, t1)
+        number, _, t0, tc, t1, samples, comm = self._last
+        step_s, compute_s, comm_s = self._durations(t0, tc, t1, comm)
         return StepTimes(number, step_s, compute_s, comm_s, samples)
 
     # -- the background side: records and the store ------------------------
@@ -244,7 +303,9 @@ class Probe:
             self._wake.clear()
             self.flush()
 
-    def _durations(self, t0: Any, tc: Any, t1: Any) -> tuple[float, float, float]:
+    def _durations(
+        self, t0: Any, tc: Any, t1: Any, comm: tuple[float | None, tuple[tuple[Any, Any], ...]]
+    ) -> tuple[float, float, float]:
         if self._cuda:
             seconds = self._cuda.seconds
             step_s = seconds(t0, t1)
@@ -252,11 +313,18 @@ class Probe:
         else:
             step_s = t1 - t0
             compute_s = (tc - t0) if tc is not None else step_s
+        host_s, spans = comm
+        if host_s is not None or spans:
+            # Time inside collectives, summed: whatever else the step did is the rank's own.
+            summed = host_s or 0.0
+            if self._cuda:
+                summed += sum(self._cuda.seconds(start, end) for start, end in spans)
+            compute_s = max(0.0, step_s - summed)
         return step_s, compute_s, max(0.0, step_s - compute_s)
 
     def _line(self, item: tuple[Any, ...]) -> tuple[Path, str]:
-        number, ts, t0, tc, t1, samples = item
-        step_s, compute_s, comm_s = self._durations(t0, tc, t1)
+        number, ts, t0, tc, t1, samples, comm = item
+        step_s, compute_s, comm_s = self._durations(t0, tc, t1, comm)
         hour = int(ts // 3600)
         if hour != self._hour:
             who = self.who
@@ -404,6 +472,16 @@ def last() -> StepTimes | None:
 def comm_begin() -> None:
     """Mark the moment this rank enters its gradient collective."""
     _probe().comm_begin()
+
+
+def comm() -> _Comm:
+    """``with probe.comm(): collective()``: its time counts as the step's communication."""
+    return _probe().comm()
+
+
+def comm_add(seconds: float) -> None:
+    """Add *seconds* spent inside a collective to the current step's communication time."""
+    _probe().comm_add(seconds)
 
 
 def flush() -> bool:

@@ -26,4 +26,11 @@ python3 -m pip install -q --disable-pip-version-check torch==2.13.0
 # guardctl[lightning]'s callback is tested in a real Lightning DDP job (after torch: it keeps
 # the CPU build, which satisfies it).
 python3 -m pip install -q --disable-pip-version-check lightning==2.6.6
+# guardctl[accelerate]'s recipe is tested in a real Accelerate job. Pinned with the click and
+# torch already installed: a plain `accelerate` takes the newest huggingface_hub (2.4.0), which
+# wants click>=8.4.2 and would upgrade click 8.4.0; huggingface_hub 1.21.0 is the newest that
+# keeps it.
+click_now=$(python3 -c 'import importlib.metadata as m; print(m.version("click"))')
+python3 -m pip install -q --disable-pip-version-check accelerate==1.16.0 huggingface_hub==1.21.0 \
+    "click==$click_now" torch==2.13.0
 echo "setup: done ($(python3 -m guardctl --version))" >&2

@@ -16,7 +16,9 @@ The only part of guardctl that imports torch (``pip install guardctl[torch]``)::
 
 See docs/telemetry.md and docs/dds.md for why the mark must come from the hook.
 Lightning jobs: :class:`guardctl.torch.lightning.ProbeCallback` (imported from
-there only, so that this package does not need Lightning).
+there only, so that this package does not need Lightning). FSDP2 jobs:
+:func:`guardctl.torch.fsdp.instrument` (``from guardctl.torch import fsdp``; not
+imported here, as loading FSDP takes about half a second).
 """
 
 from __future__ import annotations
