@@ -22,6 +22,17 @@ each in a fresh process (so peak memory is that step's own):
   whole every time: six minutes now). The incremental pass must return exactly
   what this cold pass returns (checked: a digest of both analyses).
 
+``--steady`` measures the mitigation controller's steady state instead: the
+trace is 21 minutes long, so that the three 5-minute windows a pass judges are
+full, as on a fleet that has been running (the five-minute store above leaves
+two of them nearly empty); the analyzer's first pass is over the first 18
+minutes, then the writers append a minute at a time, as a long-lived agent
+appends its batches to a file and its mirror, and the analyzer passes after
+each (the last of the three is reported: its read buffer and listing are
+carried over, as from then on); a cold pass over the 21 minutes is the
+baseline. Only reading the mirrors, the cold pass and the incremental passes
+are measured.
+
 Times are wall-clock seconds (with ``--rounds N``: the fastest and slowest of N
 rounds, for a shared machine); memory is the peak RSS of the process and its
 workers. Ratios are against ``read`` measured in the same run. The files sit
@@ -31,6 +42,7 @@ is memory bandwidth, not disk.
     python bench/analyze_scale.py            # 1k, 10k, 30k, 100k GPUs
     python bench/analyze_scale.py --quick    # 1k and 10k GPUs (CI)
     python bench/analyze_scale.py --sizes 10k --rounds 3
+    python bench/analyze_scale.py --steady --sizes 1k,10k,30k
 """
 
 from __future__ import annotations
@@ -95,7 +107,8 @@ def _digest(analysis: dict[str, Any]) -> str:
 
 
 def _incremental(root: Path) -> dict[str, Any]:
-    """The incremental analyzer's first pass, then the writers' sixth minute, then its next pass."""
+    """The incremental analyzer's first pass, then per held-back minute: the writers append
+    it and the analyzer passes again (one pass a minute). The last pass is the one reported."""
     from guardctl.analyze.incremental import Analyzer
     from guardctl.config import Settings
 
@@ -105,15 +118,17 @@ def _incremental(root: Path) -> dict[str, Any]:
     analyzer.analyze()
     first = time.perf_counter() - t0
     with open(root.parent / f"{root.name}.held", "rb") as fh:
-        held, mirrors = pickle.load(fh)
-    _append(held, mirrors)  # the writers' work, not timed
-    del held, mirrors
-    os.sync()
-    t0 = time.perf_counter()
-    result = analyzer.analyze()
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "first_s": first, "peak_mib": _peak_mib(),
-            "digest": _digest(result.to_dict()), "restarts": analyzer.restarts}  # fmt: skip
+        held = pickle.load(fh)
+    passes = []
+    for minute in held:
+        _append(minute)  # the writers' work, not timed
+        os.sync()
+        t0 = time.perf_counter()
+        result = analyzer.analyze()
+        passes.append(time.perf_counter() - t0)
+    return {"seconds": passes[-1], "passes_s": passes, "first_s": first,
+            "peak_mib": _peak_mib(), "digest": _digest(result.to_dict()),
+            "restarts": analyzer.restarts}  # fmt: skip
 
 
 def _peak_mib() -> float:
@@ -134,85 +149,124 @@ def run_step(mode: str, store: Path) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
-def hold_back(store: Path, parts: int) -> tuple[dict[str, bytes], dict[str, bytes]]:
-    """Cut the last 1/*parts* of every file's lines off (returned, to append later).
+# One held-back minute: per JSON Lines file, its lines and the rows its writer appended to
+# the column mirror for them (None: a file without a mirror).
+Minute = dict[str, tuple[bytes, bytes | None]]
+
+
+def hold_back(store: Path, minutes: int, passes: int = 1) -> tuple[list[Minute], dict[str, bytes]]:
+    """Cut the last *passes* minutes of every file's lines off (returned, oldest first).
 
     Each cut file's column mirror is rebuilt for what is left (as its writer
-    would have kept it a minute earlier); those mirrors are returned too, to
-    restore between rounds.
+    would have kept it *passes* minutes earlier), then one writer appends the
+    held-back minutes to it, one batch each, as a long-lived agent does: the
+    rows it appends are kept with each minute, so that appending them later
+    gives the mirror that writer would have written. The cut mirrors are
+    returned too, to restore between rounds.
     """
     from guardctl.telemetry.mirror import Mirror, mirror_path
 
-    held, mirrors = {}, {}
-    mirror = Mirror(fsync=False)
+    held: list[Minute] = [{} for _ in range(passes)]
+    mirrors = {}
     for dirpath, _dirs, names in os.walk(store):
         for name in names:
-            if name.endswith(".jsonl"):
-                path = os.path.join(dirpath, name)
-                with open(path, "rb") as fh:
-                    lines = fh.read().splitlines(keepends=True)
-                cut = len(lines) * (parts - 1) // parts
-                with open(path, "wb") as fh:
-                    fh.write(b"".join(lines[:cut]))
-                held[path] = b"".join(lines[cut:])
-                cols = mirror_path(path)
-                if os.path.exists(cols):
-                    os.unlink(cols)
-                    mirror.sync(path)
-                    mirror.forget(path)
-                    with open(cols, "rb") as fh:
-                        mirrors[cols] = fh.read()
+            if not name.endswith(".jsonl"):
+                continue
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as fh:
+                lines = fh.read().splitlines(keepends=True)
+            ends = [len(lines)]  # the lines each minute ends with, newest first
+            for back in range(passes):
+                ends.append(ends[-1] * (minutes - back - 1) // (minutes - back))
+            chunks = [b"".join(lines[lo:hi]) for lo, hi in zip(ends[1:], ends, strict=False)]
+            chunks.reverse()
+            kept = b"".join(lines[: ends[-1]])
+            with open(path, "wb") as fh:
+                fh.write(kept)
+            cols = mirror_path(path)
+            if not os.path.exists(cols):
+                for k, data in enumerate(chunks):
+                    held[k][path] = (data, None)
+                continue
+            os.unlink(cols)
+            mirror = Mirror(fsync=False)
+            mirror.sync(path)
+            mirrors[cols] = Path(cols).read_bytes()
+            start = len(kept)
+            for k, data in enumerate(chunks):
+                before = os.path.getsize(cols)
+                with open(path, "ab") as fh:
+                    fh.write(data)
+                mirror.append(path, start, data)
+                start += len(data)
+                with open(cols, "rb") as fh:
+                    fh.seek(before)
+                    held[k][path] = (data, fh.read())
+            mirror.forget(path)
+            os.truncate(path, len(kept))
+            os.truncate(cols, len(mirrors[cols]))
     return held, mirrors
 
 
-def _append(held: dict[str, bytes], mirrors: dict[str, bytes]) -> None:
-    from guardctl.telemetry.mirror import Mirror, mirror_path
+def _append(minute: Minute) -> None:
+    from guardctl.telemetry.mirror import mirror_path
 
-    mirror = Mirror(fsync=False)
-    for name, data in held.items():  # the writers append the sixth minute
+    for name, (data, rows) in minute.items():  # the writers append one minute
         with open(name, "ab") as fh:
-            start = fh.tell()
             fh.write(data)
-        if mirror_path(name) in mirrors:
-            mirror.append(name, start, data)
-            mirror.forget(name)
+        if rows is not None:
+            with open(mirror_path(name), "ab") as fh:
+                fh.write(rows)
 
 
-def _cut(held: dict[str, bytes], mirrors: dict[str, bytes]) -> None:
-    for name, data in held.items():  # back to five minutes, for the next round
-        os.truncate(name, os.path.getsize(name) - len(data))
+def _cut(held: list[Minute], mirrors: dict[str, bytes]) -> None:
+    for minute in held:  # back to the store before the held-back minutes, for the next round
+        for name, (data, _) in minute.items():
+            os.truncate(name, os.path.getsize(name) - len(data))
     for name, data in mirrors.items():
         with open(name, "wb") as fh:
             fh.write(data)
 
 
-def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, object]:
+def bench(
+    label: str,
+    gpus: int,
+    workdir: Path,
+    rounds: int = 1,
+    minutes: int = 6,
+    passes: int = 1,
+    steady: bool = False,
+) -> dict[str, object]:
+    """Measure every step on a *minutes*-long trace, the last *passes* minutes held back
+    for the incremental analyzer to pass over one by one (*steady*: only the steps of the
+    controller's steady state: reading the mirrors, a cold pass, the incremental passes)."""
     from guardctl.simulate import simulate
 
     store = workdir / label
     load_before = os.getloadavg()[0]  # a shared machine: say how busy it was
     t0 = time.perf_counter()
-    simulate(store, nodes=gpus // 8, duration=360.0, interval=10.0, seed=1, faults="none")
+    simulate(store, nodes=gpus // 8, duration=60.0 * minutes, interval=10.0, seed=1,
+             faults="none")  # fmt: skip
     sim_s = time.perf_counter() - t0
-    held, mirrors = hold_back(store, 6)  # the store as it was a minute ago: 5 minutes
+    held, mirrors = hold_back(store, minutes, passes)  # the store *passes* minutes ago
     os.sync()  # the simulator's gigabytes written back first, not during the timed passes
-    modes = ("read", "read_cols", "cold", "warm", "cold_json", "warm_json")
-    steps: dict[str, list[dict[str, Any]]] = {
-        m: [] for m in (*modes, "incremental", "inc_json", "inc")
-    }
+    modes = ("read_cols", "cold") if steady else (
+        "read", "read_cols", "cold", "warm", "cold_json", "warm_json")  # fmt: skip
+    after = ("inc",) if steady else ("inc_json", "inc")
+    steps: dict[str, list[dict[str, Any]]] = {m: [] for m in (*modes, "incremental", *after)}
     with open(workdir / f"{label}.held", "wb") as fh:
-        pickle.dump((held, dict.fromkeys(mirrors, b"")), fh)  # only the names are needed
+        pickle.dump(held, fh)
     for r in range(rounds):  # the machine may be shared: each round measures every step
         if r:
             _cut(held, mirrors)
             os.sync()
         for mode in modes:
             steps[mode].append(run_step(mode, store))
-        steps["incremental"].append(run_step("incremental", store))  # appends the minute
-        # A minute later: from the cache the JSON passes left (parsing only the new tails),
-        # then from the mirrors (which never need the cache: read whole each pass).
-        steps["inc_json"].append(run_step("inc_json", store))
-        steps["inc"].append(run_step("inc", store))
+        steps["incremental"].append(run_step("incremental", store))  # appends the minutes
+        # Then the pass a cold analyzer makes over the same files: from the cache the JSON
+        # passes left (parsing only the new tails), then from the mirrors (read whole).
+        for mode in after:
+            steps[mode].append(run_step(mode, store))
     shutil.rmtree(store, ignore_errors=True)
     for inc, cold in zip(steps["incremental"], steps["inc"], strict=True):
         if inc["digest"] != cold["digest"]:
@@ -224,22 +278,24 @@ def bench(label: str, gpus: int, workdir: Path, rounds: int = 1) -> dict[str, ob
     def worst(mode: str, key: str = "seconds") -> float:
         return max(s[key] for s in steps[mode])
 
+    ratios = {f"{m}_x": best(m) / best("read") for m in ("cold", "warm", "cold_json", "warm_json")
+              if m in steps and "read" in steps}  # fmt: skip
     return {
         "fleet": label,
         "gpus": gpus,
         "rounds": rounds,
+        "minutes": minutes,
+        "steady": steady,
         "records": steps["cold"][0]["records"],
-        "mib": steps["read"][0]["bytes"] / 2**20,
         "simulate_s": sim_s,
         **{f"{m}_s": best(m) for m in steps},
         **{f"{m}_s_max": worst(m) for m in steps},
         **{f"{m}_mib": worst(m, "peak_mib") for m in steps},
         "incremental_first_s": min(s["first_s"] for s in steps["incremental"]),
+        "incremental_passes_s": steps["incremental"][0]["passes_s"],
         "incremental_x": best("incremental") / best("inc"),
-        "cold_x": best("cold") / best("read"),
-        "warm_x": best("warm") / best("read"),
-        "cold_json_x": best("cold_json") / best("read"),
-        "warm_json_x": best("warm_json") / best("read"),
+        **ratios,
+        **({"mib": steps["read"][0]["bytes"] / 2**20} if "read" in steps else {}),
         "cols_mib": steps["read_cols"][0]["bytes"] / 2**20,
         "load_1min": (load_before, os.getloadavg()[0]),
     }
@@ -274,6 +330,26 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def steady_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| fleet | records | cols MiB | read cols s | cold s (at the last minute) "
+        "| incremental: first s / passes a minute apart s | last pass (x cold) "
+        "| peak MiB cold / incremental | load average |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        passes = " / ".join(f"{p:.2f}" for p in r["incremental_passes_s"])
+        lines.append(
+            f"| {r['fleet']} GPUs | {r['records']:,} | {r['cols_mib']:.0f} "
+            f"| {_range(r, 'read_cols')} | {_range(r, 'inc')} "
+            f"| {r['incremental_first_s']:.2f} / {passes} "
+            f"| {_range(r, 'incremental')} ({r['incremental_x']:.2f}x) "
+            f"| {r['inc_mib']:.0f} / {r['incremental_mib']:.0f} "
+            f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only 1k and 10k GPUs")
@@ -282,6 +358,11 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=1, help="measure every step this many times (min-max)"
     )
+    parser.add_argument(
+        "--steady", action="store_true",
+        help="the controller's steady state: 21 minutes (three full windows), the last three "
+        "passed over a minute at a time; only reading, cold and incremental passes",
+    )  # fmt: skip
     parser.add_argument("--measure", nargs=2, metavar=("MODE", "STORE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
@@ -291,9 +372,11 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="guardctl-scale-") as tmp:
         for label in sizes:
-            rows.append(bench(label, SIZES[label], Path(tmp), args.rounds))
+            shape = {"minutes": 21, "passes": 3, "steady": True} if args.steady else {}
+            rows.append(bench(label, SIZES[label], Path(tmp), args.rounds, **shape))
             print(f"{label}: {json.dumps(rows[-1])}", file=sys.stderr)
-    print(json.dumps(rows, indent=1) if args.json else table(rows))
+    show = steady_table if args.steady else table
+    print(json.dumps(rows, indent=1) if args.json else show(rows))
     return 0
 
 
