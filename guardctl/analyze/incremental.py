@@ -65,6 +65,10 @@ from guardctl.telemetry import mirror, schema
 from guardctl.telemetry.columns import TABLE_OF, TABLES
 
 _ROW = row_dtype(mirror.WIDTH)
+# New bytes (of the JSON Lines files) whose mirror rows are read and decoded at once: a
+# first pass reads whole hours (gigabytes at 100k GPUs), and its read buffer and decoded
+# blocks, twice the mirrors' size, would come on top of the kept records.
+READ_BYTES = 256 << 20
 # A mark row: kind, then its slots (start = 0, end, lines = 0, checksum);
 # see guardctl.telemetry.mirror.
 _MARK = struct.Struct(f"<B15xqqqq{mirror.WIDTH - 48}x")
@@ -241,12 +245,16 @@ class Analyzer:
                 return Analysis(math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n))
             if end - span < self._floor:  # the newest window moved back past what is kept
                 return self._cold(at, window_s)
+            # Let go of what no window needs before judging, not after: the judging then
+            # neither holds nor copies the records it would skip (a first pass reads whole
+            # hours, of which a pass judges a quarter of an hour).
+            judged = end - history_needed(cfg, window_s)
+            self._prune(end - span, judged, window_s or cfg.window_s, marks)
             frame = self._frame()
             result = analyze_frame(frame, cfg, at=end, window_s=window_s)
         finally:
             for kind, cols in self._kept.items():
                 cols.n = marks[kind]  # the tails read for this pass only go
-        self._prune(end - span, end - history_needed(cfg, window_s), window_s or cfg.window_s)
         files_n, records, bad = counts
         return dataclasses.replace(result, files=files_n, records=records, bad=bad)
 
@@ -319,7 +327,9 @@ class Analyzer:
                 (mirrored if state.mirror else parsed).append((name, state, st.st_size))
             elif state.pending:
                 state.pending = False
-        uncovered = self._read_mirrors(mirrored, parsed)
+        uncovered = []
+        for group in _groups_of(mirrored, READ_BYTES):
+            uncovered += self._read_mirrors(group, parsed)
         self._parse(parsed, keep=True, extra=extra)
         return uncovered
 
@@ -364,8 +374,11 @@ class Analyzer:
             else:
                 files.append((name, state, size, got))
         # The next pass reads into the same pages (fresh memory costs about as much as
-        # reading into it), unless the buffer is far larger than what this pass read.
-        self._buffer = reader.buf if reader.buf.size <= 4 * reader.end + (8 << 20) else None
+        # reading into it), unless the buffer is far larger than what this pass read, or
+        # it holds mostly whole files (a first pass: gigabytes at 100k GPUs, which a pass
+        # a minute later does not need, let go before this pass judges).
+        sized = reader.buf.size <= 4 * reader.end + (8 << 20) and reader.whole * 2 <= reader.end
+        self._buffer = reader.buf if sized else None
         if not files:
             return []
         counts = reader.counts
@@ -382,7 +395,6 @@ class Analyzer:
             kind: np.bincount(file_of[used & (rows["kind"] == code)], minlength=len(files))
             for kind, code in mirror.KIND_CODE.items()
         }
-        self._add(decoded.cols, decoded.frame_tables, hours, per_kind, True, None)
         uncovered = []
         prefixes = np.repeat(np.array([f[3] for f in files], np.int64), counts)
         fresh = np.arange(rows.size) >= np.repeat(first, counts) + prefixes
@@ -412,6 +424,10 @@ class Analyzer:
                 parsed.append((name, state, size))
             elif state.offset < size:
                 uncovered.append((name, state, size))
+        # The rows are decoded: a buffer not kept for the next pass goes before the
+        # records are copied into the kept columns (a first pass's, gigabytes at 100k GPUs).
+        del reader, rows, raw
+        self._add(decoded.cols, decoded.frame_tables, hours, per_kind, True, None)
         return uncovered
 
     def _add(
@@ -423,9 +439,13 @@ class Analyzer:
         keep: bool,
         extra: _Pass | None,
     ) -> None:
-        """Append decoded columns, their string indices mapped to the kept tables."""
+        """Append decoded columns, their string indices mapped to the kept tables.
+
+        Consumes *cols*: each kind's decoded block is let go once it is copied.
+        """
         luts = {t: self._names.lut(t, tables[t]) for t in TABLES}
-        for kind, kcols in cols.items():
+        for kind in list(cols):
+            kcols = cols.pop(kind)
             n = int(kcols["ts"].size)
             if not n:
                 continue
@@ -493,11 +513,13 @@ class Analyzer:
             frame.cols[kind] = cols.view()  # every hour kept is one this pass reads
         return frame
 
-    def _prune(self, start: float, judged: float, window_s: float) -> None:
-        """Let go of records no later pass needs, once they are a good share of the kept.
+    def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int]) -> None:
+        """Let go of records neither this pass nor a later one needs, once they are a good
+        share of the kept.
 
         Step records are kept from *start* (the ranks' own history), the others only
-        from *judged*, where the windows a pass judges begin.
+        from *judged*, where the windows a pass judges begin. *marks* (per kind, where
+        the tails read for this pass only begin) are moved with the records they follow.
         """
         cutoffs = {kind: judged for kind in schema.KINDS}
         cutoffs["step"] = start - window_s  # steps are placed by their job's median time
@@ -507,9 +529,27 @@ class Analyzer:
             if int(np.count_nonzero(old)) * 4 > cols.n:
                 masks[kind] = ~old
         for kind, mask in masks.items():
+            marks[kind] = int(np.count_nonzero(mask[: marks[kind]]))
             self._kept[kind].keep(mask)
         if masks:
             self._floor = max(self._floor, start)
+
+
+def _groups_of(
+    todo: list[tuple[str, _File, int]], limit: int
+) -> list[list[tuple[str, _File, int]]]:
+    """*todo* in groups of files with at most about *limit* new bytes each (one file may
+    be more), in order."""
+    groups: list[list[tuple[str, _File, int]]] = [[]]
+    size = 0
+    for item in todo:
+        new = item[2] - item[1].offset
+        if groups[-1] and size + new > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += new
+    return groups if groups[-1] else []
 
 
 def _tables(frame: Frame) -> dict[str, list[str]]:
@@ -531,6 +571,7 @@ class _TailReader(RowBuffer):
         """Room for *expected* bytes: *spare* (a buffer from an earlier pass) if big enough."""
         reuse = spare is not None and spare.size >= expected + (1 << 20)
         super().__init__(0 if reuse else expected)
+        self.whole = 0  # bytes of files read whole (first read)
         if reuse:
             assert spare is not None
             self.view.release()
@@ -558,7 +599,9 @@ class _TailReader(RowBuffer):
             n = os.preadv(fd, [self.head, self.view[self.end :]], 0)
         if n < mirror.PREAMBLE_SIZE or not mirror.check_preamble(self.head, state.ino):
             return None
-        self._done((n - mirror.PREAMBLE_SIZE) // mirror.WIDTH)
+        rows = (n - mirror.PREAMBLE_SIZE) // mirror.WIDTH
+        self.whole += rows * mirror.WIDTH
+        self._done(rows)
         return 0
 
     def _tail(self, fd: int, state: _File) -> int:
