@@ -521,8 +521,11 @@ install -d -m 0755 "$home"
             chmod 0644 "$tmp"
             mv -f "$tmp" "$conf"
         fi
-        # A state dir saved under another cluster name makes slurmctld refuse.
-        if [[ -f $home/state/clustername && $(cat "$home/state/clustername") != "$cluster" ]]; then
+        # A state dir saved under another cluster name makes slurmctld refuse. The file holds
+        # "name|id" on the releases that number clusters (the name alone on older ones): only
+        # the name counts, or a running lab's state would be wiped under its controller.
+        if [[ -f $home/state/clustername ]] &&
+            saved=$(cat "$home/state/clustername") && [[ ${saved%%|*} != "$cluster" ]]; then
             log "state in $home/state belongs to another cluster name; clearing it"
             find "$home/state" -mindepth 1 -delete
         fi
