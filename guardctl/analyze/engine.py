@@ -210,9 +210,18 @@ def _node_flags(
 
 
 def analyze_frame(
-    frame: Frame, cfg: AnalyzeSettings, *, at: float | None = None, window_s: float | None = None
+    frame: Frame,
+    cfg: AnalyzeSettings,
+    *,
+    at: float | None = None,
+    window_s: float | None = None,
+    step_ends: np.ndarray | None = None,
 ) -> Analysis:
-    """Judge every node seen in *frame* over the windows ending at *at* (default: newest data)."""
+    """Judge every node seen in *frame* over the windows ending at *at* (default: newest data).
+
+    *step_ends*: the step records' times as :func:`features.step_times` gives them, kept by
+    a caller that carries them from pass to pass.
+    """
     window_s = window_s or cfg.window_s
     n = cfg.persist_n
     if at is None:
@@ -233,6 +242,7 @@ def analyze_frame(
         own_history=cfg.own_history,
         low_q=cfg.low_quantile,
         hw_xids=cfg.hardware_xids,
+        ends=step_ends,
     )
     flags = run_detectors(f, cfg)
     hit = _node_flags(flags, len(f.nodes), n, f.has_data)

@@ -594,10 +594,16 @@ def step_times(frame: Frame) -> np.ndarray:
     skew from putting its steps in a different window than its peers'.
     """
     c = frame.cols["step"]
-    if not c["ts"].size:
-        return c["ts"]
-    gi = GroupIndex(c["ts"], c["job"], c["step"] - int(c["step"].min()))
-    return gi.median(c["ts"])[gi.inv]
+    return step_ends(c["ts"], c["job"], c["step"])
+
+
+def step_ends(ts: np.ndarray, job: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """:func:`step_times` of the records given as columns: whole (job, step) groups give
+    their groups' figures whatever other records there are."""
+    if not ts.size:
+        return ts
+    gi = GroupIndex(ts, job, step - int(step.min()))
+    return gi.median(ts)[gi.inv]
 
 
 def extract(
@@ -613,14 +619,16 @@ def extract(
     hw_xids: tuple[int, ...],
     min_rank_peers: int = 3,
     own_history: int = 0,
+    ends: np.ndarray | None = None,
 ) -> Features:
     """Compute every feature table for the *n_windows* windows ending at *at*.
 
     Step records of the *own_history* windows before those give each rank its own
-    reference (:func:`own_reference`).
+    reference (:func:`own_reference`). *ends*: the step records' :func:`step_times`,
+    where the caller keeps them from pass to pass.
     """
     wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()}
-    ends = step_times(frame)
+    ends = step_times(frame) if ends is None else ends
     wins["step"] = assign_windows(ends, at, window_s, n_windows)
     node_job = _node_jobs(frame, wins, n_windows)
     xids = np.array(hw_xids, np.int64)

@@ -50,6 +50,7 @@ from guardctl.analyze.engine import (
     history_needed,
     steps_needed,
 )
+from guardctl.analyze.features import step_ends
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
     Listing,
@@ -122,13 +123,19 @@ class _Names:
         return np.array([*idx, -1], np.int32)
 
 
+_OWN = ("hour", "end")  # the kept columns' own, not the frame's
+
+
 class _Columns:
     """One kind's kept records: numpy columns with room to grow, and each record's hour."""
 
     def __init__(self, kind: str) -> None:
         self.data = dict(Frame().cols[kind])
         self.data["hour"] = np.empty(0, np.int32)
+        if kind == "step":  # each step's time as its job's ranks ended it, kept between passes
+            self.data["end"] = np.empty(0, np.float64)
         self.n = 0
+        self.placed = 0  # the first records whose "end" is their group's, as of the last pass
 
     def append(self, cols: dict[str, np.ndarray]) -> None:
         m = int(cols["ts"].size)
@@ -146,10 +153,11 @@ class _Columns:
         self.n += m
 
     def view(self) -> dict[str, np.ndarray]:
-        return {name: col[: self.n] for name, col in self.data.items() if name != "hour"}
+        return {name: col[: self.n] for name, col in self.data.items() if name not in _OWN}
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the records where *mask* (compacted, with room for what comes next)."""
+        self.placed = int(np.count_nonzero(mask[: min(self.placed, self.n)]))
         kept = int(np.count_nonzero(mask))
         room = max(kept + kept // 2, 1024)
         for name, col in self.data.items():
@@ -183,8 +191,9 @@ class Analyzer:
         self.root = path if path is not None else settings.store.root
         self.restarts = 0  # times the state was started over (for tests and logs)
         self.cold_passes = 0  # passes asked for a time before the kept records
-        # What the last pass read: mirror rows decoded and JSON Lines bytes parsed.
-        self.read = {"mirror_rows": 0, "parsed_bytes": 0}
+        # What the last pass read: mirror rows decoded and JSON Lines bytes parsed; and the
+        # step records whose time (their job's ranks' median) it figured again.
+        self.read = {"mirror_rows": 0, "parsed_bytes": 0, "steps_placed": 0}
         self._listing = Listing()
         self._groups: tuple[int, dict[str, list[str]]] = (-1, {})  # by the listing's version
         self._buffer: np.ndarray | None = None  # the last pass's read buffer, its pages mapped
@@ -232,9 +241,10 @@ class Analyzer:
             self._forget({name for name, _ in files}, {self._hours[h] for h in wanted})
             self._files_seen = seen
         extra = _Pass()
-        self.read = {"mirror_rows": 0, "parsed_bytes": 0}
+        self.read = {"mirror_rows": 0, "parsed_bytes": 0, "steps_placed": 0}
         uncovered = self._refresh(files, extra)
         marks = {kind: cols.n for kind, cols in self._kept.items()}
+        placed: np.ndarray | None = None
         try:
             self._parse(uncovered, keep=False, extra=extra)
             hours = [self._hours[h] for h in wanted]
@@ -251,8 +261,11 @@ class Analyzer:
             judged = end - history_needed(cfg, window_s)
             self._prune(end - span, judged, window_s or cfg.window_s, marks)
             frame = self._frame()
-            result = analyze_frame(frame, cfg, at=end, window_s=window_s)
+            ends = placed = self._place_steps()
+            result = analyze_frame(frame, cfg, at=end, window_s=window_s, step_ends=ends)
         finally:
+            if placed is not None:  # the kept ones; the tails read for this pass only come
+                self._kept["step"].placed = marks["step"]  # again next pass, as new records
             for kind, cols in self._kept.items():
                 cols.n = marks[kind]  # the tails read for this pass only go
         files_n, records, bad = counts
@@ -512,6 +525,28 @@ class Analyzer:
         for kind, cols in self._kept.items():
             frame.cols[kind] = cols.view()  # every hour kept is one this pass reads
         return frame
+
+    def _place_steps(self) -> np.ndarray:
+        """Each kept step record's time as a cold pass places it (:func:`step_times`),
+        figured again only for the groups that records new since the last pass joined.
+
+        A (job, step) group's rows all have that step: per job, every row from the
+        lowest step a new row has is taken, so each group touched is taken whole and gets
+        what a cold pass gives it. Records read for one pass only (bytes no mirror covers
+        yet) are new again in the next pass, whose figures then count them again.
+        """
+        cols = self._kept["step"]
+        n, placed = cols.n, min(cols.placed, cols.n)
+        job, step = cols.data["job"][:n], cols.data["step"][:n]
+        ends = cols.data["end"][:n]
+        if placed == n:
+            return ends
+        low = np.full(len(self._names.lists["jobs"]) + 1, np.iinfo(np.int64).max)
+        np.minimum.at(low, job[placed:], step[placed:])
+        redo = np.flatnonzero(step >= low[job])
+        ends[redo] = step_ends(cols.data["ts"][redo], job[redo], step[redo])
+        self.read["steps_placed"] = int(redo.size)
+        return ends
 
     def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int]) -> None:
         """Let go of records neither this pass nor a later one needs, once they are a good

@@ -127,6 +127,7 @@ def test_passes_a_minute_apart_equal_cold_passes(
     late, cut, replaced = telemetry[3], telemetry[5], telemetry[9]
     replay.held[late] = START + 700  # an agent that catches up four minutes late
     suspects = set()
+    placed: list[float] = []  # the share of the kept step records each pass placed again
     for minute in range(5, 25):
         t = START + 60 * minute
         replay.advance(t)
@@ -144,6 +145,7 @@ def test_passes_a_minute_apart_equal_cold_passes(
             os.replace(copy, path)
         got = _same(inc, store, settings)
         read = dict(inc.read)
+        placed.append(read["steps_placed"] / max(inc._kept["step"].n, 1))
         suspects |= {n["node"] for n in got["nodes"] if n["verdict"] == "suspect"}
         if minute % 3 == 0:
             _same(inc, store, settings, at=t - 45)  # an explicit time, a little earlier
@@ -156,6 +158,9 @@ def test_passes_a_minute_apart_equal_cold_passes(
     assert 0 < read["parsed_bytes"] <= parse
     assert read["mirror_rows"] * mirror.WIDTH > 10 * parse
     assert inc.restarts == 2  # the cut and the replaced file, each once
+    # Steps are placed again only where new records joined them (the first pass and the
+    # two restarts place them all).
+    assert sorted(placed)[len(placed) // 2] < 0.5, placed
     assert any("T00" in name for name in os.listdir(store / telemetry[0].rsplit("/", 1)[0]))
 
 
