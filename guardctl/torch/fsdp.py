@@ -66,15 +66,26 @@ class _TimedWork(dist.Work):
             return bool(self.inner.wait() if timeout is None else self.inner.wait(timeout))
 
 
-class TimedAllGather(AllGather):
-    """*inner* (default: FSDP's own all-gather), its time added to the probe's step."""
+class _Around:
+    """What a timed collective shares: the wrapped one's buffers, and the probe it times into."""
 
-    def __init__(self, inner: AllGather | None = None, into: probe.Probe | None = None) -> None:
-        self.inner = inner if inner is not None else DefaultAllGather()
+    default: Any  # FSDP's own collective of the kind, what is wrapped without another
+
+    def __init__(self, inner: Any = None, into: probe.Probe | None = None) -> None:
+        self.inner = inner if inner is not None else self.default()
         self.into = into
 
     def allocate(self, size: Size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return self.inner.allocate(size, dtype=dtype, device=device)
+
+    def _timed(self) -> Any:
+        return (self.into or probe).comm()
+
+
+class TimedAllGather(_Around, AllGather):
+    """*inner* (an AllGather; default: FSDP's own), its time added to the probe's step."""
+
+    default = DefaultAllGather
 
     def __call__(
         self,
@@ -83,21 +94,16 @@ class TimedAllGather(AllGather):
         group: dist.ProcessGroup,
         async_op: bool = False,
     ) -> dist.Work | None:
-        with (self.into or probe).comm():
+        with self._timed():
             work = self.inner(output_tensor, input_tensor, group, async_op)
         # An explicit unshard(async_op=True) returns at once: the wait comes later.
         return _TimedWork(work, self.into) if work is not None else None
 
 
-class TimedReduceScatter(ReduceScatter):
-    """*inner* (default: FSDP's own reduce-scatter), its time added to the probe's step."""
+class TimedReduceScatter(_Around, ReduceScatter):
+    """*inner* (a ReduceScatter; default: FSDP's own), its time added to the probe's step."""
 
-    def __init__(self, inner: ReduceScatter | None = None, into: probe.Probe | None = None) -> None:
-        self.inner = inner if inner is not None else DefaultReduceScatter()
-        self.into = into
-
-    def allocate(self, size: Size, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return self.inner.allocate(size, dtype=dtype, device=device)
+    default = DefaultReduceScatter
 
     def __call__(
         self,
@@ -107,7 +113,7 @@ class TimedReduceScatter(ReduceScatter):
         op: Any,
         async_op: bool = False,
     ) -> dist.Work | None:
-        with (self.into or probe).comm():
+        with self._timed():
             return self.inner(output_tensor, input_tensor, group, op, async_op)
 
 

@@ -7,27 +7,17 @@ Rank 1's forward is 3x slower; each rank writes its step records to the store gi
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from slowness import Sleep  # this folder's, beside the script
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
 from guardctl import probe
 from guardctl.torch import instrument
-
-
-class Sleep(nn.Module):
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self.seconds = seconds
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(self.seconds)  # the rank's own work: a slow GPU, say
-        return x
 
 
 def main() -> None:

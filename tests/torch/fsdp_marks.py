@@ -11,21 +11,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from slowness import Sleep  # this folder's, beside the script
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 from guardctl import identity, probe
 from guardctl.torch import fsdp
-
-
-class Sleep(nn.Module):
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self.seconds = seconds
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(self.seconds)  # the rank's own work: a slow GPU, say
-        return x
 
 
 def block(delay: float) -> nn.Module:

@@ -2,40 +2,28 @@
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from torchjobs import rank_steps, torchrun
 
 torch = pytest.importorskip("torch")
 
 from guardctl.torch import fsdp  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-
 
 def compute_medians(store: Path, steps: int) -> dict[int, float]:
     """Each rank's median compute_s over its records, the first 5 steps (warm-up) left out."""
     medians = {}
-    for rank in (0, 1, 2):
-        (path,) = (store / "steps").rglob(f"*.r{rank}.*.jsonl")
-        records = [json.loads(line) for line in path.read_text().splitlines()]
+    for rank, records in rank_steps(store, 3).items():
         assert len(records) == steps and {r["samples"] for r in records} == {32}
         medians[rank] = statistics.median(r["compute_s"] for r in records[5:])
     return medians
 
 
 def test_timed_collectives_show_the_straggler_that_a_single_mark_hides(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GUARDCTL"))}
-    env["OMP_NUM_THREADS"] = "1"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            "3", str(HERE / "fsdp_marks.py"), str(tmp_path)]  # fmt: skip
-    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    torchrun("fsdp_marks.py", 3, tmp_path)
     timed, after = (compute_medians(tmp_path / name, 25) for name in ("timed", "after"))
     # Timed collectives: the fast ranks' waits for rank 2 are communication, not compute.
     assert max(timed[0], timed[1]) * 1.5 < timed[2], timed

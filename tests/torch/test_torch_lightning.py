@@ -2,32 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from torchjobs import rank_steps, torchrun
 
 pytest.importorskip("torch")
 pytest.importorskip("lightning")
 
-HERE = Path(__file__).resolve().parent
-
-
 def test_the_callback_times_each_batch_and_marks_from_ddps_hook(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GUARDCTL"))}
-    env["OMP_NUM_THREADS"] = "1"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            "2", str(HERE / "lightning_marks.py"), str(tmp_path)]  # fmt: skip
-    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    steps = {}
-    for rank in (0, 1):
-        (path,) = (tmp_path / "steps").rglob(f"*.r{rank}.*.jsonl")
-        steps[rank] = [json.loads(line) for line in path.read_text().splitlines()]
+    torchrun("lightning_marks.py", 2, tmp_path)
+    steps = rank_steps(tmp_path, 2)
     assert [len(s) for s in steps.values()] == [25, 25]  # one record per batch
     assert {r["samples"] for s in steps.values() for r in s} == {32}
     fast, slow = (statistics.median(r["compute_s"] for r in steps[k][5:]) for k in (0, 1))
