@@ -92,6 +92,15 @@ def replays() -> Iterator[Replays]:
         replay.mirror.close()
 
 
+def _start(replays: Replays, trace: Path, tmp_path: Path, unmirrored: int = 0,
+           settings: Settings | None = None) -> tuple[Path, Replay, Settings, Analyzer]:
+    """A store the trace is replayed into, its settings and an analyzer over it."""
+    store = tmp_path / "store"
+    replay = replays(trace, store, unmirrored)
+    settings = settings or load_settings(environ={})
+    return store, replay, settings, Analyzer(settings, store)
+
+
 def _same(inc: Analyzer, store: Path, settings: Settings, at: float | None = None) -> dict:
     got = inc.analyze(at).to_dict()
     want = analyze(store, settings, at).to_dict()
@@ -119,10 +128,7 @@ def test_passes_a_minute_apart_equal_cold_passes(
     # 40 kB: the files' new rows are read and decoded a few files at a time, as a first
     # pass at 100k GPUs reads them.
     monkeypatch.setattr(incremental, "READ_BYTES", read_bytes)
-    store = tmp_path / "store"
-    replay = replays(trace, store, unmirrored=3)
-    settings = load_settings(environ={})
-    inc = Analyzer(settings, store)
+    store, replay, settings, inc = _start(replays, trace, tmp_path, unmirrored=3)
     telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
     late, cut, replaced = telemetry[3], telemetry[5], telemetry[9]
     replay.held[late] = START + 700  # an agent that catches up four minutes late
@@ -166,10 +172,7 @@ def test_passes_a_minute_apart_equal_cold_passes(
 
 def test_a_pass_before_what_is_kept_runs_cold(
         trace: Path, tmp_path: Path, replays: Replays) -> None:
-    store = tmp_path / "store"
-    replay = replays(trace, store)
-    settings = load_settings(environ={})
-    inc = Analyzer(settings, store)
+    store, replay, settings, inc = _start(replays, trace, tmp_path)
     for minute in (5, 10, 15, 20, 25):
         replay.advance(START + 60 * minute)
         _same(inc, store, settings)
@@ -180,10 +183,7 @@ def test_a_pass_before_what_is_kept_runs_cold(
 def test_agent_records_pass_as_in_a_cold_pass(
         trace: Path, tmp_path: Path, replays: Replays) -> None:
     """Collector health records (one collector failing) reach the verdicts as a cold pass's."""
-    store = tmp_path / "store"
-    replay = replays(trace, store)
-    settings = load_settings(environ={})
-    inc = Analyzer(settings, store)
+    store, replay, settings, inc = _start(replays, trace, tmp_path)
     telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
     node = json.loads(replay.lines[telemetry[2]][0][1])["node"]
     unknown = set()
@@ -245,10 +245,7 @@ def test_directories_are_listed_again_only_when_they_change(tmp_path: Path) -> N
 def test_a_kept_listing_finds_a_new_hours_files(
         trace: Path, tmp_path: Path, replays: Replays) -> None:
     """With the listing settled between passes, new files (a new hour) are still read."""
-    store = tmp_path / "store"
-    replay = replays(trace, store)
-    settings = load_settings(environ={})
-    inc = Analyzer(settings, store)
+    store, replay, settings, inc = _start(replays, trace, tmp_path)
     inc._listing.SETTLE_S = 0.1
     listed = []
     for minute in range(6, 14):  # the hour turns at minute 10
@@ -299,12 +296,10 @@ def test_records_let_go_before_judging_beside_a_tail_read_for_one_pass(
         trace: Path, tmp_path: Path, replays: Replays) -> None:
     """A first pass over 24 minutes lets go of what no window needs before it judges, while a
     batch its mirror does not cover yet is parsed for that pass only: both passes equal cold."""
-    store = tmp_path / "store"
-    replay = replays(trace, store)
     base = load_settings(environ={})
     # Two-minute windows: of 24 minutes, a pass judges 6 and reads steps 14 back.
-    settings = dataclasses.replace(base, analyze=dataclasses.replace(base.analyze, window_s=120))
-    inc = Analyzer(settings, store)
+    two = dataclasses.replace(base, analyze=dataclasses.replace(base.analyze, window_s=120))
+    store, replay, settings, inc = _start(replays, trace, tmp_path, settings=two)
     t = START + 60 * 24
     replay.advance(t)
     telemetry = sorted(r for r in replay.lines if r.startswith("telemetry") and "T00" in r)
