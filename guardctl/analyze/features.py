@@ -12,7 +12,7 @@ when that job is big enough, else every row of that window without one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -234,6 +234,13 @@ class GroupIndex:
     def sum(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.inv, weights=values, minlength=self.n)
 
+    def first_last(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per group: *values* at its first and its last row in time order."""
+        if not self.n:
+            return values[:0], values[:0]
+        order = self.time_order()
+        return values[order[self.starts]], values[order[self.starts + self.counts - 1]]
+
     def increase(self, series: np.ndarray, counter: np.ndarray) -> np.ndarray:
         """Per group: the counter's increase from one sample to the next of the same series.
 
@@ -259,6 +266,31 @@ class GroupIndex:
         return self._series[1], self._series[2], self._series[3]
 
 
+@dataclass(frozen=True)
+class Rows:
+    """The records a table sums: where *keep*, and each one's window counted from the oldest
+    (``wrev``: the tables' groups then put one series' windows in time order)."""
+
+    keep: np.ndarray
+    wrev: np.ndarray
+    n_windows: int
+
+    @classmethod
+    def of(cls, win: np.ndarray, n_windows: int) -> Rows:
+        """The records in any of *n_windows* windows (*win*: each record's, -1 outside)."""
+        keep = win >= 0
+        return cls(keep, n_windows - 1 - win[keep], n_windows)
+
+    @classmethod
+    def window(cls, win: np.ndarray, w: int) -> Rows:
+        """The records in window *w* alone, as the one window of their table."""
+        keep = win == w
+        return cls(keep, np.zeros(int(np.count_nonzero(keep)), np.int64), 1)
+
+    def w(self, wrev: np.ndarray) -> np.ndarray:
+        return self.n_windows - 1 - wrev
+
+
 def _rows(cols: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
     """The rows of *cols* where *keep*; no copy when that is all of them (the usual pass)."""
     if keep.all():
@@ -266,30 +298,29 @@ def _rows(cols: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray
     return {name: col[keep] for name, col in cols.items()}
 
 
-def _node_jobs(frame: Frame, wins: dict[str, np.ndarray], n_windows: int) -> np.ndarray:
+def _node_jobs(frame: Frame, steps: Rows, gpus: Rows) -> np.ndarray:
     """The job each node ran in each window (most step records), or -1.
 
     A node without step records in a window takes the job most of its GPU records name
     there: a source that labels GPUs with their job (dcgm-exporter's ``hpc_job``) gives
     peer groups without the probe.
     """
-    out = _most_records(frame, frame.cols["step"], wins["step"], n_windows)
+    out = _most_records(frame, frame.cols["step"], steps)
     gpu = frame.cols["gpu"]
     if "job" in gpu and (gpu["job"] >= 0).any():
-        labelled = _most_records(frame, gpu, np.where(gpu["job"] >= 0, wins["gpu"], -1), n_windows)
-        out = np.where(out >= 0, out, labelled)
+        named = gpu["job"] >= 0
+        labelled = Rows(gpus.keep & named, gpus.wrev[named[gpus.keep]], gpus.n_windows)
+        out = np.where(out >= 0, out, _most_records(frame, gpu, labelled))
     return out
 
 
-def _most_records(
-    frame: Frame, cols: dict[str, np.ndarray], win: np.ndarray, n_windows: int
-) -> np.ndarray:
-    """Per (window, node), the job most of the records of *cols* in window *win* name, or -1."""
-    out = np.full((n_windows, len(frame.nodes)), NO_PEER, np.int64)
-    keep = win >= 0
-    if not keep.any():
+def _most_records(frame: Frame, cols: dict[str, np.ndarray], rows: Rows) -> np.ndarray:
+    """Per (window, node), the job most of the records of *cols* in *rows* name, or -1."""
+    out = np.full((rows.n_windows, len(frame.nodes)), NO_PEER, np.int64)
+    if not rows.wrev.size:
         return out
-    _, cnt, (w, node, job) = _groups(win[keep], cols["node"][keep], cols["job"][keep])
+    keep = rows.keep
+    _, cnt, (w, node, job) = _groups(rows.w(rows.wrev), cols["node"][keep], cols["job"][keep])
     # The most frequent job is written last and wins; a tie goes to the later job name, so
     # that the choice does not depend on the order in which the files were read.
     by_name = np.argsort(np.argsort(np.array(frame.jobs, dtype=object), kind="stable"))
@@ -322,21 +353,27 @@ def _peer_of(
     return w * stride + job + 1
 
 
-def gpu_table(
-    frame: Frame,
-    win: np.ndarray,
-    node_job: np.ndarray,
-    hw_xids: np.ndarray,
-    min_peers: int,
-    low_q: float,
-    n_windows: int,
-) -> Table:
-    keep = win >= 0
-    c = _rows(frame.cols["gpu"], keep)
-    w_in = win[keep]
-    gi = GroupIndex(c["ts"], c["node"], c["gpu"], n_windows - 1 - w_in)
+GPU_COUNTERS = ("ecc_sbe_volatile", "ecc_dbe_volatile", "pcie_replay", "nvlink_crc_errors")
+NIC_COUNTERS = ("symbol_errors", "link_error_recovery", "link_downed", "rcv_errors", "xmit_wait",
+                "xmit_bytes")  # fmt: skip
+# A table's counter columns also carry each group's first and last value under these names,
+# until the windows are put together (a window's increase then takes in the step from the
+# window before: see _join_counters).
+FIRST, LAST = ":first", ":last"
+
+
+def _counters(t: Table, gi: GroupIndex, series: np.ndarray, c: dict[str, np.ndarray],
+              names: tuple[str, ...]) -> None:  # fmt: skip
+    for name in names:
+        t[name] = gi.increase(series, c[name])
+        t[name + FIRST], t[name + LAST] = gi.first_last(c[name])
+
+
+def gpu_table(frame: Frame, rows: Rows, hw_xids: np.ndarray, low_q: float) -> Table:
+    c = _rows(frame.cols["gpu"], rows.keep)
+    gi = GroupIndex(c["ts"], c["node"], c["gpu"], rows.wrev)
     node, gpu, wrev = gi.keys
-    t = Table({"w": n_windows - 1 - wrev, "node": node, "gpu": gpu, "n": gi.counts})
+    t = Table({"w": rows.w(wrev), "node": node, "gpu": gpu, "n": gi.counts})
     t["clock_lo"], t["clock_med"] = gi.quantiles(c["sm_clock_mhz"], (low_q, 0.5))
     t["power_lo"], t["power_med"] = gi.quantiles(c["power_w"], (low_q, 0.5))
     t["temp_hi"], t["temp_med"] = gi.quantiles(c["temp_c"], (1 - low_q, 0.5))
@@ -354,73 +391,41 @@ def gpu_table(
     last = np.full(gi.n, -1, np.int64)
     np.maximum.at(last, gi.inv[hw], c["xid"][hw])
     t["xid"] = last
-    series = c["node"].astype(np.int64) * 4096 + c["gpu"]
-    for name in ("ecc_sbe_volatile", "ecc_dbe_volatile", "pcie_replay", "nvlink_crc_errors"):
-        t[name] = gi.increase(series, c[name])
-    t["peer"] = _peer_of(node_job, t["w"], node, min_peers)
+    _counters(t, gi, c["node"].astype(np.int64) * 4096 + c["gpu"], c, GPU_COUNTERS)
     return t
 
 
-def host_table(
-    frame: Frame,
-    win: np.ndarray,
-    node_job: np.ndarray,
-    min_peers: int,
-    low_q: float,
-    n_windows: int,
-) -> Table:
-    keep = win >= 0
-    c = _rows(frame.cols["host"], keep)
-    gi = GroupIndex(c["ts"], c["node"], n_windows - 1 - win[keep])
+def host_table(frame: Frame, rows: Rows, low_q: float) -> Table:
+    c = _rows(frame.cols["host"], rows.keep)
+    gi = GroupIndex(c["ts"], c["node"], rows.wrev)
     node, wrev = gi.keys
-    t = Table({"w": n_windows - 1 - wrev, "node": node, "n": gi.counts})
+    t = Table({"w": rows.w(wrev), "node": node, "n": gi.counts})
     t["load_hi"], t["load_med"] = gi.quantiles(c["load1"], (1 - low_q, 0.5))
     t["cpu_hi"], t["cpu_med"] = gi.quantiles(c["cpu_pct"], (1 - low_q, 0.5))
-    t["peer"] = _peer_of(node_job, t["w"], node, min_peers)
     return t
 
 
-def nic_table(
-    frame: Frame,
-    win: np.ndarray,
-    node_job: np.ndarray,
-    min_peers: int,
-    low_q: float,
-    n_windows: int,
-) -> Table:
-    keep = win >= 0
-    c = _rows(frame.cols["nic"], keep)
-    gi = GroupIndex(c["ts"], c["node"], c["port"], n_windows - 1 - win[keep])
+def nic_table(frame: Frame, rows: Rows, low_q: float) -> Table:
+    c = _rows(frame.cols["nic"], rows.keep)
+    gi = GroupIndex(c["ts"], c["node"], c["port"], rows.wrev)
     node, port, wrev = gi.keys
-    t = Table({"w": n_windows - 1 - wrev, "node": node, "port": port, "n": gi.counts})
+    t = Table({"w": rows.w(wrev), "node": node, "port": port, "n": gi.counts})
     t["rate_lo"], t["rate_med"] = gi.quantiles(c["rate_gbps"], (low_q, 0.5))
     active = np.array(["ACTIVE" in s.upper() for s in frame.states] + [True], bool)
     state = c["state"]
     down = ~active[np.where(state >= 0, state, len(frame.states))]
     t["down_frac"] = gi.sum(down.astype(np.float64)) / gi.counts
     series = c["node"].astype(np.int64) * (len(frame.ports) + 1) + c["port"]
-    for name in (
-        "symbol_errors",
-        "link_error_recovery",
-        "link_downed",
-        "rcv_errors",
-        "xmit_wait",
-        "xmit_bytes",
-    ):
-        t[name] = gi.increase(series, c[name])
-    t["errors"] = t["symbol_errors"] + t["link_error_recovery"] + t["rcv_errors"]
-    t["peer"] = _peer_of(node_job, t["w"], node, min_peers)
+    _counters(t, gi, series, c, NIC_COUNTERS)
     return t
 
 
-def rank_table(
-    frame: Frame, win: np.ndarray, min_peers: int, low_q: float, n_windows: int
-) -> Table:
-    keep = win >= 0
-    c = _rows(frame.cols["step"], keep)
-    gi = GroupIndex(c["ts"], c["job"], c["rank"], n_windows - 1 - win[keep])
+def rank_table(frame: Frame, rows: Rows, low_q: float) -> Table:
+    """Per (job, rank, window): the rank's step figures (its peers are given later)."""
+    c = _rows(frame.cols["step"], rows.keep)
+    gi = GroupIndex(c["ts"], c["job"], c["rank"], rows.wrev)
     job, rank, wrev = gi.keys
-    w = n_windows - 1 - wrev
+    w = rows.w(wrev)
     # a rank lives on one node; a rank seen on two (restarted elsewhere) keeps the newer one
     node = np.zeros(gi.n, np.int64)
     if gi.n:
@@ -455,7 +460,6 @@ def rank_table(
         starts = np.maximum.accumulate(np.where(first, np.arange(g), 0))
         local[order] = np.arange(g) - starts
     t["local"] = local
-    t["peer"] = _role_peers(t, min_peers)
     return t
 
 
@@ -490,7 +494,6 @@ class History:
 
     windows: int
     min_samples: int
-    min_peers: int
     low_q: float
 
 
@@ -514,7 +517,7 @@ def own_reference(
     longer = n_windows + history.windows
     win = assign_windows(ends, at, window_s, longer)
     win = np.where((win >= n_windows) & np.isin(c["job"], small), win, -1)
-    old = rank_table(frame, win, history.min_peers, history.low_q, longer)
+    old = rank_table(frame, Rows.of(win, longer), history.low_q)
     counted = (old["n"] >= history.min_samples) & np.isfinite(old["busy_hi"])
     both = [np.concatenate((old[k][counted], t[k])) for k in ("job", "rank", "per_sample")]
     who = _ids(*both)
@@ -606,6 +609,109 @@ def step_ends(ts: np.ndarray, job: np.ndarray, step: np.ndarray) -> np.ndarray:
     return gi.median(ts)[gi.inv]
 
 
+@dataclass
+class WindowPart:
+    """One window's figures before peers are given, and what they were made of.
+
+    A later pass that judges the same window (same end, same length) over the same
+    records takes them as they are (:func:`extract`'s *parts*).
+    """
+
+    node_job: np.ndarray  # per node: the job it ran in the window, or NO_PEER
+    tables: dict[str, Table]  # gpu, host, nic, rank: the window's rows (w = 0)
+    records: dict[str, int]  # records of each kind in the window when it was made
+
+
+# Per table: the records it sums and the keys of its groups (a window last).
+TABLES = {"gpu": ("gpu", ("node", "gpu")), "host": ("host", ("node",)),
+          "nic": ("nic", ("node", "port")), "rank": ("step", ("job", "rank"))}  # fmt: skip
+Parts = MutableMapping[tuple[float, float], WindowPart]  # by (window end, window length)
+
+
+def _window_parts(
+    frame: Frame, wins: dict[str, np.ndarray], todo: list[int], counts: dict[str, np.ndarray],
+    hw_xids: np.ndarray, low_q: float,
+) -> dict[int, WindowPart]:  # fmt: skip
+    """The parts of windows *todo*, each table of each window on its own."""
+    # The tables only read the frame: two at a time (numpy's sorts and copies let go of the
+    # interpreter), the GPU tables, about half the work, beside the others.
+    with ThreadPoolExecutor(2) as pool:
+        futures = {(w, name): pool.submit(_window_table, frame, name, wins[kind], w, hw_xids,
+                                          low_q)
+                   for w in todo for name, (kind, _) in TABLES.items()}  # fmt: skip
+        tables = {key: future.result() for key, future in futures.items()}
+    parts = {}
+    for w in todo:
+        steps, gpus = Rows.window(wins["step"], w), Rows.window(wins["gpu"], w)
+        parts[w] = WindowPart(_node_jobs(frame, steps, gpus)[0],
+                              {name: tables[w, name] for name in TABLES},
+                              {kind: int(n[w]) for kind, n in counts.items()})  # fmt: skip
+    return parts
+
+
+def _window_table(frame: Frame, name: str, win: np.ndarray, w: int, hw_xids: np.ndarray,
+                  low_q: float) -> Table:  # fmt: skip
+    rows = Rows.window(win, w)
+    if name == "gpu":
+        return gpu_table(frame, rows, hw_xids, low_q)
+    if name == "host":
+        return host_table(frame, rows, low_q)
+    if name == "nic":
+        return nic_table(frame, rows, low_q)
+    return rank_table(frame, rows, low_q)
+
+
+def _holds(part: WindowPart | None, counts: dict[str, np.ndarray], w: int) -> bool:
+    """Whether *part* still stands for window *w*: as many records of each kind in it.
+
+    The caller drops a part when records join or leave its window; this catches a
+    record that an end a little different put on the other side of an edge.
+    """
+    return part is not None and all(part.records[kind] == n[w] for kind, n in counts.items())
+
+
+def _join(
+    parts: list[WindowPart], n_nodes: int, min_peers: int, min_rank_peers: int
+) -> tuple[np.ndarray, dict[str, Table]]:
+    """The windows' parts (newest first) as one set of tables, with their peers.
+
+    Rows come in the order one table over every window gives (keys, then the oldest
+    window first), and a counter's increase takes in the step from the series' last
+    sample in the window before (a cold table counts it in the newer window).
+    """
+    node_job = np.full((len(parts), n_nodes), NO_PEER, np.int64)
+    for w, part in enumerate(parts):
+        node_job[w, : part.node_job.size] = part.node_job
+    tables = {}
+    for name, (_, keys) in TABLES.items():
+        pieces = [(w, parts[w].tables[name]) for w in range(len(parts) - 1, -1, -1)]
+        cols = {col: np.concatenate([t[col] for _, t in pieces]) for col in pieces[0][1].cols}
+        cols["w"] = np.concatenate([np.full(len(t), w, np.int64) for w, t in pieces])
+        key, _ = _mixed_key(tuple(cols[k] + 1 for k in keys))
+        order = np.argsort(key, kind="stable")
+        t = Table({col: values[order] for col, values in cols.items()})
+        same = np.zeros(len(t), bool)
+        same[1:] = key[order][1:] == key[order][:-1]
+        _join_counters(t, same)
+        tables[name] = t
+    nic = tables["nic"]
+    nic["errors"] = nic["symbol_errors"] + nic["link_error_recovery"] + nic["rcv_errors"]
+    for name, least in (("gpu", min_peers), ("host", 3), ("nic", min_peers)):
+        t = tables[name]
+        t["peer"] = _peer_of(node_job, t["w"], t["node"], least)
+    tables["rank"]["peer"] = _role_peers(tables["rank"], min_rank_peers)
+    return node_job, tables
+
+
+def _join_counters(t: Table, same: np.ndarray) -> None:
+    """Add to each counter's increase the step from the same series' row before (*same*)."""
+    for name in [col[: -len(FIRST)] for col in t.cols if col.endswith(FIRST)]:
+        first, last = t.cols.pop(name + FIRST), t.cols.pop(name + LAST)
+        before = np.roll(last, 1)
+        valid = same & (first != INT_MISSING) & (before != INT_MISSING)
+        t[name] = t[name] + np.maximum(np.where(valid, first - np.where(valid, before, 0), 0), 0)
+
+
 def extract(
     frame: Frame,
     at: float,
@@ -620,30 +726,30 @@ def extract(
     min_rank_peers: int = 3,
     own_history: int = 0,
     ends: np.ndarray | None = None,
+    parts: Parts | None = None,
 ) -> Features:
     """Compute every feature table for the *n_windows* windows ending at *at*.
 
     Step records of the *own_history* windows before those give each rank its own
     reference (:func:`own_reference`). *ends*: the step records' :func:`step_times`,
-    where the caller keeps them from pass to pass.
+    where the caller keeps them from pass to pass. *parts*: windows' figures kept from
+    earlier passes (by window end and length); a window not there, or whose records
+    changed, is figured and added.
     """
-    wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()}
+    wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()
+            if k in ("gpu", "host", "nic")}  # fmt: skip
     ends = step_times(frame) if ends is None else ends
     wins["step"] = assign_windows(ends, at, window_s, n_windows)
-    node_job = _node_jobs(frame, wins, n_windows)
+    parts = {} if parts is None else parts
+    keys = [(at - w * window_s, window_s) for w in range(n_windows)]
+    counts = {kind: np.bincount(win + 1, minlength=n_windows + 1)[1:] for kind, win in wins.items()}
+    todo = [w for w in range(n_windows) if not _holds(parts.get(keys[w]), counts, w)]
     xids = np.array(hw_xids, np.int64)
-    work: dict[str, Callable[[], Table]] = {
-        "gpu": lambda: gpu_table(frame, wins["gpu"], node_job, xids, min_peers, low_q, n_windows),
-        "host": lambda: host_table(frame, wins["host"], node_job, 3, low_q, n_windows),
-        "nic": lambda: nic_table(frame, wins["nic"], node_job, min_peers, low_q, n_windows),
-        "rank": lambda: rank_table(frame, wins["step"], min_rank_peers, low_q, n_windows),
-    }
-    # The tables only read the frame: two at a time (numpy's sorts and copies let go of the
-    # interpreter), the GPU table, about half the work, beside the three others.
-    with ThreadPoolExecutor(2) as pool:
-        futures = {name: pool.submit(fn) for name, fn in work.items()}
-        tables = {name: future.result() for name, future in futures.items()}
-    history = History(own_history, min_samples, min_rank_peers, low_q)
+    for w, part in _window_parts(frame, wins, todo, counts, xids, low_q).items():
+        parts[keys[w]] = part
+    node_job, tables = _join([parts[k] for k in keys], len(frame.nodes), min_peers,
+                             min_rank_peers)  # fmt: skip
+    history = History(own_history, min_samples, low_q)
     own_reference(tables["rank"], frame, ends, at, window_s, n_windows, history)
     shape = (n_windows, len(frame.nodes))
     has_data, seen = coverage(
