@@ -48,9 +48,11 @@ is memory bandwidth, not disk.
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import pickle
 import re
@@ -66,16 +68,17 @@ from typing import Any
 SIZES = {"1k": 1_000, "10k": 10_000, "30k": 30_000, "100k": 100_000}
 
 
-def measure(mode: str, store: str) -> dict[str, Any]:
-    """Run one step in this process and report its time and peak memory."""
+def measure(mode: str, store: str, at: float | None = None) -> dict[str, Any]:
+    """Run one step in this process and report its time and peak memory (*at*: the end of
+    the newest window a cold pass judges; default: its newest record)."""
     from guardctl.analyze import analyze
     from guardctl.analyze.load import source_files
     from guardctl.config import Settings
     from guardctl.telemetry.mirror import mirror_path
 
     root = Path(store)
-    if mode == "incremental":
-        return _incremental(root)
+    if mode in ("incremental", "steady"):
+        return _incremental(root, GRID_S if mode == "steady" else 0.0)
     if mode in ("cold", "cold_json", "inc"):  # no cache (not timed: it is not the pass's work)
         shutil.rmtree(root / "cache", ignore_errors=True)
     t0 = time.perf_counter()
@@ -94,7 +97,7 @@ def measure(mode: str, store: str) -> dict[str, Any]:
         if mode.endswith("json"):
             no_cols = dataclasses.replace(settings.analyze, column_files=False)
             settings = dataclasses.replace(settings, analyze=no_cols)
-        result = analyze(root, settings)
+        result = analyze(root, settings, at)
         extra["nodes"] = len(result.nodes)
         extra["records"] = result.records
         extra["digest"] = _digest(result.to_dict())
@@ -106,29 +109,36 @@ def _digest(analysis: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(analysis, sort_keys=True).encode()).hexdigest()
 
 
-def _incremental(root: Path) -> dict[str, Any]:
+# The steady state's passes judge windows ending on the minute, as the controller's daemon
+# does with a pass a minute ([control] align).
+GRID_S = 60.0
+
+
+def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
     """The incremental analyzer's first pass, then per held-back minute: the writers append
     it and the analyzer passes again (one pass a minute). The last pass is the one reported."""
     from guardctl.analyze.incremental import Analyzer
     from guardctl.config import Settings
 
     shutil.rmtree(root / "cache", ignore_errors=True)
-    analyzer = Analyzer(Settings(), root)
+    analyzer = Analyzer(Settings(), root, grid_s=grid_s)
     t0 = time.perf_counter()
     analyzer.analyze()
     first = time.perf_counter() - t0
     with open(root.parent / f"{root.name}.held", "rb") as fh:
         held = pickle.load(fh)
-    passes = []
+    passes, kept = [], []
     for minute in held:
         _append(minute)  # the writers' work, not timed
         os.sync()
         t0 = time.perf_counter()
         result = analyzer.analyze()
         passes.append(time.perf_counter() - t0)
+        kept.append(analyzer.read["tables_kept"])
     return {"seconds": passes[-1], "passes_s": passes, "first_s": first,
             "peak_mib": _peak_mib(), "digest": _digest(result.to_dict()),
-            "restarts": analyzer.restarts}  # fmt: skip
+            "restarts": analyzer.restarts, "tables_kept": kept,
+            "end": result.window_end}  # fmt: skip
 
 
 def _peak_mib() -> float:
@@ -139,9 +149,9 @@ def _peak_mib() -> float:
     return max(own, kids) / 1024
 
 
-def run_step(mode: str, store: Path) -> dict[str, Any]:
+def run_step(mode: str, store: Path, at: float | None = None) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, __file__, "--measure", mode, str(store)],
+        [sys.executable, __file__, "--measure", mode, str(store), *([str(at)] if at else [])],
         check=True,
         capture_output=True,
         text=True,
@@ -154,57 +164,66 @@ def run_step(mode: str, store: Path) -> dict[str, Any]:
 Minute = dict[str, tuple[bytes, bytes | None]]
 
 
-def hold_back(store: Path, minutes: int, passes: int = 1) -> tuple[list[Minute], dict[str, bytes]]:
-    """Cut the last *passes* minutes of every file's lines off (returned, oldest first).
+_TS = re.compile(rb'"ts":(-?[0-9.eE+-]+)')
 
-    Each cut file's column mirror is rebuilt for what is left (as its writer
-    would have kept it *passes* minutes earlier), then one writer appends the
-    held-back minutes to it, one batch each, as a long-lived agent does: the
-    rows it appends are kept with each minute, so that appending them later
-    gives the mirror that writer would have written. The cut mirrors are
-    returned too, to restore between rounds.
+
+def _times(lines: list[bytes]) -> list[float]:
+    return [float(m.group(1)) if (m := _TS.search(line)) else 0.0 for line in lines]
+
+
+def hold_back(store: Path, passes: int = 1) -> tuple[list[Minute], dict[str, bytes]]:
+    """Cut the last *passes* minutes of records off every file (returned, oldest first).
+
+    A minute is one of the trace's last *passes* minutes by the records' own times (the
+    simulator does not write a file's records in time order; an agent appends each
+    minute's as it samples them). Each cut file's column mirror is rebuilt for what is
+    left (as its writer would have kept it *passes* minutes earlier), then one writer
+    appends the held-back minutes to it, one batch each, as a long-lived agent does: the
+    rows it appends are kept with each minute, so that appending them later gives the
+    mirror that writer would have written. The cut mirrors are returned too, to restore
+    between rounds.
     """
     from guardctl.telemetry.mirror import Mirror, mirror_path
 
+    names = [os.path.join(d, n) for d, _, ns in os.walk(store) for n in ns if n.endswith(".jsonl")]
+    newest = -math.inf
+    for path in names:
+        with open(path, "rb") as fh:
+            newest = max(newest, *_times(fh.read().splitlines()))
+    cuts = [newest - 60.0 * back for back in range(passes, 0, -1)]  # oldest minute first
     held: list[Minute] = [{} for _ in range(passes)]
     mirrors = {}
-    for dirpath, _dirs, names in os.walk(store):
-        for name in names:
-            if not name.endswith(".jsonl"):
-                continue
-            path = os.path.join(dirpath, name)
-            with open(path, "rb") as fh:
-                lines = fh.read().splitlines(keepends=True)
-            ends = [len(lines)]  # the lines each minute ends with, newest first
-            for back in range(passes):
-                ends.append(ends[-1] * (minutes - back - 1) // (minutes - back))
-            chunks = [b"".join(lines[lo:hi]) for lo, hi in zip(ends[1:], ends, strict=False)]
-            chunks.reverse()
-            kept = b"".join(lines[: ends[-1]])
-            with open(path, "wb") as fh:
-                fh.write(kept)
-            cols = mirror_path(path)
-            if not os.path.exists(cols):
-                for k, data in enumerate(chunks):
-                    held[k][path] = (data, None)
-                continue
-            os.unlink(cols)
-            mirror = Mirror(fsync=False)
-            mirror.sync(path)
-            mirrors[cols] = Path(cols).read_bytes()
-            start = len(kept)
+    for path in names:
+        with open(path, "rb") as fh:
+            lines = fh.read().splitlines(keepends=True)
+        minute = [bisect.bisect_left(cuts, ts) for ts in _times(lines)]  # 0: kept
+        kept = b"".join(line for line, m in zip(lines, minute, strict=True) if not m)
+        chunks = [b"".join(line for line, m in zip(lines, minute, strict=True) if m == k)
+                  for k in range(1, passes + 1)]  # fmt: skip
+        with open(path, "wb") as fh:
+            fh.write(kept)
+        cols = mirror_path(path)
+        if not os.path.exists(cols):
             for k, data in enumerate(chunks):
-                before = os.path.getsize(cols)
-                with open(path, "ab") as fh:
-                    fh.write(data)
-                mirror.append(path, start, data)
-                start += len(data)
-                with open(cols, "rb") as fh:
-                    fh.seek(before)
-                    held[k][path] = (data, fh.read())
-            mirror.forget(path)
-            os.truncate(path, len(kept))
-            os.truncate(cols, len(mirrors[cols]))
+                held[k][path] = (data, None)
+            continue
+        os.unlink(cols)
+        mirror = Mirror(fsync=False)
+        mirror.sync(path)
+        mirrors[cols] = Path(cols).read_bytes()
+        start = len(kept)
+        for k, data in enumerate(chunks):
+            before = os.path.getsize(cols)
+            with open(path, "ab") as fh:
+                fh.write(data)
+            mirror.append(path, start, data)
+            start += len(data)
+            with open(cols, "rb") as fh:
+                fh.seek(before)
+                held[k][path] = (data, fh.read())
+        mirror.forget(path)
+        os.truncate(path, len(kept))
+        os.truncate(cols, len(mirrors[cols]))
     return held, mirrors
 
 
@@ -248,7 +267,7 @@ def bench(
     simulate(store, nodes=gpus // 8, duration=60.0 * minutes, interval=10.0, seed=1,
              faults="none")  # fmt: skip
     sim_s = time.perf_counter() - t0
-    held, mirrors = hold_back(store, minutes, passes)  # the store *passes* minutes ago
+    held, mirrors = hold_back(store, passes)  # the store *passes* minutes ago
     os.sync()  # the simulator's gigabytes written back first, not during the timed passes
     modes = ("read_cols", "cold") if steady else (
         "read", "read_cols", "cold", "warm", "cold_json", "warm_json")  # fmt: skip
@@ -262,11 +281,13 @@ def bench(
             os.sync()
         for mode in modes:
             steps[mode].append(run_step(mode, store))
-        steps["incremental"].append(run_step("incremental", store))  # appends the minutes
+        # The incremental passes append the minutes (the steady state's on the minute grid).
+        steps["incremental"].append(run_step("steady" if steady else "incremental", store))
+        end = steps["incremental"][-1]["end"] if steady else None
         # Then the pass a cold analyzer makes over the same files: from the cache the JSON
         # passes left (parsing only the new tails), then from the mirrors (read whole).
         for mode in after:
-            steps[mode].append(run_step(mode, store))
+            steps[mode].append(run_step(mode, store, end))
     shutil.rmtree(store, ignore_errors=True)
     for inc, cold in zip(steps["incremental"], steps["inc"], strict=True):
         if inc["digest"] != cold["digest"]:
@@ -293,6 +314,7 @@ def bench(
         **{f"{m}_mib": worst(m, "peak_mib") for m in steps},
         "incremental_first_s": min(s["first_s"] for s in steps["incremental"]),
         "incremental_passes_s": steps["incremental"][0]["passes_s"],
+        "tables_kept": steps["incremental"][0]["tables_kept"],
         "incremental_x": best("incremental") / best("inc"),
         **ratios,
         **({"mib": steps["read"][0]["bytes"] / 2**20} if "read" in steps else {}),
@@ -360,19 +382,21 @@ def main() -> int:
     )
     parser.add_argument(
         "--steady", action="store_true",
-        help="the controller's steady state: 21 minutes (three full windows), the last three "
+        help="the controller's steady state: 21 minutes (three full windows), the last six "
         "passed over a minute at a time; only reading, cold and incremental passes",
     )  # fmt: skip
-    parser.add_argument("--measure", nargs=2, metavar=("MODE", "STORE"), help=argparse.SUPPRESS)
+    parser.add_argument("--measure", nargs="+", help=argparse.SUPPRESS)  # MODE STORE [AT]
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(measure(*args.measure)))
+        mode, store, *at = args.measure
+        print(json.dumps(measure(mode, store, float(at[0]) if at else None)))
         return 0
     sizes = args.sizes.split(",") if args.sizes else (["1k", "10k"] if args.quick else list(SIZES))
     rows = []
     with tempfile.TemporaryDirectory(prefix="guardctl-scale-") as tmp:
         for label in sizes:
-            shape = {"minutes": 21, "passes": 3, "steady": True} if args.steady else {}
+            steady = {"minutes": 21, "passes": 6, "steady": True}
+            shape: dict[str, Any] = steady if args.steady else {}
             rows.append(bench(label, SIZES[label], Path(tmp), args.rounds, **shape))
             print(f"{label}: {json.dumps(rows[-1])}", file=sys.stderr)
     show = steady_table if args.steady else table

@@ -216,11 +216,13 @@ def analyze_frame(
     at: float | None = None,
     window_s: float | None = None,
     step_ends: np.ndarray | None = None,
+    parts: feat.Parts | None = None,
 ) -> Analysis:
     """Judge every node seen in *frame* over the windows ending at *at* (default: newest data).
 
     *step_ends*: the step records' times as :func:`features.step_times` gives them, kept by
-    a caller that carries them from pass to pass.
+    a caller that carries them from pass to pass; *parts*: windows' figures such a caller
+    keeps (:func:`features.extract`).
     """
     window_s = window_s or cfg.window_s
     n = cfg.persist_n
@@ -243,6 +245,7 @@ def analyze_frame(
         low_q=cfg.low_quantile,
         hw_xids=cfg.hardware_xids,
         ends=step_ends,
+        parts=parts,
     )
     flags = run_detectors(f, cfg)
     hit = _node_flags(flags, len(f.nodes), n, f.has_data)

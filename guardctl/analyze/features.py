@@ -613,13 +613,21 @@ def step_ends(ts: np.ndarray, job: np.ndarray, step: np.ndarray) -> np.ndarray:
 class WindowPart:
     """One window's figures before peers are given, and what they were made of.
 
-    A later pass that judges the same window (same end, same length) over the same
-    records takes them as they are (:func:`extract`'s *parts*).
+    A later pass that judges the same window (same end, same length) takes each table
+    whose records did not change as it is (:func:`extract`'s *parts*).
     """
 
-    node_job: np.ndarray  # per node: the job it ran in the window, or NO_PEER
-    tables: dict[str, Table]  # gpu, host, nic, rank: the window's rows (w = 0)
-    records: dict[str, int]  # records of each kind in the window when it was made
+    tables: dict[str, Table] = field(default_factory=dict)  # gpu, host, nic, rank (w = 0)
+    records: dict[str, int] = field(default_factory=dict)  # per table: its records then
+    node_job: np.ndarray | None = None  # per node: the job it ran in the window, or NO_PEER
+
+    def drop(self, kind: str) -> None:
+        """Forget what records of *kind* make (their window's records changed)."""
+        for name, (of, _) in TABLES.items():
+            if of == kind:
+                self.tables.pop(name, None)
+        if kind == "step":
+            self.node_job = None
 
 
 # Per table: the records it sums and the keys of its groups (a window last).
@@ -628,25 +636,30 @@ TABLES = {"gpu": ("gpu", ("node", "gpu")), "host": ("host", ("node",)),
 Parts = MutableMapping[tuple[float, float], WindowPart]  # by (window end, window length)
 
 
-def _window_parts(
-    frame: Frame, wins: dict[str, np.ndarray], todo: list[int], counts: dict[str, np.ndarray],
-    hw_xids: np.ndarray, low_q: float,
-) -> dict[int, WindowPart]:  # fmt: skip
-    """The parts of windows *todo*, each table of each window on its own."""
+def _figure(
+    frame: Frame, wins: dict[str, np.ndarray], parts: list[WindowPart],
+    counts: dict[str, np.ndarray], hw_xids: np.ndarray, low_q: float,
+) -> None:  # fmt: skip
+    """Give each window's part (newest first) the tables its records no longer match."""
+    todo = [(w, name) for w, part in enumerate(parts) for name, (kind, _) in TABLES.items()
+            if name not in part.tables or part.records[name] != counts[kind][w]]  # fmt: skip
     # The tables only read the frame: two at a time (numpy's sorts and copies let go of the
     # interpreter), the GPU tables, about half the work, beside the others.
     with ThreadPoolExecutor(2) as pool:
-        futures = {(w, name): pool.submit(_window_table, frame, name, wins[kind], w, hw_xids,
-                                          low_q)
-                   for w in todo for name, (kind, _) in TABLES.items()}  # fmt: skip
-        tables = {key: future.result() for key, future in futures.items()}
-    parts = {}
-    for w in todo:
-        steps, gpus = Rows.window(wins["step"], w), Rows.window(wins["gpu"], w)
-        parts[w] = WindowPart(_node_jobs(frame, steps, gpus)[0],
-                              {name: tables[w, name] for name in TABLES},
-                              {kind: int(n[w]) for kind, n in counts.items()})  # fmt: skip
-    return parts
+        futures = {(w, name): pool.submit(_window_table, frame, name, wins[TABLES[name][0]], w,
+                                          hw_xids, low_q)
+                   for w, name in todo}  # fmt: skip
+        for (w, name), future in futures.items():
+            parts[w].tables[name] = future.result()
+            parts[w].records[name] = int(counts[TABLES[name][0]][w])
+            if name == "rank":
+                parts[w].node_job = None
+    gpu = frame.cols["gpu"]
+    labelled = "job" in gpu and bool((gpu["job"] >= 0).any())  # GPU records name jobs too
+    for w, part in enumerate(parts):
+        if part.node_job is None or labelled:
+            steps, gpus = Rows.window(wins["step"], w), Rows.window(wins["gpu"], w)
+            part.node_job = _node_jobs(frame, steps, gpus)[0]
 
 
 def _window_table(frame: Frame, name: str, win: np.ndarray, w: int, hw_xids: np.ndarray,
@@ -661,15 +674,6 @@ def _window_table(frame: Frame, name: str, win: np.ndarray, w: int, hw_xids: np.
     return rank_table(frame, rows, low_q)
 
 
-def _holds(part: WindowPart | None, counts: dict[str, np.ndarray], w: int) -> bool:
-    """Whether *part* still stands for window *w*: as many records of each kind in it.
-
-    The caller drops a part when records join or leave its window; this catches a
-    record that an end a little different put on the other side of an edge.
-    """
-    return part is not None and all(part.records[kind] == n[w] for kind, n in counts.items())
-
-
 def _join(
     parts: list[WindowPart], n_nodes: int, min_peers: int, min_rank_peers: int
 ) -> tuple[np.ndarray, dict[str, Table]]:
@@ -681,6 +685,7 @@ def _join(
     """
     node_job = np.full((len(parts), n_nodes), NO_PEER, np.int64)
     for w, part in enumerate(parts):
+        assert part.node_job is not None
         node_job[w, : part.node_job.size] = part.node_job
     tables = {}
     for name, (_, keys) in TABLES.items():
@@ -741,14 +746,13 @@ def extract(
     ends = step_times(frame) if ends is None else ends
     wins["step"] = assign_windows(ends, at, window_s, n_windows)
     parts = {} if parts is None else parts
-    keys = [(at - w * window_s, window_s) for w in range(n_windows)]
+    mine = [parts.setdefault((at - w * window_s, window_s), WindowPart()) for w in range(n_windows)]
+    # A table is figured again when its window holds another number of records than it was
+    # made of (the caller forgets those whose records changed; this catches a record that
+    # an end a little different put on the other side of an edge).
     counts = {kind: np.bincount(win + 1, minlength=n_windows + 1)[1:] for kind, win in wins.items()}
-    todo = [w for w in range(n_windows) if not _holds(parts.get(keys[w]), counts, w)]
-    xids = np.array(hw_xids, np.int64)
-    for w, part in _window_parts(frame, wins, todo, counts, xids, low_q).items():
-        parts[keys[w]] = part
-    node_job, tables = _join([parts[k] for k in keys], len(frame.nodes), min_peers,
-                             min_rank_peers)  # fmt: skip
+    _figure(frame, wins, mine, counts, np.array(hw_xids, np.int64), low_q)
+    node_job, tables = _join(mine, len(frame.nodes), min_peers, min_rank_peers)
     history = History(own_history, min_samples, low_q)
     own_reference(tables["rank"], frame, ends, at, window_s, n_windows, history)
     shape = (n_windows, len(frame.nodes))

@@ -50,7 +50,7 @@ from guardctl.analyze.engine import (
     history_needed,
     steps_needed,
 )
-from guardctl.analyze.features import step_ends
+from guardctl.analyze.features import Parts, step_ends
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
     Listing,
@@ -185,15 +185,21 @@ class Analyzer:
     what was written since the previous pass. Not thread-safe: one pass at a time.
     """
 
-    def __init__(self, settings: Settings, path: Path | None = None) -> None:
+    def __init__(self, settings: Settings, path: Path | None = None, *, grid_s: float = 0.0
+                 ) -> None:  # fmt: skip
+        """*grid_s*: a pass without a time judges the windows ending at the newest whole
+        multiple of it (0: at the newest record), so that a window judged once is judged
+        again, its records unchanged, by the pass a window length later, which keeps its
+        figures (the controller passes its pass interval)."""
         self.settings = settings
+        self.grid_s = grid_s
         self.path = path
         self.root = path if path is not None else settings.store.root
         self.restarts = 0  # times the state was started over (for tests and logs)
         self.cold_passes = 0  # passes asked for a time before the kept records
         # What the last pass read: mirror rows decoded and JSON Lines bytes parsed; and the
         # step records whose time (their job's ranks' median) it figured again.
-        self.read = {"mirror_rows": 0, "parsed_bytes": 0, "steps_placed": 0}
+        self.read = {"mirror_rows": 0, "parsed_bytes": 0, "steps_placed": 0, "tables_kept": 0}
         self._listing = Listing()
         self._groups: tuple[int, dict[str, list[str]]] = (-1, {})  # by the listing's version
         self._buffer: np.ndarray | None = None  # the last pass's read buffer, its pages mapped
@@ -208,6 +214,9 @@ class Analyzer:
         self._kept = {kind: _Columns(kind) for kind in schema.KINDS}
         # Records before this time were let go: a pass needing them runs cold.
         self._floor = -math.inf
+        # Windows' figures from earlier passes, by (end, length): a pass takes those of its
+        # windows that no record joined or left since (see _touched).
+        self._parts: Parts = {}
         self._files_seen: tuple[int, tuple[str, ...]] | None = None  # what _forget last saw
 
     # --- one pass --------------------------------------------------------------------------
@@ -241,35 +250,74 @@ class Analyzer:
             self._forget({name for name, _ in files}, {self._hours[h] for h in wanted})
             self._files_seen = seen
         extra = _Pass()
-        self.read = {"mirror_rows": 0, "parsed_bytes": 0, "steps_placed": 0}
+        self.read = {"mirror_rows": 0, "parsed_bytes": 0, "steps_placed": 0, "tables_kept": 0}
+        before = {kind: cols.n for kind, cols in self._kept.items()}
         uncovered = self._refresh(files, extra)
         marks = {kind: cols.n for kind, cols in self._kept.items()}
         placed: np.ndarray | None = None
+        length = window_s or cfg.window_s
         try:
             self._parse(uncovered, keep=False, extra=extra)
             hours = [self._hours[h] for h in wanted]
-            newest = default_at(self._newest_frame(hours, extra), window_s or cfg.window_s)
-            end = at if at is not None else newest
+            newest = default_at(self._newest_frame(hours, extra), length)
+            end = at if at is not None else self._on_grid(newest)
             counts = self._input(hours, extra)
             if end is None:
                 return Analysis(math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n))
             if end - span < self._floor:  # the newest window moved back past what is kept
-                return self._cold(at, window_s)
+                return self._cold(end if self.grid_s else at, window_s)
+            self._touched({kind: cols.data["ts"][before[kind] : cols.n]
+                           for kind, cols in self._kept.items() if kind != "step"})  # fmt: skip
             # Let go of what no window needs before judging, not after: the judging then
             # neither holds nor copies the records it would skip (a first pass reads whole
             # hours, of which a pass judges a quarter of an hour).
             judged = end - history_needed(cfg, window_s)
-            self._prune(end - span, judged, window_s or cfg.window_s, marks)
+            self._prune(end - span, judged, length, marks)
+            self._parts_from(judged, length)
             frame = self._frame()
             ends = placed = self._place_steps()
-            result = analyze_frame(frame, cfg, at=end, window_s=window_s, step_ends=ends)
+            mine = [(end - w * length, length) for w in range(cfg.persist_n)]
+            kept = [dict(self._parts[k].tables) if k in self._parts else {} for k in mine]
+            result = analyze_frame(frame, cfg, at=end, window_s=window_s, step_ends=ends,
+                                   parts=self._parts)  # fmt: skip
+            self.read["tables_kept"] = sum(
+                self._parts[k].tables.get(name) is table
+                for k, tables in zip(mine, kept, strict=True)
+                for name, table in tables.items())  # fmt: skip
         finally:
+            # Windows figured with the tails read for this pass only are figured again.
+            self._touched({kind: cols.data["end" if kind == "step" else "ts"][marks[kind] : cols.n]
+                           for kind, cols in self._kept.items()
+                           if kind != "step" or placed is not None})  # fmt: skip
             if placed is not None:  # the kept ones; the tails read for this pass only come
                 self._kept["step"].placed = marks["step"]  # again next pass, as new records
             for kind, cols in self._kept.items():
                 cols.n = marks[kind]  # the tails read for this pass only go
         files_n, records, bad = counts
         return dataclasses.replace(result, files=files_n, records=records, bad=bad)
+
+    def _on_grid(self, newest: float | None) -> float | None:
+        if newest is None or not self.grid_s:
+            return newest
+        return math.floor(newest / self.grid_s) * self.grid_s
+
+    def _touched(self, times: dict[str, np.ndarray]) -> None:
+        """Forget the kept tables that records at *times* (per kind) joined or left.
+
+        A little wider than the window (a millionth of its length each side): a window's
+        records are found by dividing, which may put one at an edge on either side.
+        """
+        for (end, length), part in self._parts.items():
+            lo, hi = end - length * (1 + 1e-6), end + length * 1e-6
+            for kind, ts in times.items():
+                if ts.size and np.count_nonzero((ts > lo) & (ts <= hi)):
+                    part.drop(kind)
+
+    def _parts_from(self, judged: float, length: float) -> None:
+        """Forget the kept windows that begin before *judged*: no later pass judges them,
+        and their oldest records may be let go."""
+        for key in [k for k in self._parts if k[0] - k[1] < judged - length * 1e-6]:
+            del self._parts[key]
 
     def _wanted(self, at: float | None, span: float) -> dict[str, list[str]]:
         """The hourly buckets (and their files) a cold pass at *at* would read."""
@@ -306,6 +354,7 @@ class Analyzer:
             del self._files[name]
         gone = [h for h in self._counts if h not in hours]
         if any(self._counts[h].records for h in gone):
+            self._parts.clear()  # their records may lie in any window
             for cols in self._kept.values():
                 cols.keep(~np.isin(cols.data["hour"][: cols.n], gone))
         for h in gone:
@@ -544,8 +593,12 @@ class Analyzer:
         low = np.full(len(self._names.lists["jobs"]) + 1, np.iinfo(np.int64).max)
         np.minimum.at(low, job[placed:], step[placed:])
         redo = np.flatnonzero(step >= low[job])
+        old = ends[redo]
         ends[redo] = step_ends(cols.data["ts"][redo], job[redo], step[redo])
         self.read["steps_placed"] = int(redo.size)
+        # A record that moved leaves one window and joins another; a new one joins one.
+        moved = (old != ends[redo]) & (redo < placed)
+        self._touched({"step": np.concatenate((old[moved], ends[redo][moved | (redo >= placed)]))})
         return ends
 
     def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int]) -> None:

@@ -118,7 +118,8 @@ def control(app: AppContext, once: bool, interval: float | None, act: bool,
     carries on.
     """
     settings = app.settings
-    controller = Controller(settings, act=act or settings.control.act, progress=_warn)
+    controller = Controller(settings, act=act or settings.control.act, progress=_warn,
+                            interval_s=interval)
     if explain_node is not None:
         data = controller.explain(validate_name(explain_node))
         echo_json(data) if as_json else _print_explain(data)

@@ -149,14 +149,16 @@ class Controller:
     """The mitigation loop over one store and one Slurm."""
 
     def __init__(self, settings: Settings, *, act: bool, slurm: SlurmClient | None = None,
-                 progress: Progress = lambda _m: None) -> None:
+                 progress: Progress = lambda _m: None, interval_s: float | None = None) -> None:
+        """*interval_s*: the daemon's pause between passes (default ``[control] interval_s``)."""
         self.settings = settings
         self.cfg = settings.control
         self.acting = act and not settings.safety.observe_only
         self.ops = NodeOps(settings, slurm)
         self.lease = Lease(settings.store.root, self.cfg.lease_s)
         self.source = open_source(settings, None, None, self.ops.slurm)  # its jobs: same Slurm
-        self.analyzer = Analyzer(settings)
+        grid = (interval_s or self.cfg.interval_s) if self.cfg.align else 0.0
+        self.analyzer = Analyzer(settings, grid_s=grid)
         self.progress = progress
         self.polled = False  # the daemon: sweeps run across passes (see the module docstring)
         self.sweeps = Sweeps(self.ops, progress)

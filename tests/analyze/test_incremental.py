@@ -105,13 +105,17 @@ def _same(inc: Analyzer, store: Path, settings: Settings, at: float | None = Non
     got = inc.analyze(at).to_dict()
     want = analyze(store, settings, at).to_dict()
     if at is not None:
-        # A cold pass at a given time skips the cache segments of parsed (unmirrored)
-        # files that lie wholly outside its windows, so its record count depends on
-        # how its cache happens to be cut; everything else must be the same.
-        got["input"].pop("records")
-        want["input"].pop("records")
+        got, want = _without_records(got), _without_records(want)
     assert got == want
     return got
+
+
+def _without_records(analysis: dict) -> dict:
+    """A cold pass at a given time skips the cache segments of parsed (unmirrored) files
+    that lie wholly outside its windows, so its record count depends on how its cache
+    happens to be cut; everything else must be the same."""
+    analysis["input"].pop("records")
+    return analysis
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +133,15 @@ def test_passes_a_minute_apart_equal_cold_passes(
     # pass at 100k GPUs reads them.
     monkeypatch.setattr(incremental, "READ_BYTES", read_bytes)
     store, replay, settings, inc = _start(replays, trace, tmp_path, unmirrored=3)
+    grid = Analyzer(settings, store, grid_s=60.0)  # the controller's: windows on the minute
     telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
     late, cut, replaced = telemetry[3], telemetry[5], telemetry[9]
     replay.held[late] = START + 700  # an agent that catches up four minutes late
+    # and one whose first 11 minutes come at once, into windows judged before
+    replay.held[telemetry[6]] = START + 650
     suspects = set()
     placed: list[float] = []  # the share of the kept step records each pass placed again
+    kept: dict[int, int] = {}  # tables of the grid's pass taken from earlier passes
     for minute in range(5, 25):
         t = START + 60 * minute
         replay.advance(t)
@@ -151,6 +159,12 @@ def test_passes_a_minute_apart_equal_cold_passes(
             os.replace(copy, path)
         got = _same(inc, store, settings)
         read = dict(inc.read)
+        aligned = grid.analyze().to_dict()
+        end = aligned["window"]["end"]
+        assert end % 60 == 0 and t - 60 <= end <= t
+        assert _without_records(aligned) == _without_records(
+            analyze(store, settings, end).to_dict())
+        kept[minute] = grid.read["tables_kept"]
         placed.append(read["steps_placed"] / max(inc._kept["step"].n, 1))
         suspects |= {n["node"] for n in got["nodes"] if n["verdict"] == "suspect"}
         if minute % 3 == 0:
@@ -168,6 +182,11 @@ def test_passes_a_minute_apart_equal_cold_passes(
     # two restarts place them all).
     assert sorted(placed)[len(placed) // 2] < 0.5, placed
     assert any("T00" in name for name in os.listdir(store / telemetry[0].rsplit("/", 1)[0]))
+    # The pass five minutes later judges two windows unchanged, and takes them as they are;
+    # not a window a late agent's minutes joined, nor the passes after a restart (the cut
+    # file, the replaced one).
+    assert kept[10] == kept[24] == 8, kept  # two windows of four tables
+    assert kept[11] < 8 and kept[15] == kept[19] == 0, kept
 
 
 def test_a_pass_before_what_is_kept_runs_cold(
