@@ -31,9 +31,11 @@ asked for a time before what is kept runs cold.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import resource
 import struct
 from collections import Counter
 from collections.abc import Sequence
@@ -92,6 +94,8 @@ class _File:
     strings_sum: int = 0  # their checksum, for the mark that stands for them
     mark: bytes = b""  # the last mark row consumed (a rewritten mirror differs)
     pending: bool = False  # parsed file: a last line still being written
+    cols: str = ""  # its column mirror's path
+    fd: int = -1  # the mirror, kept open from pass to pass (within the analyzer's budget)
 
 
 @dataclass
@@ -203,10 +207,30 @@ class Analyzer:
         self._listing = Listing()
         self._groups: tuple[int, dict[str, list[str]]] = (-1, {})  # by the listing's version
         self._buffer: np.ndarray | None = None  # the last pass's read buffer, its pages mapped
+        # Mirrors kept open between passes (an open and a close less per file and pass), up to
+        # a quarter of the open-files limit: the process has other files to open.
+        self._fd_room = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
+        self._files: dict[str, _File] = {}
         self._reset()
 
+    def close(self) -> None:
+        """Close the mirrors kept open (the analyzer reopens them if it passes again)."""
+        for state in self._files.values():
+            self._close(state)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at exit, os may be gone before the analyzer
+            self.close()
+
+    def _close(self, state: _File) -> None:
+        if state.fd >= 0:
+            os.close(state.fd)
+            state.fd = -1
+            self._fd_room += 1
+
     def _reset(self) -> None:
-        self._files: dict[str, _File] = {}
+        self.close()
+        self._files = {}
         self._hours: dict[str, int] = {}
         self._next_hour = 0
         self._counts: dict[int, _Hour] = {}
@@ -351,6 +375,7 @@ class Analyzer:
                 continue
             if state.hour in hours:
                 raise _Restart(name)  # its records cannot be told from its hour's others
+            self._close(state)
             del self._files[name]
         gone = [h for h in self._counts if h not in hours]
         if any(self._counts[h].records for h in gone):
@@ -382,7 +407,8 @@ class Analyzer:
             extra.files += 1
             state = self._files.get(name)
             if state is None:
-                state = self._files[name] = _File(hour, st.st_ino, mirror=column_files)
+                state = self._files[name] = _File(hour, st.st_ino, mirror=column_files,
+                                                  cols=mirror.mirror_path(name))  # fmt: skip
             elif state.ino != st.st_ino or st.st_size < state.offset:
                 raise _Restart(name)  # replaced or cut short
             if st.st_size > state.offset:
@@ -426,15 +452,18 @@ class Analyzer:
         if not todo:
             return []
         expected = sum(size - st.offset for _, st, size in todo)
-        reader = _TailReader(expected, self._buffer)
+        reader = _TailReader(expected, self._buffer, self._fd_room)
         files: list[tuple[str, _File, int, int]] = []  # name, state, size, prefix rows
-        for name, state, size in todo:
-            got = reader.read(name, state)
-            if got is None:
-                state.mirror = False  # no mirror of this file: parsed from here on
-                parsed.append((name, state, size))
-            else:
-                files.append((name, state, size, got))
+        try:
+            for name, state, size in todo:
+                got = reader.read(state)
+                if got is None:
+                    state.mirror = False  # no mirror of this file: parsed from here on
+                    parsed.append((name, state, size))
+                else:
+                    files.append((name, state, size, got))
+        finally:
+            self._fd_room = reader.fd_room
         # The next pass reads into the same pages (fresh memory costs about as much as
         # reading into it), unless the buffer is far larger than what this pass read, or
         # it holds mostly whole files (a first pass: gigabytes at 100k GPUs, which a pass
@@ -469,6 +498,7 @@ class Analyzer:
         for j, (name, state, size, prefix) in enumerate(files):
             if not decoded.usable[j]:
                 state.mirror = False  # as a cold pass, parse what the mirror cannot give
+                self._close(state)
                 parsed.append((name, state, size))
                 continue
             lo, hi = int(first[j]), int(used_end[j])
@@ -483,8 +513,12 @@ class Analyzer:
             state.offset = int(decoded.covered[j])
             if decoded.stopped[j]:
                 state.mirror = False  # a line the parser rejects: the rest is parsed
+                self._close(state)
                 parsed.append((name, state, size))
             elif state.offset < size:
+                # A batch whose rows are not written yet, or a mirror replaced behind the
+                # one kept open: opened again next pass.
+                self._close(state)
                 uncovered.append((name, state, size))
         # The rows are decoded: a buffer not kept for the next pass goes before the
         # records are copied into the kept columns (a first pass's, gigabytes at 100k GPUs).
@@ -655,30 +689,40 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
 class _TailReader(RowBuffer):
     """Reads the new rows of many column mirrors into one buffer, one system call each."""
 
-    def __init__(self, expected: int, spare: np.ndarray | None) -> None:
-        """Room for *expected* bytes: *spare* (a buffer from an earlier pass) if big enough."""
+    def __init__(self, expected: int, spare: np.ndarray | None, fd_room: int) -> None:
+        """Room for *expected* bytes: *spare* (a buffer from an earlier pass) if big enough;
+        *fd_room* mirrors it may keep open."""
         reuse = spare is not None and spare.size >= expected + (1 << 20)
         super().__init__(0 if reuse else expected)
         self.whole = 0  # bytes of files read whole (first read)
+        self.fd_room = fd_room
         if reuse:
             assert spare is not None
             self.view.release()
             self.buf, self.view = spare, spare.data
 
-    def read(self, name: str, state: _File) -> int | None:
-        """Add *name*'s new rows behind its prefix; return the prefix's rows, None: no mirror."""
-        try:
-            fd = os.open(mirror.mirror_path(name), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
+    def read(self, state: _File) -> int | None:
+        """Add the file's new rows behind its prefix; return the prefix's rows, None: no
+        mirror. Its mirror stays open in *state* while there is room."""
+        fd = state.fd
+        if fd < 0:
+            try:
+                fd = os.open(state.cols, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+            if self.fd_room > 0:
+                state.fd, self.fd_room = fd, self.fd_room - 1
         try:
             if not state.rows:
                 return self._whole(fd, state)
             return self._tail(fd, state)
         except OSError:
+            if state.fd == fd:
+                state.fd, self.fd_room = -1, self.fd_room + 1
             return None
         finally:
-            os.close(fd)
+            if state.fd != fd:
+                os.close(fd)
 
     def _whole(self, fd: int, state: _File) -> int | None:
         n = os.preadv(fd, [self.head, self.view[self.end :]], 0)

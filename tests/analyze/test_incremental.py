@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -334,3 +335,29 @@ def test_records_let_go_before_judging_beside_a_tail_read_for_one_pass(
     replay.advance(t + 60)  # the writer's next batch: its mirror catches up
     _same(inc, store, settings)
     assert inc.restarts == 0
+
+
+def test_a_mirror_replaced_behind_the_one_kept_open(
+        trace: Path, tmp_path: Path, replays: Replays) -> None:
+    """Mirrors stay open from pass to pass; one renamed over (a copy, then written on by its
+    writer) is read from the new file, after one pass that parses what the old one lacks."""
+    store, replay, settings, inc = _start(replays, trace, tmp_path)
+    replay.advance(START + 300)
+    _same(inc, store, settings)
+    rel = sorted(r for r in replay.lines if r.startswith("telemetry"))[0]
+    state = inc._files[os.fspath(store / rel)]
+    assert state.fd >= 0 and os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
+    copy = state.cols + ".tmp"
+    shutil.copyfile(state.cols, copy)
+    os.replace(copy, state.cols)
+    replay.mirror.forget(store / rel)  # its writer opens the new file next
+    parsed = []
+    for minute in range(6, 9):
+        replay.advance(START + 60 * minute)
+        _same(inc, store, settings)
+        parsed.append(inc.read["parsed_bytes"])
+    assert parsed[0] > 0 and parsed[1:] == [0, 0], parsed  # the old file lacks minute 6
+    assert os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
+    assert inc.restarts == 0
+    inc.close()
+    assert state.fd == -1
