@@ -96,8 +96,8 @@ def _watch_line(watch: dict[str, Any]) -> str:
 @main.command("control")
 @click.option("--once", is_flag=True, help="One pass, then exit (for a systemd timer or cron).")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
-              metavar="S", help="Seconds between passes of the daemon "
-              "(default: control.interval_s).")
+              metavar="S", help="Seconds between passes of the daemon; with control.align, "
+              "its windows end on a multiple of it (default: control.interval_s).")
 @click.option("--act", is_flag=True, help="Act (default: control.act; otherwise observe "
               "only and record what it would do).")
 @click.option("--explain", "explain_node", metavar="NODE",
