@@ -282,6 +282,9 @@ class Analyzer:
         length = window_s or cfg.window_s
         try:
             self._parse(uncovered, keep=False, extra=extra)
+            # The kept tables of the windows new records joined go (a step's, once placed).
+            self._touched({kind: cols.data["ts"][before[kind] : cols.n]
+                           for kind, cols in self._kept.items() if kind != "step"})  # fmt: skip
             hours = [self._hours[h] for h in wanted]
             newest = default_at(self._newest_frame(hours, extra), length)
             end = at if at is not None else self._on_grid(newest)
@@ -290,8 +293,6 @@ class Analyzer:
                 return Analysis(math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n))
             if end - span < self._floor:  # the newest window moved back past what is kept
                 return self._cold(end if self.grid_s else at, window_s)
-            self._touched({kind: cols.data["ts"][before[kind] : cols.n]
-                           for kind, cols in self._kept.items() if kind != "step"})  # fmt: skip
             # Let go of what no window needs before judging, not after: the judging then
             # neither holds nor copies the records it would skip (a first pass reads whole
             # hours, of which a pass judges a quarter of an hour).
@@ -712,16 +713,17 @@ class _TailReader(RowBuffer):
                 return None
             if self.fd_room > 0:
                 state.fd, self.fd_room = fd, self.fd_room - 1
+        kept = state.fd == fd
         try:
-            if not state.rows:
-                return self._whole(fd, state)
-            return self._tail(fd, state)
-        except OSError:
-            if state.fd == fd:
-                state.fd, self.fd_room = -1, self.fd_room + 1
-            return None
+            try:
+                got = self._tail(fd, state) if state.rows else self._whole(fd, state)
+            except OSError:
+                got = None
+            if got is None and kept:  # not a mirror after all: not kept open
+                state.fd, self.fd_room, kept = -1, self.fd_room + 1, False
+            return got
         finally:
-            if state.fd != fd:
+            if not kept:
                 os.close(fd)
 
     def _whole(self, fd: int, state: _File) -> int | None:
