@@ -8,6 +8,11 @@ counters become their increase over the window (a reset counts as zero, never
 as a negative change). Each row also gets its *peer group*: the job the node
 ran in that window (from step records, else from the job its GPU records name)
 when that job is big enough, else every row of that window without one.
+
+Each window's tables are figured from its records alone and then joined; the
+peers and a counter's step across a window's edge are given at the join, so a
+caller that judges the same window again can keep its tables (``extract``'s
+*parts*: the incremental analyzer's passes a minute apart).
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ records. :class:`Analyzer` keeps, from pass to pass:
 - the records of the hours a pass still needs, as growing numpy columns (with
   the hour bucket each came from), and per hour the input counts and every
   node's newest timestamp (for where the newest window ends);
+- each window's tables (``features.WindowPart``), taken as they are by a later
+  pass that judges the same window when no record of theirs joined or left it
+  (the controller's windows end on a multiple of its pass interval, so a pass a
+  minute apart meets two windows judged before);
+- the column mirrors open, up to a quarter of the open-files limit;
 
 and then judges those records with :func:`~guardctl.analyze.engine.analyze_frame`,
 exactly as a cold pass judges its own. The result is what

@@ -97,7 +97,8 @@ def _watch_line(watch: dict[str, Any]) -> str:
 @click.option("--once", is_flag=True, help="One pass, then exit (for a systemd timer or cron).")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="S", help="Seconds between passes of the daemon; with control.align, "
-              "its windows end on a multiple of it (default: control.interval_s).")
+              "its windows end on a multiple of it (default: control.interval_s; a single "
+              "pass judges up to the newest record).")
 @click.option("--act", is_flag=True, help="Act (default: control.act; otherwise observe "
               "only and record what it would do).")
 @click.option("--explain", "explain_node", metavar="NODE",
@@ -118,8 +119,7 @@ def control(app: AppContext, once: bool, interval: float | None, act: bool,
     carries on.
     """
     settings = app.settings
-    controller = Controller(settings, act=act or settings.control.act, progress=_warn,
-                            interval_s=interval)
+    controller = Controller(settings, act=act or settings.control.act, progress=_warn)
     if explain_node is not None:
         data = controller.explain(validate_name(explain_node))
         echo_json(data) if as_json else _print_explain(data)

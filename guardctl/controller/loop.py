@@ -149,19 +149,27 @@ class Controller:
     """The mitigation loop over one store and one Slurm."""
 
     def __init__(self, settings: Settings, *, act: bool, slurm: SlurmClient | None = None,
-                 progress: Progress = lambda _m: None, interval_s: float | None = None) -> None:
-        """*interval_s*: the daemon's pause between passes (default ``[control] interval_s``)."""
+                 progress: Progress = lambda _m: None) -> None:
         self.settings = settings
         self.cfg = settings.control
         self.acting = act and not settings.safety.observe_only
         self.ops = NodeOps(settings, slurm)
         self.lease = Lease(settings.store.root, self.cfg.lease_s)
         self.source = open_source(settings, None, None, self.ops.slurm)  # its jobs: same Slurm
-        grid = (interval_s or self.cfg.interval_s) if self.cfg.align else 0.0
-        self.analyzer = Analyzer(settings, grid_s=grid)
+        self.analyzer = Analyzer(settings)  # one pass judges up to the newest record
         self.progress = progress
         self.polled = False  # the daemon: sweeps run across passes (see the module docstring)
         self.sweeps = Sweeps(self.ops, progress)
+
+    def as_daemon(self, interval_s: float) -> None:
+        """Passes follow each other every *interval_s* from now on: sweeps run across passes,
+        and with ``[control] align`` the windows end on a multiple of the interval, so that a
+        window one pass judged is judged again unchanged a window length later and the
+        analyzer keeps its figures. A single pass (``--once``) judges up to the newest record:
+        aligning it would only hide the newest minute, as nothing is kept after it."""
+        self.polled = True
+        if self.cfg.align:
+            self.analyzer.grid_s = interval_s
 
     def analysis(self) -> Analysis:
         """This pass's analysis, from the configured source (raises SourceError)."""
@@ -383,7 +391,7 @@ def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport]
     """
     from guardctl.errors import GuardctlError
 
-    controller.polled = True
+    controller.as_daemon(interval_s)
     try:
         while True:
             leader = False

@@ -14,7 +14,7 @@ class ControlSettings:
     interval_s: float = 60.0  # a daemon's pause between passes
     # A window judged once is then judged again unchanged by the pass a window length later,
     # which keeps its figures (a daemon's pass judges one window in three).
-    align: bool = True  # windows end on a multiple of the pass interval, not at the newest record
+    align: bool = True  # a daemon's windows end on a multiple of its interval, not the newest
     lease_s: float = 180.0  # the leader lease lasts this long unless renewed
     # The ladder.
     sweep_kind: Literal["single", "multi", "all"] = "all"  # a freed node's sweep

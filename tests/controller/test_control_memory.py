@@ -58,9 +58,7 @@ def test_observe_only_leaves_the_memory_slurm_as_it_was(tmp_path: Path) -> None:
 def test_a_node_someone_else_took_out_comes_back_with_its_relapses_at_zero(tmp_path: Path
                                                                            ) -> None:
     slurm = MemorySlurm(NODES, start=time.time())
-    # Windows end at the newest record: the trace written a moment after the sweeps
-    # were recorded is judged at once (on the minute, it would wait for the next one).
-    c = controller(tmp_path, slurm, align=False)
+    c = controller(tmp_path, slurm)
     for _ in range(2):  # two passed sweeps: the next flag would make it a lemon
         c.ops.record("control sweep", ["node2"], reason="gemm ok", evidence={"verdict": "pass"})
     slurm.drain(["node2"], "ops: replaced GPU 3")  # an administrator's repair
@@ -82,9 +80,7 @@ def test_a_node_someone_else_took_out_comes_back_with_its_relapses_at_zero(tmp_p
 def test_a_node_guardctl_drained_comes_back_from_repair_with_its_relapses_at_zero(
         tmp_path: Path) -> None:
     slurm = MemorySlurm(NODES, start=time.time())
-    # Windows end at the newest record: the trace written a moment after the sweeps
-    # were recorded is judged at once (on the minute, it would wait for the next one).
-    c = controller(tmp_path, slurm, align=False)
+    c = controller(tmp_path, slurm)
     for _ in range(2):  # two passed sweeps: the next flag would make it a lemon
         c.ops.record("control sweep", ["node2"], reason="gemm ok", evidence={"verdict": "pass"})
     c.ops.drain(["node2"], "sweep gemm below its baseline")  # guardctl's own drain
@@ -222,14 +218,18 @@ def test_a_sweep_open_in_the_log_that_no_daemon_here_runs_is_aborted_once(tmp_pa
         "sweep aborted"]
 
 
-def test_a_pass_judges_windows_ending_on_its_interval(tmp_path: Path) -> None:
+def test_a_daemon_judges_windows_ending_on_its_interval_and_one_pass_the_newest(
+        tmp_path: Path) -> None:
     """So that a window judged once is judged again unchanged a window length later (the
-    analyzer then keeps its figures): the end is the newest multiple of the pass interval."""
+    analyzer then keeps its figures), a daemon's windows end on the newest multiple of its
+    pass interval. A single pass keeps nothing, so it judges up to the newest record: on the
+    minute, data written since would wait for the next run (a relapse seen late)."""
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
-    newest = controller(tmp_path, slurm, align=False).analysis().window_end  # the newest record
+    newest = controller(tmp_path, slurm).analysis().window_end  # one pass: the newest record
     assert newest % 60 and newest % 7
-    settings = controller(tmp_path, slurm).settings
-    for interval, want in ((None, newest // 60 * 60), (7.0, newest // 7 * 7)):
-        c = Controller(settings, act=False, slurm=slurm, interval_s=interval)
+    for interval, align, want in ((60.0, True, newest // 60 * 60), (7.0, True, newest // 7 * 7),
+                                  (60.0, False, newest)):
+        c = controller(tmp_path, slurm, align=align)
+        c.as_daemon(interval)
         assert c.analysis().window_end == want
