@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from multiprocessing.connection import Client, Connection, Listener
 from pathlib import Path
 from typing import Any
@@ -134,8 +135,11 @@ def torch_backend(args: argparse.Namespace, rank: int, world: int
     if gpu:
         torch.cuda.set_device(local)
     store = Path(args.rendezvous) / "torch_store"
+    # --timeout bounds the rendezvous (as the ring's) and each collective: a rank that never
+    # comes fails the job in minutes instead of holding its nodes for torch's default 30.
     dist.init_process_group("nccl" if gpu else "gloo", init_method=f"file://{store}",
-                            rank=rank, world_size=world)
+                            rank=rank, world_size=world,
+                            timeout=timedelta(seconds=args.timeout))
     nodes: list[Any] = [None] * world
     dist.all_gather_object(nodes, node_name())
     device = torch.device("cuda", local) if gpu else torch.device("cpu")
@@ -200,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--bind", default=os.environ.get("GUARDCTL_SWEEP_BIND", ""),
                         help="address to listen on (default: this host's address)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="rendezvous timeout (s)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="rendezvous timeout (s); with torch, each collective's too")
     args = parser.parse_args(argv)
     if not 0 < args.min_bytes <= args.max_bytes:
         parser.error("need 0 < --min-bytes <= --max-bytes")

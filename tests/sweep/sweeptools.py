@@ -33,8 +33,22 @@ class Guardctl:
         return [sys.executable, "-m", "guardctl", "--config", str(self.config), *args]
 
     def __call__(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.cmd(*args), env=self.env, capture_output=True, text=True,
-                              timeout=timeout, cwd=str(self.store.parent))
+        try:
+            return subprocess.run(self.cmd(*args), env=self.env, capture_output=True,
+                                  text=True, timeout=timeout, cwd=str(self.store.parent))
+        except subprocess.TimeoutExpired as exc:
+            # A run that hangs says where: its progress, and what its sweep jobs wrote.
+            raise AssertionError(f"guardctl {' '.join(args)}: still running after {timeout:g} s"
+                                 f"\n{_text(exc.stderr)}{self.sweep_outputs()}") from None
+
+    def sweep_outputs(self, tail: int = 1500) -> str:
+        """The end of every file the sweep jobs wrote (their outputs, srun's errors)."""
+        out = []
+        for path in sorted((self.store / "sweeps").rglob("*")):
+            if path.is_file() and path.stat().st_size < (1 << 20):
+                text = path.read_text(errors="replace")
+                out.append(f"--- {path.relative_to(self.store)}\n{text[-tail:]}")
+        return "\n".join(out)
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(self.cmd(*args), env=self.env, stdout=subprocess.PIPE,
@@ -54,3 +68,7 @@ def make_guardctl(tmp_path: Path, lab: Any, extra: str = "") -> Guardctl:
     )
     env = {k: v for k, v in lab.env.items() if k not in ("GUARDCTL_STORE", "GUARDCTL_CONFIG")}
     return Guardctl(env, store, config)
+
+
+def _text(data: bytes | str | None) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
