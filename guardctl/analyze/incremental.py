@@ -14,7 +14,7 @@ records. :class:`Analyzer` keeps, from pass to pass:
   node's newest timestamp (for where the newest window ends);
 - each window's tables (``features.WindowPart``), taken as they are by a later
   pass that judges the same window when no record of theirs joined or left it
-  (the controller's windows end on a multiple of its pass interval, so a pass a
+  (the controller daemon's windows end on a multiple of its interval, so a pass a
   minute apart meets two windows judged before);
 - the column mirrors open, up to a quarter of the open-files limit;
 
