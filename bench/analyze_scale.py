@@ -35,9 +35,10 @@ are measured.
 
 Times are wall-clock seconds (with ``--rounds N``: the fastest and slowest of N
 rounds, for a shared machine); memory is the peak RSS of the process and its
-workers. Ratios are against ``read`` measured in the same run. The files sit
-in the page cache for every step (the simulator just wrote them), so ``read``
-is memory bandwidth, not disk.
+workers (the held-back minutes sit in the benchmark's own process, which appends
+them as the writers would, not in the analyzer's). Ratios are against ``read``
+measured in the same run. The files sit in the page cache for every step (the
+simulator just wrote them), so ``read`` is memory bandwidth, not disk.
 
     python bench/analyze_scale.py            # 1k, 10k, 30k, 100k GPUs
     python bench/analyze_scale.py --quick    # 1k and 10k GPUs (CI)
@@ -54,7 +55,6 @@ import hashlib
 import json
 import math
 import os
-import pickle
 import re
 import resource
 import shutil
@@ -62,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,12 +126,8 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     analyzer.analyze()
     first = time.perf_counter() - t0
-    with open(root.parent / f"{root.name}.held", "rb") as fh:
-        held = pickle.load(fh)
     passes, kept = [], []
-    for minute in held:
-        _append(minute)  # the writers' work, not timed
-        os.sync()
+    while _next_minute():  # the writers append it (in the parent: not timed, not our memory)
         t0 = time.perf_counter()
         result = analyzer.analyze()
         passes.append(time.perf_counter() - t0)
@@ -141,6 +138,13 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
             "end": result.window_end}  # fmt: skip
 
 
+def _next_minute() -> bool:
+    """Ask the benchmark's parent (the writers) for the next held-back minute: True once it
+    is appended, False when none is left."""
+    print("next", flush=True)
+    return sys.stdin.readline().strip() == "1"
+
+
 def _peak_mib() -> float:
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent.
     status = Path("/proc/self/status").read_text()
@@ -149,14 +153,34 @@ def _peak_mib() -> float:
     return max(own, kids) / 1024
 
 
-def run_step(mode: str, store: Path, at: float | None = None) -> dict[str, Any]:
-    out = subprocess.run(
+def run_step(
+    mode: str, store: Path, at: float | None = None, held: Sequence[Minute] = ()
+) -> dict[str, Any]:
+    """Run one step in a fresh process; the incremental steps ask for the *held* minutes one
+    at a time, and this process appends each (as the agents would: their bytes are not the
+    analyzer's, nor is their memory)."""
+    with subprocess.Popen(
         [sys.executable, __file__, "--measure", mode, str(store), *([str(at)] if at else [])],
-        check=True,
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         text=True,
-    )
-    return json.loads(out.stdout)
+    ) as child:
+        assert child.stdin is not None and child.stdout is not None
+        minutes = iter(held)
+        for line in child.stdout:
+            if line.strip() != "next":
+                break
+            minute = next(minutes, None)
+            if minute is not None:
+                _append(minute)
+                os.sync()
+            child.stdin.write("1\n" if minute is not None else "0\n")
+            child.stdin.flush()
+        else:
+            line = ""
+    if child.returncode:
+        raise subprocess.CalledProcessError(child.returncode, child.args)
+    return json.loads(line)
 
 
 # One held-back minute: per JSON Lines file, its lines and the rows its writer appended to
@@ -273,8 +297,6 @@ def bench(
         "read", "read_cols", "cold", "warm", "cold_json", "warm_json")  # fmt: skip
     after = ("inc",) if steady else ("inc_json", "inc")
     steps: dict[str, list[dict[str, Any]]] = {m: [] for m in (*modes, "incremental", *after)}
-    with open(workdir / f"{label}.held", "wb") as fh:
-        pickle.dump(held, fh)
     for r in range(rounds):  # the machine may be shared: each round measures every step
         if r:
             _cut(held, mirrors)
@@ -282,7 +304,9 @@ def bench(
         for mode in modes:
             steps[mode].append(run_step(mode, store))
         # The incremental passes append the minutes (the steady state's on the minute grid).
-        steps["incremental"].append(run_step("steady" if steady else "incremental", store))
+        steps["incremental"].append(
+            run_step("steady" if steady else "incremental", store, held=held)
+        )
         end = steps["incremental"][-1]["end"] if steady else None
         # Then the pass a cold analyzer makes over the same files: from the cache the JSON
         # passes left (parsing only the new tails), then from the mirrors (read whole).

@@ -131,9 +131,12 @@ class Features:
 
 
 def assign_windows(ts: np.ndarray, at: float, window_s: float, n: int) -> np.ndarray:
-    """Window index per record (0 newest); -1 when outside the n windows."""
-    w = np.floor((at - ts) / window_s).astype(np.int64)
-    return np.where((ts <= at) & (w >= 0) & (w < n), w, -1)
+    """Window index per record (0 newest); -1 when outside the n windows (or no time)."""
+    w = np.subtract(at, ts)  # in place from here: every kept record, each pass
+    w /= window_s
+    np.floor(w, out=w)
+    w[~((w >= 0) & (w < n))] = -1  # after *at* (negative), too old, or NaN
+    return w.astype(np.int8 if n < 127 else np.int64)  # small: scanned again per table
 
 
 def _mixed_key(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, int]:
@@ -190,6 +193,7 @@ class GroupIndex:
         self.width = int(self.counts.max()) if self.n else 0
         self.dense = self.n * self.width <= 4 * rows + 4096
         self._series: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._order: np.ndarray | None = None
         order = np.argsort(self.inv, kind="stable")
         starts = np.cumsum(self.counts) - self.counts
         self.starts = starts
@@ -213,10 +217,11 @@ class GroupIndex:
             self.pos[t_order] = np.arange(rows) - np.repeat(starts, self.counts)
 
     def time_order(self) -> np.ndarray:
-        """Row indices sorted by group, then time."""
-        out = np.empty(self.inv.size, np.int64)
-        out[self.starts[self.inv] + self.pos] = np.arange(self.inv.size)
-        return out
+        """Row indices sorted by group, then time (figured once: every counter needs it)."""
+        if self._order is None:
+            self._order = np.empty(self.inv.size, np.int64)
+            self._order[self.starts[self.inv] + self.pos] = np.arange(self.inv.size)
+        return self._order
 
     def quantiles(self, values: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:
         """The *qs* quantiles (lower element) of *values* per group, NaN left out."""
@@ -253,11 +258,16 @@ class GroupIndex:
         """
         order, same, groups = self._series_order(series)
         c = counter[order]
-        inc = np.zeros(c.size)
-        if c.size > 1:
-            valid = same & (c[1:] != INT_MISSING) & (c[:-1] != INT_MISSING)
-            inc[1:] = np.maximum(np.where(valid, c[1:] - np.where(valid, c[:-1], 0), 0), 0)
-        return np.bincount(groups, weights=inc, minlength=self.n)
+        if c.size < 2:
+            return np.zeros(self.n)
+        # Counters seldom move: only the rows after a change are looked at (a step to or
+        # from a missing value is a change too, and does not count).
+        at = np.flatnonzero(np.diff(c))
+        at = at[same[at] & (c[at + 1] != INT_MISSING) & (c[at] != INT_MISSING)]
+        step = c[at + 1] - c[at]
+        up = step > 0
+        return np.bincount(groups[at[up] + 1], weights=step[up].astype(np.float64),
+                           minlength=self.n)  # fmt: skip
 
     def _series_order(self, series: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Time order, "next row is the same series", and the groups in that order.
@@ -385,14 +395,17 @@ def gpu_table(frame: Frame, rows: Rows, hw_xids: np.ndarray, low_q: float) -> Ta
     t["util_med"] = gi.median(c["util_pct"])
     t["power_limit"] = gi.median(c["power_limit_w"])
     reasons = c["clock_event_reasons"]
-    fault = np.where(reasons == INT_MISSING, 0, reasons) & FAULT_REASON_BITS
-    t["fault_frac"] = gi.sum((fault != 0).astype(np.float64)) / gi.counts
+    # Only the samples with a hardware slowdown or an XID are summed: seldom many. (A
+    # missing value, INT_MISSING, has none of the bits.)
+    slowed = np.flatnonzero(reasons & FAULT_REASON_BITS)
+    fault, group = reasons[slowed] & FAULT_REASON_BITS, gi.inv[slowed]
+    t["fault_frac"] = np.bincount(group, minlength=gi.n) / gi.counts
     bits = np.zeros(gi.n, np.int64)
     for bit in (0x8, 0x20, 0x40, 0x80):
-        bits |= np.where(gi.sum(((fault & bit) != 0).astype(np.float64)) > 0, bit, 0)
+        bits |= np.where(np.bincount(group[(fault & bit) != 0], minlength=gi.n) > 0, bit, 0)
     t["fault_bits"] = bits
     hw = np.isin(c["xid"], hw_xids)
-    t["xid_hw"] = gi.sum(hw.astype(np.float64))
+    t["xid_hw"] = np.bincount(gi.inv[hw], minlength=gi.n).astype(np.float64)
     last = np.full(gi.n, -1, np.int64)
     np.maximum.at(last, gi.inv[hw], c["xid"][hw])
     t["xid"] = last
@@ -755,7 +768,8 @@ def extract(
     # A table is figured again when its window holds another number of records than it was
     # made of (the caller forgets those whose records changed; this catches a record that
     # an end a little different put on the other side of an edge).
-    counts = {kind: np.bincount(win + 1, minlength=n_windows + 1)[1:] for kind, win in wins.items()}
+    counts = {kind: np.array([np.count_nonzero(win == w) for w in range(n_windows)])
+              for kind, win in wins.items()}  # fmt: skip
     _figure(frame, wins, mine, counts, np.array(hw_xids, np.int64), low_q)
     node_job, tables = _join(mine, len(frame.nodes), min_peers, min_rank_peers)
     history = History(own_history, min_samples, low_q)

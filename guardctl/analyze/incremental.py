@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import mmap
 import os
 import resource
 import struct
@@ -46,6 +47,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -133,47 +135,146 @@ class _Names:
 
 
 _OWN = ("hour", "end")  # the kept columns' own, not the frame's
+_PAGE = mmap.PAGESIZE
+
+
+class _Column:
+    """One kept column in memory of its own (anonymous, private), grown in place.
+
+    Hours of a large fleet's records are gigabytes: growing by copying holds the old
+    and the new copy at once, and compacting into fresh arrays does too. A mapping
+    grows in place (``mremap``), is only paid for where written, and gives back the
+    pages of records let go (``madvise``).
+    """
+
+    def __init__(self, dtype: np.dtype[Any]) -> None:
+        self.dtype = np.dtype(dtype)
+        self._map: mmap.mmap | None = None
+        self.array = np.empty(0, self.dtype)
+
+    def reserve(self, room: int, used: int) -> None:
+        """Room for *room* values, the first *used* kept."""
+        size = -(-room * self.dtype.itemsize // _PAGE) * _PAGE
+        old, self.array = self.array, np.empty(0, self.dtype)
+        if self._map is not None:
+            try:
+                del old  # the mapping can move only when nothing else points into it
+                self._map.resize(size)
+                self.array = np.frombuffer(self._map, self.dtype, room)
+                return
+            except BufferError:  # a view of it outlived its pass: copy, once
+                old = np.frombuffer(self._map, self.dtype, used)
+        fresh = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self.array = np.frombuffer(fresh, self.dtype, room)
+        if used:
+            self.array[:used] = old[:used]
+        self._map = fresh
+
+    def release(self, lo: int, hi: int) -> None:
+        """Give back the whole pages of values *lo* to *hi* (no longer in use)."""
+        if self._map is None:
+            return
+        first = -(-lo * self.dtype.itemsize // _PAGE) * _PAGE
+        last = hi * self.dtype.itemsize // _PAGE * _PAGE
+        if last > first:
+            self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 class _Columns:
-    """One kind's kept records: numpy columns with room to grow, and each record's hour."""
+    """One kind's kept records: numpy columns with room to grow, and each record's hour.
+
+    The records are values ``start`` to ``start + n`` of each column: letting go of the
+    oldest (a pass a minute lets go of a minute) moves only the few kept among them, and
+    gives back the memory before ``start``.
+    """
 
     def __init__(self, kind: str) -> None:
-        self.data = dict(Frame().cols[kind])
-        self.data["hour"] = np.empty(0, np.int32)
+        dtypes = {name: col.dtype for name, col in Frame().cols[kind].items()}
+        dtypes["hour"] = np.dtype(np.int32)
         if kind == "step":  # each step's time as its job's ranks ended it, kept between passes
-            self.data["end"] = np.empty(0, np.float64)
+            dtypes["end"] = np.dtype(np.float64)
+        self._cols = {name: _Column(dtype) for name, dtype in dtypes.items()}
+        self.start = 0
         self.n = 0
         self.placed = 0  # the first records whose "end" is their group's, as of the last pass
+
+    @property
+    def data(self) -> dict[str, np.ndarray]:
+        """Each column from the first record kept (its room to grow after the nth)."""
+        return {name: col.array[self.start :] for name, col in self._cols.items()}
 
     def append(self, cols: dict[str, np.ndarray]) -> None:
         m = int(cols["ts"].size)
         if not m:
             return
-        if self.n + m > self.data["ts"].size:
-            # room for a few more passes' minutes: growing copies everything kept
-            room = max(2 * self.data["ts"].size, (self.n + m) * 5 // 4, 1024)
-            for name, col in self.data.items():
-                grown = np.empty(room, col.dtype)
-                grown[: self.n] = col[: self.n]
-                self.data[name] = grown
-        for name, col in cols.items():
-            self.data[name][self.n : self.n + m] = col
+        if self.start + self.n + m > self._cols["ts"].array.size:
+            self._to_front()
+        if self.start + self.n + m > self._cols["ts"].array.size:
+            # Room for some passes more: untouched room costs address space, not memory.
+            room = max(2 * (self.start + self.n + m), 1 << 16)
+            for col in self._cols.values():
+                col.reserve(room, self.start + self.n)
+        end = self.start + self.n
+        for name, values in cols.items():
+            self._cols[name].array[end : end + m] = values
         self.n += m
 
+    def _to_front(self) -> None:
+        """Move the records to the front once what was let go before them is as long."""
+        if not self.start or self.start < self.n:
+            return
+        lo, hi = self.start, self.start + self.n
+        for col in self._cols.values():
+            col.array[: self.n] = col.array[lo:hi]
+            col.release(self.n, hi)
+        self.start = 0
+
     def view(self) -> dict[str, np.ndarray]:
-        return {name: col[: self.n] for name, col in self.data.items() if name not in _OWN}
+        lo, hi = self.start, self.start + self.n
+        return {name: col.array[lo:hi] for name, col in self._cols.items() if name not in _OWN}
 
     def keep(self, mask: np.ndarray) -> None:
-        """Keep only the records where *mask* (compacted, with room for what comes next)."""
-        self.placed = int(np.count_nonzero(mask[: min(self.placed, self.n)]))
+        """Keep only the records where *mask*, in their order.
+
+        Those before the last record let go move up to it, the rest stay where they are.
+        """
         kept = int(np.count_nonzero(mask))
-        room = max(kept + kept // 2, 1024)
-        for name, col in self.data.items():
-            fresh = np.empty(room, col.dtype)
-            fresh[:kept] = col[: self.n][mask]
-            self.data[name] = fresh
+        if kept == self.n:
+            return
+        self.placed = int(np.count_nonzero(mask[: min(self.placed, self.n)]))
+        gone = int(np.flatnonzero(~mask)[-1]) + 1  # every record from here on is kept
+        ahead = mask[:gone]
+        shift = gone - (kept - (self.n - gone))  # records that go, all before *gone*
+        lo = self.start
+        for col in self._cols.values():
+            values = col.array
+            if shift < gone:
+                values[lo + shift : lo + gone] = values[lo : lo + gone][ahead]
+            col.release(lo, lo + shift)
+        self.start += shift
         self.n = kept
+
+    def by_minute(self, first: int) -> None:
+        """Put records *first* on in the order of their minutes (in order within one).
+
+        A pass appends file after file; a first pass's hours so ordered lie minute
+        after minute, as later passes' do, so that a minute let go is the first kept.
+        """
+        lo, hi = self.start + first, self.start + self.n
+        minute = self._cols["ts"].array[lo:hi] // 60
+        minute -= np.fmin.reduce(minute)  # the first minute (NaN: no record has a time)
+        minute[~(minute < 65535)] = 65535  # an hour's span and more; no time: last
+        order = np.argsort(minute.astype(np.uint16), kind="stable")  # a radix sort
+        del minute
+        for col in self._cols.values():
+            col.array[lo:hi] = col.array[lo:hi][order]
+
+    def cost_to_keep(self, mask: np.ndarray) -> tuple[int, int]:
+        """(records :meth:`keep` would let go, records it would move)."""
+        gone = np.flatnonzero(~mask)
+        if not gone.size:
+            return 0, 0
+        return int(gone.size), int(gone[-1]) + 1 - int(gone.size)
 
 
 @dataclass
@@ -282,6 +383,9 @@ class Analyzer:
         self.read = {"mirror_rows": 0, "parsed_bytes": 0, "steps_placed": 0, "tables_kept": 0}
         before = {kind: cols.n for kind, cols in self._kept.items()}
         uncovered = self._refresh(files, extra)
+        for kind, cols in self._kept.items():
+            if (cols.n - before[kind]) * 4 > cols.n:  # hours read at once: a first pass
+                cols.by_minute(before[kind])
         marks = {kind: cols.n for kind, cols in self._kept.items()}
         placed: np.ndarray | None = None
         length = window_s or cfg.window_s
@@ -457,7 +561,9 @@ class Analyzer:
         """
         if not todo:
             return []
-        expected = sum(size - st.offset for _, st, size in todo)
+        # Room for the new rows (fewer bytes than the lines they mirror) and, in front of
+        # each file's, the string rows and the mark a tail is read behind.
+        expected = sum(size - st.offset + len(st.strings) + mirror.WIDTH for _, st, size in todo)
         reader = _TailReader(expected, self._buffer, self._fd_room)
         files: list[tuple[str, _File, int, int]] = []  # name, state, size, prefix rows
         try:
@@ -642,8 +748,8 @@ class Analyzer:
         return ends
 
     def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int]) -> None:
-        """Let go of records neither this pass nor a later one needs, once they are a good
-        share of the kept.
+        """Let go of records neither this pass nor a later one needs: every pass where they
+        are the first kept (the usual case), else once they are a good share of the kept.
 
         Step records are kept from *start* (the ranks' own history), the others only
         from *judged*, where the windows a pass judges begin. *marks* (per kind, where
@@ -653,9 +759,12 @@ class Analyzer:
         cutoffs["step"] = start - window_s  # steps are placed by their job's median time
         masks = {}
         for kind, cols in self._kept.items():
-            old = cols.data["ts"][: cols.n] < cutoffs[kind]
-            if int(np.count_nonzero(old)) * 4 > cols.n:
-                masks[kind] = ~old
+            keep = ~(cols.data["ts"][: cols.n] < cutoffs[kind])  # (a record without a time stays)
+            # Old records are mostly the first (a pass appends what is new): letting go
+            # of them moves the few kept among them; else it waits until they are many.
+            gone, moved = cols.cost_to_keep(keep)
+            if gone and (moved * 8 <= cols.n or gone * 4 > cols.n):
+                masks[kind] = keep
         for kind, mask in masks.items():
             marks[kind] = int(np.count_nonzero(mask[: marks[kind]]))
             self._kept[kind].keep(mask)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from guardctl.analyze import analyze, incremental
@@ -93,8 +94,13 @@ def replays() -> Iterator[Replays]:
         replay.mirror.close()
 
 
-def _start(replays: Replays, trace: Path, tmp_path: Path, unmirrored: int = 0,
-           settings: Settings | None = None) -> tuple[Path, Replay, Settings, Analyzer]:
+def _start(
+    replays: Replays,
+    trace: Path,
+    tmp_path: Path,
+    unmirrored: int = 0,
+    settings: Settings | None = None,
+) -> tuple[Path, Replay, Settings, Analyzer]:
     """A store the trace is replayed into, its settings and an analyzer over it."""
     store = tmp_path / "store"
     replay = replays(trace, store, unmirrored)
@@ -128,8 +134,8 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("read_bytes", [incremental.READ_BYTES, 40_000])
 def test_passes_a_minute_apart_equal_cold_passes(
-        trace: Path, tmp_path: Path, replays: Replays, read_bytes: int,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    trace: Path, tmp_path: Path, replays: Replays, read_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # 40 kB: the files' new rows are read and decoded a few files at a time, as a first
     # pass at 100k GPUs reads them.
     monkeypatch.setattr(incremental, "READ_BYTES", read_bytes)
@@ -164,7 +170,8 @@ def test_passes_a_minute_apart_equal_cold_passes(
         end = aligned["window"]["end"]
         assert end % 60 == 0 and t - 60 <= end <= t
         assert _without_records(aligned) == _without_records(
-            analyze(store, settings, end).to_dict())
+            analyze(store, settings, end).to_dict()
+        )
         kept[minute] = grid.read["tables_kept"]
         placed.append(read["steps_placed"] / max(inc._kept["step"].n, 1))
         suspects |= {n["node"] for n in got["nodes"] if n["verdict"] == "suspect"}
@@ -191,7 +198,8 @@ def test_passes_a_minute_apart_equal_cold_passes(
 
 
 def test_a_pass_before_what_is_kept_runs_cold(
-        trace: Path, tmp_path: Path, replays: Replays) -> None:
+    trace: Path, tmp_path: Path, replays: Replays
+) -> None:
     store, replay, settings, inc = _start(replays, trace, tmp_path)
     for minute in (5, 10, 15, 20, 25):
         replay.advance(START + 60 * minute)
@@ -201,7 +209,8 @@ def test_a_pass_before_what_is_kept_runs_cold(
 
 
 def test_agent_records_pass_as_in_a_cold_pass(
-        trace: Path, tmp_path: Path, replays: Replays) -> None:
+    trace: Path, tmp_path: Path, replays: Replays
+) -> None:
     """Collector health records (one collector failing) reach the verdicts as a cold pass's."""
     store, replay, settings, inc = _start(replays, trace, tmp_path)
     telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
@@ -263,7 +272,8 @@ def test_directories_are_listed_again_only_when_they_change(tmp_path: Path) -> N
 
 
 def test_a_kept_listing_finds_a_new_hours_files(
-        trace: Path, tmp_path: Path, replays: Replays) -> None:
+    trace: Path, tmp_path: Path, replays: Replays
+) -> None:
     """With the listing settled between passes, new files (a new hour) are still read."""
     store, replay, settings, inc = _start(replays, trace, tmp_path)
     inc._listing.SETTLE_S = 0.1
@@ -278,7 +288,8 @@ def test_a_kept_listing_finds_a_new_hours_files(
 
 
 def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(
-        tmp_path: Path, replays: Replays) -> None:
+    tmp_path: Path, replays: Replays
+) -> None:
     # A two-rank job for 45 minutes, rank 1 twice as slow in the last 15, with its nodes'
     # host records: the step records of the ranks' own history are kept, the others let go.
     from guardctl import layout
@@ -313,7 +324,8 @@ def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(
 
 
 def test_records_let_go_before_judging_beside_a_tail_read_for_one_pass(
-        trace: Path, tmp_path: Path, replays: Replays) -> None:
+    trace: Path, tmp_path: Path, replays: Replays
+) -> None:
     """A first pass over 24 minutes lets go of what no window needs before it judges, while a
     batch its mirror does not cover yet is parsed for that pass only: both passes equal cold."""
     base = load_settings(environ={})
@@ -338,7 +350,8 @@ def test_records_let_go_before_judging_beside_a_tail_read_for_one_pass(
 
 
 def test_a_mirror_replaced_behind_the_one_kept_open(
-        trace: Path, tmp_path: Path, replays: Replays) -> None:
+    trace: Path, tmp_path: Path, replays: Replays
+) -> None:
     """Mirrors stay open from pass to pass; one renamed over (a copy, then written on by its
     writer) is read from the new file, after one pass that parses what the old one lacks."""
     store, replay, settings, inc = _start(replays, trace, tmp_path)
@@ -361,3 +374,77 @@ def test_a_mirror_replaced_behind_the_one_kept_open(
     assert inc.restarts == 0
     inc.close()
     assert state.fd == -1
+
+
+# --- the kept columns --------------------------------------------------------------------
+
+
+def test_kept_columns_let_go_grow_and_move_as_plain_arrays_would() -> None:
+    """Records let go (the oldest first, or anywhere), appended past the room, moved to the
+    front once the memory let go is as long as them: always the records a list would hold."""
+    rng = np.random.default_rng(7)
+    cols = incremental._Columns("host")
+    moved: list[bool] = []
+    to_front = cols._to_front
+
+    def spy() -> None:
+        was = cols.start
+        to_front()
+        moved.append(was > 0 and cols.start == 0)
+
+    cols._to_front = spy  # type: ignore[method-assign]
+    ts: list[float] = []
+    load: list[float] = []
+    clock = 0.0
+    for step in range(60):
+        m = int(rng.integers(1, 5000))
+        new_ts = clock + rng.random(m) * 60.0
+        clock += 60.0
+        new_load = rng.random(m)
+        cols.append({"ts": new_ts, "node": np.zeros(m, np.int32), "cpu_pct": new_load,
+                     "load1": new_load, "mem_used_pct": new_load,
+                     "hour": np.zeros(m, np.int32)})  # fmt: skip
+        ts += new_ts.tolist()
+        load += new_load.tolist()
+        have = np.array(ts)
+        if step % 3 == 2:  # the oldest minutes go, as a pass a minute lets them go
+            mask = ~(have < clock - 600.0)
+        else:  # or records anywhere (an hour no longer read)
+            mask = rng.random(have.size) > 0.1 if step % 7 == 0 else np.ones(have.size, bool)
+        cols.keep(mask)
+        ts = have[mask].tolist()
+        load = np.array(load)[mask].tolist()
+        view = cols.view()
+        assert cols.n == len(ts)
+        assert view["ts"].tolist() == ts
+        assert view["load1"].tolist() == load
+        assert cols.data["ts"][: cols.n].tolist() == ts
+    assert any(moved)  # moved to the front along the way
+
+
+def test_kept_columns_grow_by_a_copy_when_a_view_outlives_its_pass() -> None:
+    cols = incremental._Columns("host")
+    first = np.arange(70_000, dtype=np.float64)
+    zeros = np.zeros(first.size)
+    row: dict[str, np.ndarray] = {
+        "ts": first, "node": zeros.astype(np.int32), "cpu_pct": zeros, "load1": first,
+        "mem_used_pct": zeros, "hour": zeros.astype(np.int32)}  # fmt: skip
+    cols.append(row)
+    held = cols.view()["load1"]  # a frame still held somewhere
+    for _ in range(2):  # past the room: the mapping cannot move under the view
+        cols.append(row)
+    assert held[:3].tolist() == [0.0, 1.0, 2.0] and held[-1] == 69_999.0
+    assert cols.view()["load1"].tolist() == first.tolist() * 3
+
+
+def test_a_first_passs_records_are_put_in_the_order_of_their_minutes() -> None:
+    cols = incremental._Columns("host")
+    ts = np.array([130.0, 5.0, 61.0, np.nan, 10.0, 125.0, 60.0])
+    zeros = np.zeros(ts.size)
+    row: dict[str, np.ndarray] = {
+        "ts": ts, "node": np.arange(ts.size, dtype=np.int32), "cpu_pct": zeros,
+        "load1": zeros, "mem_used_pct": zeros, "hour": zeros.astype(np.int32)}  # fmt: skip
+    cols.append(row)
+    cols.by_minute(1)  # the first record stays where it is
+    got = cols.view()
+    assert got["node"].tolist() == [0, 1, 4, 2, 6, 5, 3]  # by minute, in order within one
