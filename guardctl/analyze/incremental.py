@@ -162,7 +162,8 @@ class _Column:
                 self._map.resize(size)
                 self.array = np.frombuffer(self._map, self.dtype, room)
                 return
-            except BufferError:  # a view of it outlived its pass: copy, once
+            except (BufferError, OSError, SystemError):  # a view of it outlived its pass (or
+                # no mremap here): copy, once
                 old = np.frombuffer(self._map, self.dtype, used)
         fresh = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self.array = np.frombuffer(fresh, self.dtype, room)
@@ -261,7 +262,8 @@ class _Columns:
         after minute, as later passes' do, so that a minute let go is the first kept.
         """
         lo, hi = self.start + first, self.start + self.n
-        minute = self._cols["ts"].array[lo:hi] // 60
+        with np.errstate(invalid="ignore"):  # a time of +-inf has no minute
+            minute = self._cols["ts"].array[lo:hi] // 60
         minute -= np.fmin.reduce(minute)  # the first minute (NaN: no record has a time)
         minute[~(minute < 65535)] = 65535  # an hour's span and more; no time: last
         order = np.argsort(minute.astype(np.uint16), kind="stable")  # a radix sort

@@ -439,7 +439,7 @@ def test_kept_columns_grow_by_a_copy_when_a_view_outlives_its_pass() -> None:
 
 def test_a_first_passs_records_are_put_in_the_order_of_their_minutes() -> None:
     cols = incremental._Columns("host")
-    ts = np.array([130.0, 5.0, 61.0, np.nan, 10.0, 125.0, 60.0])
+    ts = np.array([130.0, 5.0, 61.0, np.nan, 10.0, 125.0, 60.0, np.inf])
     zeros = np.zeros(ts.size)
     row: dict[str, np.ndarray] = {
         "ts": ts, "node": np.arange(ts.size, dtype=np.int32), "cpu_pct": zeros,
@@ -447,4 +447,5 @@ def test_a_first_passs_records_are_put_in_the_order_of_their_minutes() -> None:
     cols.append(row)
     cols.by_minute(1)  # the first record stays where it is
     got = cols.view()
-    assert got["node"].tolist() == [0, 1, 4, 2, 6, 5, 3]  # by minute, in order within one
+    # by minute, in order within one; no time (or no minute) last
+    assert got["node"].tolist() == [0, 1, 4, 2, 6, 5, 3, 7]
