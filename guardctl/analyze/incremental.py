@@ -10,8 +10,10 @@ records. :class:`Analyzer` keeps, from pass to pass:
   its column mirror, the mirror's string rows and its last mark row), so that a
   pass reads only the rows written since, with one read per file;
 - the records of the hours a pass still needs, as growing numpy columns (with
-  the hour bucket each came from), and per hour the input counts and every
-  node's newest timestamp (for where the newest window ends);
+  the hour bucket each came from), each in a mapping of its own that grows in
+  place and gives back the pages of the records let go (see ``_Columns``), and
+  per hour the input counts and every node's newest timestamp (for where the
+  newest window ends);
 - each window's tables (``features.WindowPart``), taken as they are by a later
   pass that judges the same window when no record of theirs joined or left it
   (the controller daemon's windows end on a multiple of its interval, so a pass a
