@@ -397,8 +397,9 @@ def gpu_table(frame: Frame, rows: Rows, hw_xids: np.ndarray, low_q: float) -> Ta
     reasons = c["clock_event_reasons"]
     # Only the samples with a hardware slowdown or an XID are summed: seldom many. (A
     # missing value, INT_MISSING, has none of the bits.)
-    slowed = np.flatnonzero(reasons & FAULT_REASON_BITS)
-    fault, group = reasons[slowed] & FAULT_REASON_BITS, gi.inv[slowed]
+    fault = reasons & FAULT_REASON_BITS
+    slowed = np.flatnonzero(fault)
+    fault, group = fault[slowed], gi.inv[slowed]
     t["fault_frac"] = np.bincount(group, minlength=gi.n) / gi.counts
     bits = np.zeros(gi.n, np.int64)
     for bit in (0x8, 0x20, 0x40, 0x80):

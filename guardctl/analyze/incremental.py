@@ -241,11 +241,10 @@ class _Columns:
 
         Those before the last record let go move up to it, the rest stay where they are.
         """
-        kept = int(np.count_nonzero(mask))
-        if kept == self.n:
+        kept, gone = _let_go(mask)  # every record from *gone* on is kept
+        if not gone:
             return
         self.placed = int(np.count_nonzero(mask[: min(self.placed, self.n)]))
-        gone = int(np.flatnonzero(~mask)[-1]) + 1  # every record from here on is kept
         ahead = mask[:gone]
         shift = gone - (kept - (self.n - gone))  # records that go, all before *gone*
         lo = self.start
@@ -275,10 +274,17 @@ class _Columns:
 
     def cost_to_keep(self, mask: np.ndarray) -> tuple[int, int]:
         """(records :meth:`keep` would let go, records it would move)."""
-        gone = np.flatnonzero(~mask)
-        if not gone.size:
-            return 0, 0
-        return int(gone.size), int(gone[-1]) + 1 - int(gone.size)
+        kept, end = _let_go(mask)
+        gone = mask.size - kept
+        return gone, end - gone
+
+
+def _let_go(mask: np.ndarray) -> tuple[int, int]:
+    """Records kept where *mask*, and the index after the last one let go (0: none goes)."""
+    kept = int(np.count_nonzero(mask))
+    if kept == mask.size:
+        return kept, 0
+    return kept, mask.size - int(np.argmin(mask[::-1]))  # argmin: the first False
 
 
 @dataclass
