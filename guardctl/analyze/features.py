@@ -194,6 +194,7 @@ class GroupIndex:
         self.dense = self.n * self.width <= 4 * rows + 4096
         self._series: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._order: np.ndarray | None = None
+        self._cell: np.ndarray | None = None
         order = np.argsort(self.inv, kind="stable")
         starts = np.cumsum(self.counts) - self.counts
         self.starts = starts
@@ -227,8 +228,10 @@ class GroupIndex:
         """The *qs* quantiles (lower element) of *values* per group, NaN left out."""
         if not self.dense:
             return group_quantiles(self.inv, self.n, values, qs)
+        if self._cell is None:  # each row's place in the matrix, as one flat index
+            self._cell = self.inv * self.width + self.pos
         grid = np.full((self.n, self.width), np.nan)
-        grid[self.inv, self.pos] = values
+        grid.ravel()[self._cell] = values  # (a flat index: half the time of a pair)
         valid = self.width - np.isnan(grid).sum(axis=1)
         grid.sort(axis=1)  # NaN last
         out = []
@@ -243,6 +246,13 @@ class GroupIndex:
 
     def sum(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.inv, weights=values, minlength=self.n)
+
+    def max(self, values: np.ndarray) -> np.ndarray:
+        """Per group: the largest of *values* (integers, or floats without NaN). One pass
+        in the groups' order, where the top quantile would sort every group."""
+        if not self.n:
+            return values[:0]
+        return np.maximum.reduceat(values[self.time_order()], self.starts)
 
     def first_last(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per group: *values* at its first and its last row in time order."""
@@ -464,8 +474,7 @@ def rank_table(frame: Frame, rows: Rows, low_q: float) -> Table:
     # The rank's parallel role, -1 where not known: its pipeline stage, tensor-parallel
     # rank (its place within the stage) and data-parallel rank (its replica).
     for name, column in (("stage", "pp_stage"), ("tp", "tp_rank"), ("dp", "dp_rank")):
-        role = np.where(c[column] == INT_MISSING, -1, c[column]).astype(np.float64)
-        t[name] = gi.quantiles(role, (1.0,))[0].astype(np.int64)
+        t[name] = gi.max(np.where(c[column] == INT_MISSING, -1, c[column]).astype(np.int64))
     t["comm_med"] = gi.median(c["comm_s"])
     t["step_med"] = gi.median(c["step_s"])
     # local rank on the node (ranks in order) stands for the GPU index, as LOCAL_RANK does

@@ -312,7 +312,7 @@ class Analyzer:
         again, its records unchanged, by the pass a window length later, which keeps its
         figures (the controller passes its pass interval)."""
         self.settings = settings
-        self.grid_s = grid_s
+        self.grid_s = float(grid_s)  # (an int would give windows an int end)
         self.path = path
         self.root = path if path is not None else settings.store.root
         self.restarts = 0  # times the state was started over (for tests and logs)

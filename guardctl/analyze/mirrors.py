@@ -206,21 +206,58 @@ def _strings(
     rank = at - np.maximum.accumulate(np.where(first, at, 0))
     usable[f_sorted[index[order] != rank]] = False
     # Distinct texts (table, length, bytes), decoded once each.
-    keys = np.zeros(which.size, [("t", "u1"), ("n", "<u2"), ("p", f"V{chunk}")])
-    keys["t"], keys["n"] = table, size
-    keys["p"] = rows.view(f"V{width}")[which].view([("h", "V8"), ("p", f"V{chunk}")])["p"]
-    uniq, first_use, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    gid = np.zeros(uniq.size, np.int64)
+    first_use, inverse = _distinct(rows.view(np.uint64).reshape(rows.size, width // 8)[which],
+                                   table, size)  # fmt: skip
+    payload = rows.view(f"V{width}")[which].view([("h", "V8"), ("p", f"V{chunk}")])["p"]
+    gid = np.zeros(first_use.size, np.int64)
     tables: dict[str, list[str]] = {t: [] for t in TABLES}
     for u in np.argsort(first_use, kind="stable").tolist():
-        t, n = int(uniq["t"][u]), int(uniq["n"][u])
+        r = int(first_use[u])
+        t, n = int(table[r]), int(size[r])
         if t >= len(TABLES):
             continue
         names = tables[TABLES[t]]
         gid[u] = len(names)
-        names.append(bytes(uniq["p"][u])[:n].decode("utf-8", "surrogatepass"))
-    row_gid = gid[inverse.ravel()]
+        names.append(bytes(payload[r])[:n].decode("utf-8", "surrogatepass"))
+    row_gid = gid[inverse]
     return _index(tables, row_gid[order], t_sorted, f_sorted, usable.size)
+
+
+# Odd multipliers of a string row's words (fixed: a hash, not a secret; any collision is
+# caught below, and costs time, never truth).
+_MIX = np.random.default_rng(0x5EED).integers(1, 2**63, 64, np.uint64) | np.uint64(1)
+
+
+def _distinct(
+    words: np.ndarray, table: np.ndarray, size: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct string rows by (table, length, payload words 1...): each one's first
+    row, and each row's distinct one (numbered in the order of the rows' sort).
+
+    Rows are told apart by a 64-bit hash of their words, then checked word for word
+    against the first row of their hash; only a collision sorts the rows whole, which
+    costs several times more (each row is a key of ``WIDTH`` bytes).
+    """
+    payload = words[:, 1:]
+    with np.errstate(over="ignore"):  # the multiplications wrap around, as they should
+        mixed = (payload * _MIX[: payload.shape[1]]).sum(axis=1, dtype=np.uint64)
+        mixed += table.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        mixed += size.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+    _, first_use, inverse = np.unique(mixed, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    same = first_use[inverse]
+    if (
+        np.array_equal(payload, payload[same])
+        and np.array_equal(table, table[same])
+        and np.array_equal(size, size[same])
+    ):
+        return first_use, inverse
+    chunk = payload.itemsize * payload.shape[1]
+    keys = np.zeros(words.shape[0], [("t", "u1"), ("n", "<u2"), ("p", f"V{chunk}")])
+    keys["t"], keys["n"] = table, size
+    keys["p"] = np.ascontiguousarray(payload).view(f"V{chunk}").ravel()
+    _, first_use, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first_use, inverse.ravel()
 
 
 def _index(

@@ -47,6 +47,11 @@ def test_group_index_quantiles_match_a_plain_computation(huge_group: bool) -> No
     # and the generic path says the same
     generic = group_quantiles(gi.inv, gi.n, values, (0.3,))[0]
     np.testing.assert_array_equal(generic, lo)
+    # the largest value per group is the top quantile, found without sorting
+    roles = rng.integers(-1, 9, n)
+    top = gi.quantiles(roles.astype(np.float64), (1.0,))[0]
+    np.testing.assert_array_equal(gi.max(roles), top.astype(np.int64))
+    assert gi.max(roles).dtype == np.int64 and GroupIndex(ts[:0], a[:0]).max(roles[:0]).size == 0
 
 
 def test_counter_increase_follows_time_not_file_order_and_ignores_resets() -> None:
