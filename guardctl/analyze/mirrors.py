@@ -225,7 +225,7 @@ def _strings(
 
 # Odd multipliers of a string row's words (fixed: a hash, not a secret; any collision is
 # caught below, and costs time, never truth).
-_MIX = np.random.default_rng(0x5EED).integers(1, 2**63, 64, np.uint64) | np.uint64(1)
+_MIX = np.random.default_rng(0x5EED).integers(1, 2**63, WIDTH // 8, np.uint64) | np.uint64(1)
 
 
 def _distinct(
