@@ -237,6 +237,11 @@ def test_second_lab_and_down_idempotent(
     while other.job_info(job)["JobState"] != "RUNNING":
         assert time.monotonic() < deadline, other.job_info(job)
         time.sleep(0.2)
+    # The job is RUNNING once slurmctld has allocated it; slurmd runs the prolog beside
+    # that, so its mark may come a moment later (on a slow machine, after the state).
+    while not marker.exists() or not marker.read_text().endswith("\n"):
+        assert time.monotonic() < deadline, "the prolog never ran"
+        time.sleep(0.2)
     assert marker.read_text().split() == ["node2"]
     ctld_pid = other.controller_pid()
     slurmd_pids = [other.slurmd_pid(n) for n in other.nodes]
