@@ -130,24 +130,41 @@ class Features:
         return end - self.window_s, end
 
 
+# Records a whole-column step takes at a time: its scratch (8 MB of floats) is used again
+# chunk after chunk, where one scratch the column's length (hundreds of MB at 100k GPUs) is
+# memory the process touches afresh every pass (on a virtual machine, as costly as the work).
+CHUNK = 1 << 20
+
+
 def assign_windows(ts: np.ndarray, at: float, window_s: float, n: int) -> np.ndarray:
     """Window index per record (0 newest); -1 when outside the n windows (or no time)."""
-    w = np.subtract(at, ts)  # in place from here: every kept record, each pass
-    w /= window_s
-    np.floor(w, out=w)
-    w[~((w >= 0) & (w < n))] = -1  # after *at* (negative), too old, or NaN
-    return w.astype(np.int8 if n < 127 else np.int64)  # small: scanned again per table
+    out = np.empty(ts.size, np.int8 if n < 127 else np.int64)  # small: scanned per table
+    scratch = np.empty(min(ts.size, CHUNK))
+    for lo in range(0, ts.size, CHUNK):
+        part = ts[lo : lo + CHUNK]
+        w = scratch[: part.size]
+        np.subtract(at, part, out=w)
+        w /= window_s
+        np.floor(w, out=w)
+        w[~((w >= 0) & (w < n))] = -1  # after *at* (negative), too old, or NaN
+        out[lo : lo + part.size] = w
+    return out
 
 
-def _mixed_key(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, int]:
-    """One int64 key per row from several small non-negative integer keys (mixed radix)."""
+def _mixed_key(keys: tuple[np.ndarray, ...], offset: int = 0) -> tuple[np.ndarray, int, list[int]]:
+    """One int64 key per row from several small integer keys (mixed radix), each at least
+    -*offset*; and the key space and each key's radix. (In place: no temporary per key.)"""
     key = np.zeros(keys[0].size, np.int64)
-    space = 1
+    space, sizes = 1, []
     for k in keys:
-        size = int(k.max()) + 1 if k.size else 1
-        key = key * size + k.astype(np.int64)
+        size = int(k.max()) + 1 + offset if k.size else 1
+        key *= size
+        key += k
+        if offset:
+            key += offset
         space *= size
-    return key, space
+        sizes.append(size)
+    return key, space, sizes
 
 
 def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
@@ -157,8 +174,7 @@ def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]
     """
     if not keys[0].size:
         return np.empty(0, np.int64), np.empty(0, np.int64), [np.empty(0, np.int64) for _ in keys]
-    shifted = tuple(k.astype(np.int64) + 1 for k in keys)  # keys may be -1
-    key, space = _mixed_key(shifted)
+    key, space, sizes = _mixed_key(keys, offset=1)  # keys may be -1
     if space <= 4 * key.size + 4096:  # dense: counting, no sort
         counts_all = np.bincount(key, minlength=space)
         present = np.flatnonzero(counts_all)
@@ -169,8 +185,7 @@ def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]
         uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
     parts = []
     rest = uniq
-    for k in reversed(shifted):
-        size = int(k.max()) + 1
+    for size in reversed(sizes):
         parts.append(rest % size - 1)
         rest = rest // size
     parts.reverse()
@@ -195,16 +210,16 @@ class GroupIndex:
         self._series: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._order: np.ndarray | None = None
         self._cell: np.ndarray | None = None
+        self._grid: np.ndarray | None = None  # the matrix, used again metric after metric
         order = np.argsort(self.inv, kind="stable")
         starts = np.cumsum(self.counts) - self.counts
         self.starts = starts
         pos = np.empty(rows, np.int64)
         pos[order] = np.arange(rows) - np.repeat(starts, self.counts)
         if self.dense:
-            grid = np.full((self.n, self.width), np.inf)
+            grid = self._grid = np.full((self.n, self.width), np.inf)
             grid[self.inv, pos] = ts
-            with np.errstate(invalid="ignore"):  # inf - inf in the padding
-                unordered = bool((np.diff(grid, axis=1) < 0).any())
+            unordered = bool((grid[:, 1:] < grid[:, :-1]).any())  # (the padding: inf, last)
             if unordered:  # written out of order: sort each group
                 by_time = np.argsort(grid, axis=1, kind="stable")
                 slot = np.empty_like(by_time)
@@ -230,7 +245,10 @@ class GroupIndex:
             return group_quantiles(self.inv, self.n, values, qs)
         if self._cell is None:  # each row's place in the matrix, as one flat index
             self._cell = self.inv * self.width + self.pos
-        grid = np.full((self.n, self.width), np.nan)
+        if self._grid is None:
+            self._grid = np.empty((self.n, self.width))
+        grid = self._grid
+        grid.fill(np.nan)
         grid.ravel()[self._cell] = values  # (a flat index: half the time of a pair)
         valid = self.width - np.isnan(grid).sum(axis=1)
         grid.sort(axis=1)  # NaN last
@@ -317,9 +335,12 @@ class Rows:
 
 
 def _rows(cols: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
-    """The rows of *cols* where *keep*; no copy when that is all of them (the usual pass)."""
-    if keep.all():
-        return cols
+    """The rows of *cols* where *keep*: views, no copy, when they are one run of rows (every
+    row, or a window of records kept in the order of their minutes), else copies."""
+    if keep.size:
+        lo, hi = int(np.argmax(keep)), keep.size - int(np.argmax(keep[::-1]))
+        if keep[lo] and np.count_nonzero(keep) == hi - lo:
+            return {name: col[lo:hi] for name, col in cols.items()}
     return {name: col[keep] for name, col in cols.items()}
 
 
@@ -330,22 +351,28 @@ def _node_jobs(frame: Frame, steps: Rows, gpus: Rows) -> np.ndarray:
     there: a source that labels GPUs with their job (dcgm-exporter's ``hpc_job``) gives
     peer groups without the probe.
     """
-    out = _most_records(frame, frame.cols["step"], steps)
+    out = _most_records(frame, _rows(_named(frame.cols["step"]), steps.keep), steps)
     gpu = frame.cols["gpu"]
-    if "job" in gpu and (gpu["job"] >= 0).any():
-        named = gpu["job"] >= 0
-        labelled = Rows(gpus.keep & named, gpus.wrev[named[gpus.keep]], gpus.n_windows)
-        out = np.where(out >= 0, out, _most_records(frame, gpu, labelled))
+    if "job" in gpu:
+        c = _rows(_named(gpu), gpus.keep)
+        named = c["job"] >= 0
+        if named.any():
+            labelled = _rows(c, named)
+            by_gpus = _most_records(frame, labelled, Rows(named, gpus.wrev[named], gpus.n_windows))
+            out = np.where(out >= 0, out, by_gpus)
     return out
 
 
+def _named(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"node": cols["node"], "job": cols["job"]}
+
+
 def _most_records(frame: Frame, cols: dict[str, np.ndarray], rows: Rows) -> np.ndarray:
-    """Per (window, node), the job most of the records of *cols* in *rows* name, or -1."""
+    """Per (window, node), the job most of *cols* (the records of *rows*) name, or -1."""
     out = np.full((rows.n_windows, len(frame.nodes)), NO_PEER, np.int64)
     if not rows.wrev.size:
         return out
-    keep = rows.keep
-    _, cnt, (w, node, job) = _groups(rows.w(rows.wrev), cols["node"][keep], cols["job"][keep])
+    _, cnt, (w, node, job) = _groups(rows.w(rows.wrev), cols["node"], cols["job"])
     # The most frequent job is written last and wins; a tie goes to the later job name, so
     # that the choice does not depend on the order in which the files were read.
     by_name = np.argsort(np.argsort(np.array(frame.jobs, dtype=object), kind="stable"))
@@ -680,12 +707,10 @@ def _figure(
         for (w, name), future in futures.items():
             parts[w].tables[name] = future.result()
             parts[w].records[name] = int(counts[TABLES[name][0]][w])
-            if name == "rank":
+            if name in ("rank", "gpu"):  # (GPU records may name their job: _node_jobs)
                 parts[w].node_job = None
-    gpu = frame.cols["gpu"]
-    labelled = "job" in gpu and bool((gpu["job"] >= 0).any())  # GPU records name jobs too
     for w, part in enumerate(parts):
-        if part.node_job is None or labelled:
+        if part.node_job is None:
             steps, gpus = Rows.window(wins["step"], w), Rows.window(wins["gpu"], w)
             part.node_job = _node_jobs(frame, steps, gpus)[0]
 
@@ -720,7 +745,7 @@ def _join(
         pieces = [(w, parts[w].tables[name]) for w in range(len(parts) - 1, -1, -1)]
         cols = {col: np.concatenate([t[col] for _, t in pieces]) for col in pieces[0][1].cols}
         cols["w"] = np.concatenate([np.full(len(t), w, np.int64) for w, t in pieces])
-        key, _ = _mixed_key(tuple(cols[k] + 1 for k in keys))
+        key, _, _ = _mixed_key(tuple(cols[k] for k in keys), offset=1)
         order = np.argsort(key, kind="stable")
         t = Table({col: values[order] for col, values in cols.items()})
         same = np.zeros(len(t), bool)

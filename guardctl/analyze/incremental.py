@@ -61,7 +61,7 @@ from guardctl.analyze.engine import (
     history_needed,
     steps_needed,
 )
-from guardctl.analyze.features import Parts, step_ends
+from guardctl.analyze.features import CHUNK, Parts, step_ends
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
     Listing,
@@ -77,10 +77,13 @@ from guardctl.telemetry import mirror, schema
 from guardctl.telemetry.columns import TABLE_OF, TABLES
 
 _ROW = row_dtype(mirror.WIDTH)
-# New bytes (of the JSON Lines files) whose mirror rows are read and decoded at once: a
-# first pass reads whole hours (gigabytes at 100k GPUs), and its read buffer and decoded
-# blocks, twice the mirrors' size, would come on top of the kept records.
-READ_BYTES = 256 << 20
+# New bytes (of the JSON Lines files) whose mirror rows are read and decoded at once, into
+# one buffer that the next group and the next pass read into again: on a virtual machine,
+# memory the process has not touched yet costs about as much as reading into it (the host
+# backs it page by page), and a pass a minute at 100k GPUs reads some 300 MB of rows.
+READ_BYTES = 64 << 20
+# A buffer larger than this (one file's tail alone was larger) is not kept for later.
+KEEP_BUFFER = 2 * READ_BYTES + (8 << 20)
 # A mark row: kind, then its slots (start = 0, end, lines = 0, checksum);
 # see guardctl.telemetry.mirror.
 _MARK = struct.Struct(f"<B15xqqqq{mirror.WIDTH - 48}x")
@@ -259,12 +262,17 @@ class _Columns:
     def by_minute(self, first: int) -> None:
         """Put records *first* on in the order of their minutes (in order within one).
 
-        A pass appends file after file; a first pass's hours so ordered lie minute
-        after minute, as later passes' do, so that a minute let go is the first kept.
+        A pass appends file after file. Its records so ordered lie minute after minute,
+        as the passes before's do: a minute let go is the first kept, and a window whose
+        edges are whole minutes (the controller's) is one run of records, which its
+        tables read in place (``features._rows``). A minute here is the one that ends at
+        or after the record, as a window ends at or after its records.
         """
         lo, hi = self.start + first, self.start + self.n
+        if hi - lo < 2:
+            return
         with np.errstate(invalid="ignore"):  # a time of +-inf has no minute
-            minute = self._cols["ts"].array[lo:hi] // 60
+            minute = np.ceil(self._cols["ts"].array[lo:hi] / 60)
         minute -= np.fmin.reduce(minute)  # the first minute (NaN: no record has a time)
         minute[~(minute < 65535)] = 65535  # an hour's span and more; no time: last
         order = np.argsort(minute.astype(np.uint16), kind="stable")  # a radix sort
@@ -394,8 +402,7 @@ class Analyzer:
         before = {kind: cols.n for kind, cols in self._kept.items()}
         uncovered = self._refresh(files, extra)
         for kind, cols in self._kept.items():
-            if (cols.n - before[kind]) * 4 > cols.n:  # hours read at once: a first pass
-                cols.by_minute(before[kind])
+            cols.by_minute(before[kind])
         marks = {kind: cols.n for kind, cols in self._kept.items()}
         placed: np.ndarray | None = None
         length = window_s or cfg.window_s
@@ -586,12 +593,8 @@ class Analyzer:
                     files.append((name, state, size, got))
         finally:
             self._fd_room = reader.fd_room
-        # The next pass reads into the same pages (fresh memory costs about as much as
-        # reading into it), unless the buffer is far larger than what this pass read, or
-        # it holds mostly whole files (a first pass: gigabytes at 100k GPUs, which a pass
-        # a minute later does not need, let go before this pass judges).
-        sized = reader.buf.size <= 4 * reader.end + (8 << 20) and reader.whole * 2 <= reader.end
-        self._buffer = reader.buf if sized else None
+        # The next group, and the next pass, read into the same pages (see READ_BYTES).
+        self._buffer = reader.buf if reader.buf.size <= KEEP_BUFFER else None
         if not files:
             return []
         counts = reader.counts
@@ -617,13 +620,17 @@ class Analyzer:
             new_strings.setdefault(int(file_of[r]), []).append(r)
         raw = reader.view
         width = mirror.WIDTH
-        for j, (name, state, size, prefix) in enumerate(files):
-            if not decoded.usable[j]:
+        # (As lists: tens of thousands of files a pass, a numpy scalar each costs more.)
+        per_file = zip(files, decoded.usable.tolist(), first.tolist(), used_end.tolist(),
+                       decoded.covered.tolist(), decoded.stopped.tolist(), strict=True)  # fmt: skip
+        for j, ((name, state, size, prefix), usable, lo, hi, covered, stopped) in enumerate(
+            per_file
+        ):
+            if not usable:
                 state.mirror = False  # as a cold pass, parse what the mirror cannot give
                 self._close(state)
                 parsed.append((name, state, size))
                 continue
-            lo, hi = int(first[j]), int(used_end[j])
             if j in new_strings:
                 added = b"".join(raw[r * width : (r + 1) * width] for r in new_strings[j])
                 state.strings += added
@@ -632,8 +639,8 @@ class Analyzer:
             if consumed > (1 if state.rows else 0):
                 state.mark = bytes(raw[(hi - 1) * width : hi * width])
             state.rows += consumed - (1 if state.rows else 0)
-            state.offset = int(decoded.covered[j])
-            if decoded.stopped[j]:
+            state.offset = covered
+            if stopped:
                 state.mirror = False  # a line the parser rejects: the rest is parsed
                 self._close(state)
                 parsed.append((name, state, size))
@@ -642,8 +649,8 @@ class Analyzer:
                 # one kept open: opened again next pass.
                 self._close(state)
                 uncovered.append((name, state, size))
-        # The rows are decoded: a buffer not kept for the next pass goes before the
-        # records are copied into the kept columns (a first pass's, gigabytes at 100k GPUs).
+        # The rows are decoded: a buffer not kept goes before the records are copied
+        # into the kept columns.
         del reader, rows, raw
         self._add(decoded.cols, decoded.frame_tables, hours, per_kind, True, None)
         return uncovered
@@ -748,7 +755,9 @@ class Analyzer:
             return ends
         low = np.full(len(self._names.lists["jobs"]) + 1, np.iinfo(np.int64).max)
         np.minimum.at(low, job[placed:], step[placed:])
-        redo = np.flatnonzero(step >= low[job])
+        # (By chunks: the lowest step of every record's job is a column of its own.)
+        chunks = [slice(lo, lo + CHUNK) for lo in range(0, n, CHUNK)]
+        redo = np.concatenate([c.start + np.flatnonzero(step[c] >= low[job[c]]) for c in chunks])
         old = ends[redo]
         ends[redo] = step_ends(cols.data["ts"][redo], job[redo], step[redo])
         self.read["steps_placed"] = int(redo.size)
@@ -818,8 +827,8 @@ class _TailReader(RowBuffer):
         """Room for *expected* bytes: *spare* (a buffer from an earlier pass) if big enough;
         *fd_room* mirrors it may keep open."""
         reuse = spare is not None and spare.size >= expected + (1 << 20)
-        super().__init__(0 if reuse else expected)
-        self.whole = 0  # bytes of files read whole (first read)
+        # (A new one with room to spare: the next group's files may hold a little more.)
+        super().__init__(0 if reuse else expected + expected // 4)
         self.fd_room = fd_room
         if reuse:
             assert spare is not None
@@ -857,9 +866,7 @@ class _TailReader(RowBuffer):
             n = os.preadv(fd, [self.head, self.view[self.end :]], 0)
         if n < mirror.PREAMBLE_SIZE or not mirror.check_preamble(self.head, state.ino):
             return None
-        rows = (n - mirror.PREAMBLE_SIZE) // mirror.WIDTH
-        self.whole += rows * mirror.WIDTH
-        self._done(rows)
+        self._done((n - mirror.PREAMBLE_SIZE) // mirror.WIDTH)
         return 0
 
     def _tail(self, fd: int, state: _File) -> int:

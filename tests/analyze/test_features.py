@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from guardctl.analyze.features import GroupIndex, group_quantiles
+from guardctl.analyze.features import GroupIndex, _rows, assign_windows, group_quantiles
 from guardctl.analyze.frame import INT_MISSING
 
 
@@ -64,3 +64,37 @@ def test_counter_increase_follows_time_not_file_order_and_ignores_resets() -> No
     by_key = {(int(k0), int(k1)): v for k0, k1, v in zip(*gi.keys, inc, strict=True)}
     # 5 -> 7 -> 12 in window 0; 12 -> 0 (reset: 0) -> 3 in window 1; a missing value: 0
     assert by_key == {(0, 0): 7.0, (0, 1): 3.0, (1, 0): 0.0}
+
+
+@pytest.mark.parametrize(
+    "keep, run",
+    [
+        ([0, 1, 1, 1, 0, 0], True),  # one window of records kept in minute order
+        ([1, 1, 1, 1, 1, 1], True),
+        ([0, 0, 0, 0, 0, 1], True),
+        ([0, 1, 0, 1, 0, 0], False),  # records of the window apart: copied
+        ([0, 0, 0, 0, 0, 0], False),
+    ],
+)
+def test_a_tables_rows_are_read_in_place_when_they_lie_together(keep: list[int], run: bool) -> None:
+    cols = {"ts": np.arange(6.0), "node": np.arange(6, dtype=np.int32) * 10}
+    mask = np.array(keep, bool)
+    got = _rows(cols, mask)
+    assert got["ts"].tolist() == cols["ts"][mask].tolist()
+    assert got["node"].tolist() == cols["node"][mask].tolist()
+    assert np.shares_memory(got["ts"], cols["ts"]) is run
+
+
+def test_windows_are_assigned_chunk_by_chunk_as_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from guardctl.analyze import features
+
+    rng = np.random.default_rng(5)
+    ts = rng.uniform(-100.0, 1000.0, 1001)
+    ts[::97] = np.nan
+    ts[5], ts[6], ts[7] = np.inf, -np.inf, 600.0  # no time, and a record on an edge
+    whole = assign_windows(ts, 900.0, 300.0, 3)
+    monkeypatch.setattr(features, "CHUNK", 64)
+    assert assign_windows(ts, 900.0, 300.0, 3).tolist() == whole.tolist()
+    want = np.floor((900.0 - ts) / 300.0)
+    want[~((want >= 0) & (want < 3))] = -1
+    assert whole.tolist() == want.astype(int).tolist()

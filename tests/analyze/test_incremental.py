@@ -437,7 +437,7 @@ def test_kept_columns_grow_by_a_copy_when_a_view_outlives_its_pass() -> None:
     assert cols.view()["load1"].tolist() == first.tolist() * 3
 
 
-def test_a_first_passs_records_are_put_in_the_order_of_their_minutes() -> None:
+def test_a_passs_records_are_put_in_the_order_of_their_minutes() -> None:
     cols = incremental._Columns("host")
     ts = np.array([130.0, 5.0, 61.0, np.nan, 10.0, 125.0, 60.0, np.inf])
     zeros = np.zeros(ts.size)
@@ -447,5 +447,51 @@ def test_a_first_passs_records_are_put_in_the_order_of_their_minutes() -> None:
     cols.append(row)
     cols.by_minute(1)  # the first record stays where it is
     got = cols.view()
-    # by minute, in order within one; no time (or no minute) last
-    assert got["node"].tolist() == [0, 1, 4, 2, 6, 5, 3, 7]
+    # by the minute that ends at or after each (60 s: the first), in order within one; no
+    # time (or no minute) last
+    assert got["node"].tolist() == [0, 1, 4, 6, 2, 5, 3, 7]
+
+
+def test_gpu_records_that_name_their_job_give_a_kept_windows_peers_as_a_cold_pass(
+    tmp_path: Path, replays: Replays
+) -> None:
+    """Without the probe, the GPU records' job labels (dcgm-exporter's hpc_job) make the
+    peer groups: a node whose records arrive late, into windows judged before, and name
+    the other job there, moves to that job's peers as a cold pass moves it (a window's
+    jobs are figured again when its GPU records change)."""
+    from guardctl import layout
+
+    src, store = tmp_path / "src", tmp_path / "store"
+    files: dict[Path, list[str]] = {}
+    for s in range(0, 2400, 10):
+        ts = START + s
+        for n in range(10):
+            node = f"ln{n:02d}"
+            job = "B" if n >= 6 or (n == 3 and s >= 1200) else "A"  # ln03: B from minute 20
+            # Job A's GPUs clock lower (the fleet's most): ln03, still clocked as A's, is
+            # slow only beside its new peers.
+            clock = (1980.0 if n >= 6 else 1580.0) + 15.0 * (n % 3)
+            for gpu in range(2):
+                rec = make_record(
+                    "gpu", node, ts, gpu=gpu, sm_clock_mhz=clock, power_w=650.0,
+                    power_limit_w=700.0, temp_c=60.0, util_pct=95.0, job=job,
+                )  # fmt: skip
+                files.setdefault(layout.node_telemetry_file(src, node, ts), []).append(dumps(rec))
+    for path, lines in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+    replay = replays(src, store)
+    late = max(r for r in replay.lines if "/ln03/" in r)  # its second hour's file
+    replay.held[late] = START + 60 * 33  # ln03's agent catches up after 12 minutes
+    settings = load_settings(environ={})
+    grid = Analyzer(settings, store, grid_s=60.0)
+    kept, flagged = [], []
+    for minute in range(22, 40):
+        replay.advance(START + 60 * minute)
+        got = grid.analyze().to_dict()
+        end = got["window"]["end"]
+        assert _without_records(got) == _without_records(analyze(store, settings, end).to_dict())
+        kept.append(grid.read["tables_kept"])
+        flagged.append({n["node"]: n["verdict"] for n in got["nodes"]}.get("ln03"))
+    assert max(kept) > 0, "some passes took windows' tables from earlier passes"
+    assert "suspect" not in flagged[:11] and flagged[-1] == "suspect", "judged once in B's group"
