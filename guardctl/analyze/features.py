@@ -693,26 +693,33 @@ Parts = MutableMapping[tuple[float, float], WindowPart]  # by (window end, windo
 
 def _figure(
     frame: Frame, wins: dict[str, np.ndarray], parts: list[WindowPart],
-    counts: dict[str, np.ndarray], hw_xids: np.ndarray, low_q: float,
+    counts: dict[str, np.ndarray], hw_xids: np.ndarray, low_q: float, pool: ThreadPoolExecutor,
 ) -> None:  # fmt: skip
-    """Give each window's part (newest first) the tables its records no longer match."""
+    """Give each window's part (newest first) the tables its records no longer match, and
+    its jobs where its step or GPU tables are figured again (GPU records may name jobs)."""
     todo = [(w, name) for w, part in enumerate(parts) for name, (kind, _) in TABLES.items()
             if name not in part.tables or part.records[name] != counts[kind][w]]  # fmt: skip
+    todo.sort(key=lambda item: _LONGEST_FIRST.index(item[1]))
     # The tables only read the frame: two at a time (numpy's sorts and copies let go of the
-    # interpreter), the GPU tables, about half the work, beside the others.
-    with ThreadPoolExecutor(2) as pool:
-        futures = {(w, name): pool.submit(_window_table, frame, name, wins[TABLES[name][0]], w,
-                                          hw_xids, low_q)
-                   for w, name in todo}  # fmt: skip
-        for (w, name), future in futures.items():
-            parts[w].tables[name] = future.result()
-            parts[w].records[name] = int(counts[TABLES[name][0]][w])
-            if name in ("rank", "gpu"):  # (GPU records may name their job: _node_jobs)
-                parts[w].node_job = None
-    for w, part in enumerate(parts):
-        if part.node_job is None:
-            steps, gpus = Rows.window(wins["step"], w), Rows.window(wins["gpu"], w)
-            part.node_job = _node_jobs(frame, steps, gpus)[0]
+    # interpreter), the longest first.
+    futures = {(w, name): pool.submit(_window_table, frame, name, wins[TABLES[name][0]], w,
+                                      hw_xids, low_q)
+               for w, name in todo}  # fmt: skip
+    redo = {w for w, name in todo if name in ("rank", "gpu")}
+    redo |= {w for w, part in enumerate(parts) if part.node_job is None}
+    jobs = {w: pool.submit(_window_jobs, frame, wins, w) for w in sorted(redo)}
+    for (w, name), future in futures.items():
+        parts[w].tables[name] = future.result()
+        parts[w].records[name] = int(counts[TABLES[name][0]][w])
+    for w, job in jobs.items():
+        parts[w].node_job = job.result()
+
+
+_LONGEST_FIRST = ("rank", "gpu", "nic", "host")
+
+
+def _window_jobs(frame: Frame, wins: dict[str, np.ndarray], w: int) -> np.ndarray:
+    return _node_jobs(frame, Rows.window(wins["step"], w), Rows.window(wins["gpu"], w))[0]
 
 
 def _window_table(frame: Frame, name: str, win: np.ndarray, w: int, hw_xids: np.ndarray,
@@ -805,13 +812,15 @@ def extract(
     # an end a little different put on the other side of an edge).
     counts = {kind: np.array([np.count_nonzero(win == w) for w in range(n_windows)])
               for kind, win in wins.items()}  # fmt: skip
-    _figure(frame, wins, mine, counts, np.array(hw_xids, np.int64), low_q)
+    with ThreadPoolExecutor(2) as pool:  # (the sampling interval beside the tables)
+        interval = pool.submit(_interval, frame, wins)
+        _figure(frame, wins, mine, counts, np.array(hw_xids, np.int64), low_q, pool)
     node_job, tables = _join(mine, len(frame.nodes), min_peers, min_rank_peers)
     history = History(own_history, min_samples, low_q)
     own_reference(tables["rank"], frame, ends, at, window_s, n_windows, history)
     shape = (n_windows, len(frame.nodes))
     has_data, seen = coverage(
-        tables, shape, _interval(frame, wins), window_s, min_samples, min_coverage
+        tables, shape, interval.result(), window_s, min_samples, min_coverage
     )
     return Features(
         at=at,

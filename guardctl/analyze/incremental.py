@@ -11,8 +11,9 @@ records. :class:`Analyzer` keeps, from pass to pass:
   pass reads only the rows written since, with one read per file;
 - the records of the hours a pass still needs, as growing numpy columns (with
   the hour bucket each came from), each in a mapping of its own that grows in
-  place and gives back the pages of the records let go (see ``_Columns``), and
-  per hour the input counts and every node's newest timestamp (for where the
+  place and gives back the pages of the records let go (see ``_Columns``), in
+  the order of their minutes (a window on the minute grid is then one run of
+  records, which its tables read in place), and per hour the input counts and every node's newest timestamp (for where the
   newest window ends);
 - each window's tables (``features.WindowPart``), taken as they are by a later
   pass that judges the same window when no record of theirs joined or left it
@@ -259,20 +260,20 @@ class _Columns:
         self.start += shift
         self.n = kept
 
-    def by_minute(self, first: int) -> None:
-        """Put records *first* on in the order of their minutes (in order within one).
+    def by_minute(self, first: int, stop: int | None = None, time: str = "ts") -> None:
+        """Put records *first* to *stop* in the order of their minutes (in order within one).
 
         A pass appends file after file. Its records so ordered lie minute after minute,
         as the passes before's do: a minute let go is the first kept, and a window whose
         edges are whole minutes (the controller's) is one run of records, which its
         tables read in place (``features._rows``). A minute here is the one that ends at
-        or after the record, as a window ends at or after its records.
+        or after the record's *time*, as a window ends at or after its records.
         """
-        lo, hi = self.start + first, self.start + self.n
+        lo, hi = self.start + first, self.start + (self.n if stop is None else stop)
         if hi - lo < 2:
             return
         with np.errstate(invalid="ignore"):  # a time of +-inf has no minute
-            minute = np.ceil(self._cols["ts"].array[lo:hi] / 60)
+            minute = np.ceil(self._cols[time].array[lo:hi] / 60)
         minute -= np.fmin.reduce(minute)  # the first minute (NaN: no record has a time)
         minute[~(minute < 65535)] = 65535  # an hour's span and more; no time: last
         order = np.argsort(minute.astype(np.uint16), kind="stable")  # a radix sort
@@ -426,7 +427,7 @@ class Analyzer:
             self._prune(end - span, judged, length, marks)
             self._parts_from(judged, length)
             frame = self._frame()
-            ends = placed = self._place_steps()
+            ends = placed = self._place_steps(marks["step"])
             mine = [(end - w * length, length) for w in range(cfg.persist_n)]
             kept = [dict(self._parts[k].tables) if k in self._parts else {} for k in mine]
             result = analyze_frame(frame, cfg, at=end, window_s=window_s, step_ends=ends,
@@ -738,14 +739,16 @@ class Analyzer:
             frame.cols[kind] = cols.view()  # every hour kept is one this pass reads
         return frame
 
-    def _place_steps(self) -> np.ndarray:
+    def _place_steps(self, kept: int) -> np.ndarray:
         """Each kept step record's time as a cold pass places it (:func:`step_times`),
         figured again only for the groups that records new since the last pass joined.
 
         A (job, step) group's rows all have that step: per job, every row from the
         lowest step a new row has is taken, so each group touched is taken whole and gets
         what a cold pass gives it. Records read for one pass only (bytes no mirror covers
-        yet) are new again in the next pass, whose figures then count them again.
+        yet, from *kept* on) are new again in the next pass, whose figures then count
+        them again. The new records kept are then put in the order of their placed
+        minutes, which are their windows' (the rank table reads them in place).
         """
         cols = self._kept["step"]
         n, placed = cols.n, min(cols.placed, cols.n)
@@ -764,6 +767,7 @@ class Analyzer:
         # A record that moved leaves one window and joins another; a new one joins one.
         moved = (old != ends[redo]) & (redo < placed)
         self._touched({"step": np.concatenate((old[moved], ends[redo][moved | (redo >= placed)]))})
+        cols.by_minute(placed, kept, time="end")
         return ends
 
     def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int]) -> None:
