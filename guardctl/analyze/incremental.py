@@ -13,8 +13,8 @@ records. :class:`Analyzer` keeps, from pass to pass:
   the hour bucket each came from), each in a mapping of its own that grows in
   place and gives back the pages of the records let go (see ``_Columns``), in
   the order of their minutes (a window on the minute grid is then one run of
-  records, which its tables read in place), and per hour the input counts and every node's newest timestamp (for where the
-  newest window ends);
+  records, which its tables read in place), and per hour the input counts and
+  every node's newest timestamp (for where the newest window ends);
 - each window's tables (``features.WindowPart``), taken as they are by a later
   pass that judges the same window when no record of theirs joined or left it
   (the controller daemon's windows end on a multiple of its interval, so a pass a
