@@ -677,12 +677,11 @@ class WindowPart:
     node_job: np.ndarray | None = None  # per node: the job it ran in the window, or NO_PEER
 
     def drop(self, kind: str) -> None:
-        """Forget what records of *kind* make (their window's records changed)."""
+        """Forget what records of *kind* make (their window's records changed; the jobs
+        go with the rank and GPU tables, see _figure)."""
         for name, (of, _) in TABLES.items():
             if of == kind:
                 self.tables.pop(name, None)
-        if kind == "step":
-            self.node_job = None
 
 
 # Per table: the records it sums and the keys of its groups (a window last).

@@ -331,7 +331,7 @@ class Analyzer:
         self.read = {"mirror_rows": 0, "parsed_bytes": 0, "steps_placed": 0, "tables_kept": 0}
         self._listing = Listing()
         self._groups: tuple[int, dict[str, list[str]]] = (-1, {})  # by the listing's version
-        self._buffer: np.ndarray | None = None  # the last pass's read buffer, its pages mapped
+        self._buffer: np.ndarray | None = None  # the last group's read buffer, its pages mapped
         # Mirrors kept open between passes (an open and a close less per file and pass), up to
         # a quarter of the open-files limit: the process has other files to open.
         self._fd_room = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
@@ -828,7 +828,7 @@ class _TailReader(RowBuffer):
     """Reads the new rows of many column mirrors into one buffer, one system call each."""
 
     def __init__(self, expected: int, spare: np.ndarray | None, fd_room: int) -> None:
-        """Room for *expected* bytes: *spare* (a buffer from an earlier pass) if big enough;
+        """Room for *expected* bytes: *spare* (an earlier group's buffer) if big enough;
         *fd_room* mirrors it may keep open."""
         reuse = spare is not None and spare.size >= expected + (1 << 20)
         # (A new one with room to spare: the next group's files may hold a little more.)
