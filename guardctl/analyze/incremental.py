@@ -748,7 +748,8 @@ class Analyzer:
         what a cold pass gives it. Records read for one pass only (bytes no mirror covers
         yet, from *kept* on) are new again in the next pass, whose figures then count
         them again. The new records kept are then put in the order of their placed
-        minutes, which are their windows' (the rank table reads them in place).
+        minutes, which are their windows' (the rank table reads them in place), with
+        the kept ones whose minute changed.
         """
         cols = self._kept["step"]
         n, placed = cols.n, min(cols.placed, cols.n)
@@ -767,8 +768,26 @@ class Analyzer:
         # A record that moved leaves one window and joins another; a new one joins one.
         moved = (old != ends[redo]) & (redo < placed)
         self._touched({"step": np.concatenate((old[moved], ends[redo][moved | (redo >= placed)]))})
-        cols.by_minute(placed, kept, time="end")
+        cols.by_minute(self._reordered_from(redo[moved], old[moved], placed, kept), kept,
+                       time="end")  # fmt: skip
         return ends
+
+    def _reordered_from(self, moved: np.ndarray, old: np.ndarray, placed: int, kept: int) -> int:
+        """Where the step records to put in minute order begin: the new ones (from *placed*),
+        and from the first kept one (of *moved*, once at *old*) whose time left its minute,
+        when that is not far back.
+
+        A step's time is its job's ranks' median: the ranks that ended a step a pass
+        before the others (a clock behind theirs) placed it then in a minute it leaves
+        once the others come. Left where it lay, it is a hole in its old window's run of
+        records, and every table of that window reads a copy of its records.
+        """
+        before, now = np.ceil(old / 60), np.ceil(self._kept["step"].data["end"][moved] / 60)
+        left = moved[(before != now) & ~(np.isnan(before) & np.isnan(now))]
+        first = int(left.min()) if left.size else placed
+        # Not far back: one left where it lay costs its window's tables a copy each pass,
+        # but sorting all the kept records behind a rank's writer an hour late costs more.
+        return first if kept - first <= max(2 * (kept - placed), kept // 4) else placed
 
     def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int]) -> None:
         """Let go of records neither this pass nor a later one needs: every pass where they

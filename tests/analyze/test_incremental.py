@@ -452,6 +452,45 @@ def test_a_passs_records_are_put_in_the_order_of_their_minutes() -> None:
     assert got["node"].tolist() == [0, 1, 4, 6, 2, 5, 3, 7]
 
 
+def test_steps_whose_time_moves_to_another_minute_are_kept_in_minute_order(
+    tmp_path: Path, replays: Replays
+) -> None:
+    """A rank whose clock is 40 s behind its job's writes each step 40 s before the others:
+    a pass places those steps by it alone, the next by the job's median, a minute on. The
+    kept records that moved are put in their new minute (a window stays one run of records,
+    read in place), and every pass equals a cold one."""
+    from guardctl import layout
+
+    src, store = tmp_path / "src", tmp_path / "store"
+    files: dict[Path, list[str]] = {}
+    for step in range(0, 1200, 2):
+        for rank in (0, 1, 2):
+            node = f"cn{rank + 1:02d}"
+            ts = START + step - (40 if rank == 0 else 0)
+            rec = make_record("step", node, ts, job="7", rank=rank, step=step, step_s=2.0,
+                              compute_s=1.5, comm_s=0.5)  # fmt: skip
+            files.setdefault(layout.step_file(src, "7", node, rank, ts), []).append(dumps(rec))
+    for path, lines in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n")
+    replay = replays(src, store)
+    settings = load_settings(environ={})
+    inc = Analyzer(settings, store, grid_s=60.0)
+    moved = 0
+    for minute in range(8, 20):
+        replay.advance(START + 60 * minute + 30)
+        before = inc._kept["step"].data["end"][: inc._kept["step"].n].copy()
+        got = inc.analyze().to_dict()
+        assert _without_records(got) == _without_records(
+            analyze(store, settings, got["window"]["end"]).to_dict())  # fmt: skip
+        cols = inc._kept["step"]
+        minutes = np.ceil(cols.data["end"][: cols.n] / 60)
+        assert (np.diff(minutes) >= 0).all(), f"minute {minute}: kept out of minute order"
+        old = np.ceil(before / 60)
+        moved += int(np.count_nonzero(np.sort(old) != np.sort(minutes[: old.size])))
+    assert moved, "some kept steps moved to the next minute"
+
+
 def test_gpu_records_that_name_their_job_give_a_kept_windows_peers_as_a_cold_pass(
     tmp_path: Path, replays: Replays
 ) -> None:
