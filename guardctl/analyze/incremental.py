@@ -908,7 +908,8 @@ class _TailReader(RowBuffer):
         if n < width or self.view[at : at + width] != state.mark:
             raise _Restart("mirror rewritten")
         # The mark that ends what was read stands for all of it, from byte 0 of the file.
-        self.view[at : at + width] = _MARK.pack(mirror.MARK, 0, state.offset, 0, state.strings_sum)
+        total = mirror.mark_checksum(state.strings_sum, 0, state.offset, 0)
+        self.view[at : at + width] = _MARK.pack(mirror.MARK, 0, state.offset, 0, total)
         self._done(prefix + n // width)
         return prefix
 

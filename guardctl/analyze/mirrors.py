@@ -143,7 +143,10 @@ def _chain(
     batch_start = np.empty(marks.size, np.int64)
     batch_start[1:] = marks[:-1] + 1
     batch_start[new_file] = first[mfile[new_file]]
-    sums = (running[marks] - running[batch_start]).view(np.int64)
+    # A mark's checksum is its batch's words' and its own slots' (start, end, lines).
+    sums = running[marks] - running[batch_start]
+    sums += slots[:, :3].view(np.uint64).sum(axis=1, dtype=np.uint64)
+    sums = sums.view(np.int64)
     ok = (start == prev_end) & (end >= start) & ~after_stop & (count >= 0)
     ok &= stop | (sums == slots[:, 3])
     if (~ok).any():  # the chain breaks: later batches of that file are not trusted

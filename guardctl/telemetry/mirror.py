@@ -21,7 +21,8 @@ layout, the inode of the JSON Lines file it mirrors), then rows of
   first use, in chunks of ``WIDTH - 8`` bytes;
 - mark rows, one after each batch: the rows since the previous mark mirror
   bytes [start, end) of the JSON Lines file, ``lines`` lines, and the sum of
-  their 8-byte words (a checksum);
+  their 8-byte words and of the mark's start, end and lines (a checksum: a
+  damaged mark is not trusted either);
 - a stop row: nothing from ``start`` on is mirrored (a line the parser
   rejects); readers parse the rest themselves.
 
@@ -70,7 +71,8 @@ except ImportError:  # pragma: no cover - depends on the installation
 log = logging.getLogger("guardctl.telemetry.mirror")
 
 SUFFIX = ".cols"
-MAGIC = b"GCOLS\x00\x02\n"  # 2: the preamble carries the layout's fingerprint
+# 2: the preamble carries the layout's fingerprint; 3: a mark's checksum covers its own slots
+MAGIC = b"GCOLS\x00\x03\n"
 PREAMBLE = struct.Struct("<8sIIQQ")  # magic, row width, reserved, layout fingerprint, inode
 PREAMBLE_SIZE = PREAMBLE.size
 HEAD = struct.Struct("<BBHid")  # kind, table, size, index (data rows: node), ts
@@ -102,7 +104,16 @@ def check_preamble(data: bytes | memoryview, jsonl_ino: int) -> bool:
 
 def checksum(rows: bytes | memoryview) -> int:
     """The sum of a batch's 8-byte words, wrapping, as a signed 64-bit number."""
-    total = sum(memoryview(rows).cast("Q")) & _MASK
+    return _signed(sum(memoryview(rows).cast("Q")))
+
+
+def mark_checksum(rows_sum: int, start: int, end: int, lines: int) -> int:
+    """A mark's checksum: its batch's (:func:`checksum`) and its own slots', wrapping."""
+    return _signed(rows_sum + start + end + lines)
+
+
+def _signed(total: int) -> int:
+    total &= _MASK
     return total - (1 << 64) if total >> 63 else total
 
 
@@ -172,8 +183,8 @@ class Encoder:
             self.tables = saved
             return None
         body = b"".join(strings) + b"".join(rows)
-        mark = HEAD.pack(MARK, 0, 0, 0, 0.0) + struct.pack("<4q", start, end, count,
-                                                           checksum(body))  # fmt: skip
+        total = mark_checksum(checksum(body), start, end, count)
+        mark = HEAD.pack(MARK, 0, 0, 0, 0.0) + struct.pack("<4q", start, end, count, total)
         return body + mark.ljust(WIDTH, b"\0")
 
     def snapshot(self) -> dict[str, dict[str, int]]:

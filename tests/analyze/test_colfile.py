@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_fast_paths import _corrupt, _good_records
 
@@ -312,6 +312,9 @@ _EDITS = st.lists(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(edits=_EDITS)
+# Damage past a batch's mark breaks the chain at the next one, and a flipped bit in that mark's
+# own lines slot was trusted (checksums covered only the rows before a mark: format 2).
+@example(edits=[("flip", 8856, 161), ("zero", 4912, 195), ("flip", 3744, 131)])
 def test_any_damage_to_a_mirror_leaves_the_records_those_of_the_file(
     tmp_path_factory: pytest.TempPathFactory, edits: list[tuple[str, int, int]]
 ) -> None:
@@ -333,6 +336,23 @@ def test_any_damage_to_a_mirror_leaves_the_records_those_of_the_file(
     cols.write_bytes(bytes(data))
     _same_as_parsed(root)
     assert mirrors.verify(path) in ("whole", "partial", "ignored")
+
+
+@pytest.mark.parametrize("slot", [0, 1, 2])  # start, end, lines
+def test_a_damaged_mark_is_not_trusted_even_as_the_last(tmp_path: Path, slot: int) -> None:
+    """A flipped bit in the last mark's own start, end or line count fails its checksum:
+    its batch is parsed (the chain alone catches a changed end only at a later mark)."""
+    path = _agent_file(tmp_path)
+    _agent_writes(path, "gn01", 4)
+    cols = Path(mirror_format.mirror_path(path))
+    data = bytearray(cols.read_bytes())
+    width, head = mirror_format.WIDTH, mirror_format.HEAD.size
+    rows = range(mirror_format.PREAMBLE_SIZE, len(data), width)
+    last = max(r for r in rows if data[r] == mirror_format.MARK)
+    data[last + head + 8 * slot] ^= 1
+    cols.write_bytes(bytes(data))
+    _same_as_parsed(tmp_path)
+    assert _found(path).covered[0] < path.stat().st_size, "the damaged batch is parsed"
 
 
 def _swapped_layout() -> Layout:
