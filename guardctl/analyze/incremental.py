@@ -272,9 +272,9 @@ class _Columns:
         lo, hi = self.start + first, self.start + (self.n if stop is None else stop)
         if hi - lo < 2:
             return
+        minute = _minute(self._cols[time].array[lo:hi])
         with np.errstate(invalid="ignore"):  # a time of +-inf has no minute
-            minute = np.ceil(self._cols[time].array[lo:hi] / 60)
-        minute -= np.fmin.reduce(minute)  # the first minute (NaN: no record has a time)
+            minute -= np.fmin.reduce(minute)  # the first minute (NaN: no record has a time)
         minute[~(minute < 65535)] = 65535  # an hour's span and more; no time: last
         order = np.argsort(minute.astype(np.uint16), kind="stable")  # a radix sort
         del minute
@@ -286,6 +286,12 @@ class _Columns:
         kept, end = _let_go(mask)
         gone = mask.size - kept
         return gone, end - gone
+
+
+def _minute(times: np.ndarray) -> np.ndarray:
+    """The minute (on the clock's minute grid) that ends at or after each of *times*, as
+    a window on that grid ends at or after its records."""
+    return np.ceil(times / 60)
 
 
 def _let_go(mask: np.ndarray) -> tuple[int, int]:
@@ -782,7 +788,7 @@ class Analyzer:
         once the others come. Left where it lay, it is a hole in its old window's run of
         records, and every table of that window reads a copy of its records.
         """
-        before, now = np.ceil(old / 60), np.ceil(self._kept["step"].data["end"][moved] / 60)
+        before, now = _minute(old), _minute(self._kept["step"].data["end"][moved])
         left = moved[(before != now) & ~(np.isnan(before) & np.isnan(now))]
         first = int(left.min()) if left.size else placed
         # Not far back: one left where it lay costs its window's tables a copy each pass,
