@@ -54,6 +54,28 @@ def test_group_index_quantiles_match_a_plain_computation(huge_group: bool) -> No
     assert gi.max(roles).dtype == np.int64 and GroupIndex(ts[:0], a[:0]).max(roles[:0]).size == 0
 
 
+def test_a_few_groups_written_out_of_order_are_put_in_time_order() -> None:
+    # Agents append in time order; a rank whose clock is behind its job's may not. Only
+    # those groups are sorted: the order must be the same as sorting every group.
+    rng = np.random.default_rng(3)
+    groups, per = 400, 12
+    key = np.repeat(np.arange(groups), per)
+    step = np.tile(np.arange(per, dtype=float), groups)
+    ts = step + key * 0.001
+    ts[rng.random(ts.size) < 0.2] = 5.0  # ties keep the order written
+    for g in rng.choice(groups, 9, replace=False):
+        rows = np.flatnonzero(key == g)
+        ts[rows] = ts[rows][rng.permutation(per)]
+    written = np.argsort(step, kind="stable")  # groups interleaved, each in its own order
+    ts, key = ts[written], key[written]
+    gi = GroupIndex(ts, key)
+    assert gi.dense
+    np.testing.assert_array_equal(gi.time_order(), np.lexsort((ts, gi.inv)))
+    first, last = gi.first_last(ts)
+    np.testing.assert_array_equal(first, [ts[key == g].min() for g in range(groups)])
+    np.testing.assert_array_equal(last, [ts[key == g].max() for g in range(groups)])
+
+
 def test_counter_increase_follows_time_not_file_order_and_ignores_resets() -> None:
     ts = np.array([30.0, 10.0, 20.0, 40.0, 50.0, 10.0, 20.0])
     series = np.array([0, 0, 0, 0, 0, 1, 1])
