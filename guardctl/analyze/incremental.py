@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import mmap
 import os
 import resource
 import struct
@@ -73,6 +72,8 @@ from guardctl.analyze.load import (
     parse_tails,
 )
 from guardctl.analyze.mirrors import RowBuffer, decode, row_dtype
+from guardctl.analyze.ring import PAGE as _PAGE
+from guardctl.analyze.ring import Ring
 from guardctl.config import Settings
 from guardctl.telemetry import mirror, schema
 from guardctl.telemetry.columns import TABLE_OF, TABLES
@@ -141,58 +142,56 @@ class _Names:
 
 
 _OWN = ("hour", "end")  # the kept columns' own, not the frame's
-_PAGE = mmap.PAGESIZE
+# A ring kept is at most this many passes' records longer than its records (see _Columns.fit).
+_SPARE_PASSES = 3
+_SMALLEST = 1 << 16  # records: rings smaller than this are not worth fitting
 
 
 class _Column:
-    """One kept column in memory of its own (anonymous, private), grown in place.
+    """One kept column in a :class:`~guardctl.analyze.ring.Ring` of its own.
 
-    Hours of a large fleet's records are gigabytes: growing by copying holds the old
-    and the new copy at once, and compacting into fresh arrays does too. A mapping
-    grows in place (``mremap``), is only paid for where written, and gives back the
-    pages of records let go (``madvise``).
+    ``array`` has ``2 * room`` values, value ``i`` and ``i + room`` the same memory: any
+    *room* values in a row from the first half are one array, however they wrap.
     """
 
     def __init__(self, dtype: np.dtype[Any]) -> None:
         self.dtype = np.dtype(dtype)
-        self._map: mmap.mmap | None = None
+        self._ring: Ring | None = None
         self.array = np.empty(0, self.dtype)
 
-    def reserve(self, room: int, used: int) -> None:
-        """Room for *room* values, the first *used* kept."""
-        size = -(-room * self.dtype.itemsize // _PAGE) * _PAGE
-        old, self.array = self.array, np.empty(0, self.dtype)
-        if self._map is not None:
-            try:
-                del old  # the mapping can move only when nothing else points into it
-                self._map.resize(size)
-                self.array = np.frombuffer(self._map, self.dtype, room)
-                return
-            except (BufferError, OSError, SystemError):  # a view of it outlived its pass (or
-                # no mremap here): copy, once
-                old = np.frombuffer(self._map, self.dtype, used)
-        fresh = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.array = np.frombuffer(fresh, self.dtype, room)
+    def reserve(self, room: int, start: int, used: int) -> None:
+        """A ring of *room* values (a multiple of the page size), with the *used* values
+        from *start* copied to its front. The old ring goes with the last view of it."""
+        ring = Ring(room * self.dtype.itemsize)
+        fresh = np.asarray(ring).view(self.dtype)
         if used:
-            self.array[:used] = old[:used]
-        self._map = fresh
+            fresh[:used] = self.array[start : start + used]
+        self._ring, self.array = ring, fresh
 
-    def release(self, lo: int, hi: int) -> None:
-        """Give back the whole pages of values *lo* to *hi* (no longer in use)."""
-        if self._map is None:
-            return
-        first = -(-lo * self.dtype.itemsize // _PAGE) * _PAGE
-        last = hi * self.dtype.itemsize // _PAGE * _PAGE
-        if last > first:
-            self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
+    def release(self, lo: int, hi: int, *, keep: bool) -> None:
+        """Let go of the whole pages of values *lo* to *hi* (no longer in use): kept for
+        the values written next (*keep*), or given back."""
+        if self._ring is not None:
+            size = self.dtype.itemsize
+            self._ring.let_go(lo * size, hi * size, keep=keep)
+
+    def to_first_half(self) -> None:
+        """The values are read from the first half from now on: the second half's pages are
+        unmapped, so that none is mapped (and counted) twice."""
+        if self._ring is not None:
+            self._ring.unmap(self._ring.size, 2 * self._ring.size)
+
+    def held(self) -> int:
+        return self._ring.held() if self._ring is not None else 0
 
 
 class _Columns:
-    """One kind's kept records: numpy columns with room to grow, and each record's hour.
+    """One kind's kept records: numpy columns in rings, and each record's hour.
 
-    The records are values ``start`` to ``start + n`` of each column: letting go of the
-    oldest (a pass a minute lets go of a minute) moves only the few kept among them, and
-    gives back the memory before ``start``.
+    The records are values ``start`` to ``start + n`` of each column (``start`` within
+    the ring's first half): letting go of the oldest (a pass a minute lets go of a
+    minute) moves only the few kept among them, and the pages before ``start`` are the
+    ones the next records are written into, once the ring fits (:meth:`fit`).
     """
 
     def __init__(self, kind: str) -> None:
@@ -204,37 +203,52 @@ class _Columns:
         self.start = 0
         self.n = 0
         self.placed = 0  # the first records whose "end" is their group's, as of the last pass
+        self.added = 0  # records appended since the last fit: a pass's worth
+        self._fitted = 0  # records at the last fit
+        self._pass = 0  # records the last pass added (0: no pass yet)
+
+    @property
+    def room(self) -> int:
+        return self._cols["ts"].array.size // 2
 
     @property
     def data(self) -> dict[str, np.ndarray]:
         """Each column from the first record kept (its room to grow after the nth)."""
-        return {name: col.array[self.start :] for name, col in self._cols.items()}
+        lo, hi = self.start, self.start + self.room
+        return {name: col.array[lo:hi] for name, col in self._cols.items()}
 
     def append(self, cols: dict[str, np.ndarray]) -> None:
         m = int(cols["ts"].size)
         if not m:
             return
-        if self.start + self.n + m > self._cols["ts"].array.size:
-            self._to_front()
-        if self.start + self.n + m > self._cols["ts"].array.size:
-            # Room for some passes more: untouched room costs address space, not memory.
-            room = max(2 * (self.start + self.n + m), 1 << 16)
-            for col in self._cols.values():
-                col.reserve(room, self.start + self.n)
+        if self.n + m > self.room:  # twice what is needed: a first pass grows group by group
+            self._move(2 * (self.n + m))
         end = self.start + self.n
         for name, values in cols.items():
             self._cols[name].array[end : end + m] = values
         self.n += m
+        self.added += m
 
-    def _to_front(self) -> None:
-        """Move the records to the front once what was let go before them is as long."""
-        if not self.start or self.start < self.n:
-            return
-        lo, hi = self.start, self.start + self.n
+    def _move(self, room: int) -> None:
+        room = -(-max(room, _SMALLEST) // _PAGE) * _PAGE
         for col in self._cols.values():
-            col.array[: self.n] = col.array[lo:hi]
-            col.release(self.n, hi)
+            col.reserve(room, self.start, self.n)
         self.start = 0
+
+    def fit(self) -> None:
+        """Once a pass: a ring far longer than its records and a pass more (a first pass
+        reads whole hours) is made that long once the records stop growing (a store younger
+        than the span a pass keeps), so that the pages let go are written again a pass
+        later; and what was added is counted afresh."""
+        steady = self.n <= self._fitted
+        added = max(self.added, self._pass)  # (a shorter pass than the last is no reason)
+        if steady and self.room > self.n + _SPARE_PASSES * added + 2 * _SMALLEST:
+            self._move(self.n + added + added // 4 + _SMALLEST)
+        self.added, self._fitted, self._pass = 0, self.n, self.added
+
+    def held(self) -> int:
+        """Bytes of memory the columns hold."""
+        return sum(col.held() for col in self._cols.values())
 
     def view(self) -> dict[str, np.ndarray]:
         lo, hi = self.start, self.start + self.n
@@ -252,12 +266,19 @@ class _Columns:
         ahead = mask[:gone]
         shift = gone - (kept - (self.n - gone))  # records that go, all before *gone*
         lo = self.start
+        # Pages let go are kept when the next pass or two write them again (the ring fits
+        # the records), else given back (a first pass lets go of most of the hours it read).
+        soon = self.room - kept <= 2 * self._pass + 2 * _SMALLEST
         for col in self._cols.values():
             values = col.array
             if shift < gone:
                 values[lo + shift : lo + gone] = values[lo : lo + gone][ahead]
-            col.release(lo, lo + shift)
+            col.release(lo, lo + shift, keep=soon)
         self.start += shift
+        if self.start >= self.room:  # into the second half: the same memory in the first
+            for col in self._cols.values():
+                col.to_first_half()
+            self.start -= self.room
         self.n = kept
 
     def by_minute(self, first: int, stop: int | None = None, time: str = "ts") -> None:
@@ -431,6 +452,8 @@ class Analyzer:
             # hours, of which a pass judges a quarter of an hour).
             judged = end - history_needed(cfg, window_s)
             self._prune(end - span, judged, length, marks)
+            for cols in self._kept.values():
+                cols.fit()
             self._parts_from(judged, length)
             frame = self._frame()
             ends = placed = self._place_steps(marks["step"])

@@ -379,25 +379,17 @@ def test_a_mirror_replaced_behind_the_one_kept_open(
 # --- the kept columns --------------------------------------------------------------------
 
 
-def test_kept_columns_let_go_grow_and_move_as_plain_arrays_would() -> None:
-    """Records let go (the oldest first, or anywhere), appended past the room, moved to the
-    front once the memory let go is as long as them: always the records a list would hold."""
+def test_kept_columns_let_go_grow_and_wrap_as_plain_arrays_would() -> None:
+    """Records let go (the oldest first, or anywhere), appended past the room, fitted to a
+    pass's worth, written around the ring's end: always the records a list would hold."""
     rng = np.random.default_rng(7)
     cols = incremental._Columns("host")
-    moved: list[bool] = []
-    to_front = cols._to_front
-
-    def spy() -> None:
-        was = cols.start
-        to_front()
-        moved.append(was > 0 and cols.start == 0)
-
-    cols._to_front = spy  # type: ignore[method-assign]
+    wrapped, fitted = [], []
     ts: list[float] = []
     load: list[float] = []
     clock = 0.0
-    for step in range(60):
-        m = int(rng.integers(1, 5000))
+    for step in range(400):
+        m = int(rng.integers(1, 5000)) if step < 40 or step % 50 else 200_000  # a first pass
         new_ts = clock + rng.random(m) * 60.0
         clock += 60.0
         new_load = rng.random(m)
@@ -411,15 +403,48 @@ def test_kept_columns_let_go_grow_and_move_as_plain_arrays_would() -> None:
             mask = ~(have < clock - 600.0)
         else:  # or records anywhere (an hour no longer read)
             mask = rng.random(have.size) > 0.1 if step % 7 == 0 else np.ones(have.size, bool)
+        was, room = cols.start, cols.room
         cols.keep(mask)
+        wrapped.append(cols.start < was)
+        cols.fit()
+        fitted.append(cols.room < room)
         ts = have[mask].tolist()
         load = np.array(load)[mask].tolist()
         view = cols.view()
-        assert cols.n == len(ts)
+        assert cols.n == len(ts) and cols.n <= cols.room
         assert view["ts"].tolist() == ts
         assert view["load1"].tolist() == load
         assert cols.data["ts"][: cols.n].tolist() == ts
-    assert any(moved)  # moved to the front along the way
+    # around the ring's end along the way, and made shorter after each burst
+    assert sum(wrapped) >= 3 and sum(fitted) >= 3
+
+
+def test_kept_columns_write_again_the_pages_let_go_and_give_back_a_first_passs_hours() -> None:
+    """A first pass reads whole hours and keeps a few minutes: the rest is given back. A
+    pass a minute later appends a minute and lets go of one: the ring is fitted to that,
+    and once around, every page it holds is one written again (none fresh, none given back)."""
+    cols = incremental._Columns("host")
+    minute, row_bytes = 40_000, 40
+    clock = 0.0
+
+    def minutes(k: int) -> None:
+        nonlocal clock
+        ts = clock + np.arange(k * minute) * (60.0 / minute)
+        clock += 60.0 * k
+        z = np.zeros(ts.size)
+        cols.append({"ts": ts, "node": z.astype(np.int32), "cpu_pct": z, "load1": ts,
+                     "mem_used_pct": z, "hour": z.astype(np.int32)})  # fmt: skip
+        view = cols.view()
+        cols.keep(~(view["ts"] < clock - 600.0))  # ten minutes kept
+        cols.fit()
+
+    minutes(60)
+    assert cols.n == 10 * minute and cols.held() <= 12 * minute * row_bytes
+    for _ in range(20):
+        minutes(1)
+        assert cols.view()["load1"][0] == clock - 600.0 and cols.n == 10 * minute
+    assert cols.room <= 12 * minute + 2 * incremental._SMALLEST
+    assert cols.held() == cols.room * row_bytes
 
 
 def test_kept_columns_grow_by_a_copy_when_a_view_outlives_its_pass() -> None:
