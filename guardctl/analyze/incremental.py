@@ -10,11 +10,13 @@ records. :class:`Analyzer` keeps, from pass to pass:
   its column mirror, the mirror's string rows and its last mark row), so that a
   pass reads only the rows written since, with one read per file;
 - the records of the hours a pass still needs, as growing numpy columns (with
-  the hour bucket each came from), each in a mapping of its own that grows in
-  place and gives back the pages of the records let go (see ``_Columns``), in
-  the order of their minutes (a window on the minute grid is then one run of
-  records, which its tables read in place), and per hour the input counts and
-  every node's newest timestamp (for where the newest window ends);
+  the hour bucket each came from), each in a ring of its own (one memory file
+  mapped twice, back to back: ``guardctl.analyze.ring``) fitted to the records
+  and a pass more, so that the pages a pass lets go of are the ones the next
+  pass writes (see ``_Columns``), in the order of their minutes (a window on
+  the minute grid is then one run of records, which its tables read in place),
+  and per hour the input counts and every node's newest timestamp (for where
+  the newest window ends);
 - each window's tables (``features.WindowPart``), taken as they are by a later
   pass that judges the same window when no record of theirs joined or left it
   (the controller daemon's windows end on a multiple of its interval, so a pass a
@@ -364,6 +366,11 @@ class Analyzer:
         self._fd_room = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
         self._files: dict[str, _File] = {}
         self._reset()
+
+    def held_bytes(self) -> int:
+        """Memory the kept records hold, mapped or not (a ring keeps the pages let go for the
+        next records: they are not in the process's resident size until written again)."""
+        return sum(cols.held() for cols in self._kept.values())
 
     def close(self) -> None:
         """Close the mirrors kept open (the analyzer reopens them if it passes again)."""

@@ -23,9 +23,8 @@ import os
 from typing import Any
 
 PAGE = mmap.PAGESIZE
-_MAP_FIXED = 0x10  # the same on every Linux architecture guardctl runs on
-_PROT_NONE = 0
-_MAP_NORESERVE = 0x4000  # x86-64 and arm64
+_MAP_FIXED = 0x10  # (the same on every Linux architecture)
+_PROT_NONE = 0  # (an address range without access costs no memory, nor commit charge)
 _FAILED = ctypes.c_void_p(-1).value
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -50,16 +49,15 @@ class Ring:
     ring (and its memory) alive."""
 
     def __init__(self, size: int) -> None:
+        self.size, self.addr, self._fd = size, 0, -1
         if size <= 0 or size % PAGE:
             raise ValueError(f"a ring is a whole number of pages, not {size} bytes")
-        self.size = size
-        self.addr = 0
         self._fd = os.memfd_create("guardctl-kept", os.MFD_CLOEXEC)
         try:
             os.ftruncate(self._fd, size)
             # The address range first (no memory), then the file twice within it.
             base = _mmap(None, 2 * size, _PROT_NONE,
-                         mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)  # fmt: skip
+                         mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)  # fmt: skip
             if base in (None, _FAILED):
                 raise _os_error("mmap")
             self.addr = base
