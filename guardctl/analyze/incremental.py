@@ -160,15 +160,19 @@ class _Column:
         self.dtype = np.dtype(dtype)
         self._ring: Ring | None = None
         self.array = np.empty(0, self.dtype)
+        self.aliased = True  # the halves are the same memory (else: plain memory, no ring)
 
     def reserve(self, room: int, start: int, used: int) -> None:
         """A ring of *room* values (a multiple of the page size), with the *used* values
         from *start* copied to its front. The old ring goes with the last view of it."""
-        ring = Ring(room * self.dtype.itemsize)
-        fresh = np.asarray(ring).view(self.dtype)
+        try:
+            ring: Ring | None = Ring(room * self.dtype.itemsize)
+            fresh = np.asarray(ring).view(self.dtype)
+        except OSError:  # no ring here: plain memory twice as long, whose halves differ
+            ring, fresh = None, np.zeros(2 * room, self.dtype)
         if used:
             fresh[:used] = self.array[start : start + used]
-        self._ring, self.array = ring, fresh
+        self._ring, self.array, self.aliased = ring, fresh, ring is not None
 
     def release(self, lo: int, hi: int, *, keep: bool) -> None:
         """Let go of the whole pages of values *lo* to *hi* (no longer in use): kept for
@@ -278,9 +282,13 @@ class _Columns:
             col.release(lo, lo + shift, keep=soon)
         self.start += shift
         if self.start >= self.room:  # into the second half: the same memory in the first
+            back = self.start - self.room
             for col in self._cols.values():
-                col.to_first_half()
-            self.start -= self.room
+                if col.aliased:
+                    col.to_first_half()
+                else:  # plain memory: the records move there (room >= kept: no overlap)
+                    col.array[back : back + kept] = col.array[self.start : self.start + kept]
+            self.start = back
         self.n = kept
 
     def by_minute(self, first: int, stop: int | None = None, time: str = "ts") -> None:

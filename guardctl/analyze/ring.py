@@ -12,7 +12,9 @@ or fewer, wherever it starts in the first half, is one run of addresses that a
 numpy array can view. Records walk forward through it; the pages let go at
 the front are the pages the next records are written into.
 
-Linux only (``memfd_create``, ``MAP_FIXED``), as guardctl is.
+Linux only (``memfd_create``, ``MAP_FIXED``); where a ring cannot be made (a
+sandbox without ``memfd_create``), :class:`Ring` raises ``OSError`` and the
+kept columns use plain memory (see ``guardctl.analyze.incremental._Column``).
 """
 
 from __future__ import annotations
@@ -94,8 +96,10 @@ class Ring:
         self._advise(lo, hi, mmap.MADV_DONTNEED)
 
     def _advise(self, lo: int, hi: int, advice: int) -> None:
-        if hi > lo and self.addr and _madvise(self.addr + lo, hi - lo, advice):
-            raise _os_error("madvise")
+        # Advice only: a page not let go costs memory, never a record (its errors are not
+        # the caller's to handle).
+        if hi > lo and self.addr:
+            _madvise(self.addr + lo, hi - lo, advice)
 
     def held(self) -> int:
         """Bytes of memory the ring holds (mapped or not)."""

@@ -26,6 +26,7 @@ import pytest
 from guardctl.analyze import analyze, incremental
 from guardctl.analyze.incremental import Analyzer
 from guardctl.analyze.load import Listing, source_files
+from guardctl.analyze.ring import Ring
 from guardctl.config import Settings, load_settings
 from guardctl.simulate import simulate
 from guardctl.telemetry import mirror
@@ -379,9 +380,22 @@ def test_a_mirror_replaced_behind_the_one_kept_open(
 # --- the kept columns --------------------------------------------------------------------
 
 
-def test_kept_columns_let_go_grow_and_wrap_as_plain_arrays_would() -> None:
+@pytest.mark.parametrize("rings", ["every column", "none", "some"])
+def test_kept_columns_let_go_grow_and_wrap_as_plain_arrays_would(
+    rings: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Records let go (the oldest first, or anywhere), appended past the room, fitted to a
-    pass's worth, written around the ring's end: always the records a list would hold."""
+    pass's worth, written around the ring's end: always the records a list would hold. The
+    same where no ring can be made (plain memory: the records move at the end), or only
+    for some columns."""
+    made = iter(range(10**6))
+
+    def no_ring(size: int) -> Ring:
+        if rings == "none" or (rings == "some" and next(made) % 2):
+            raise OSError(38, "memfd_create: Function not implemented")
+        return Ring(size)
+
+    monkeypatch.setattr(incremental, "Ring", no_ring)
     rng = np.random.default_rng(7)
     cols = incremental._Columns("host")
     wrapped, fitted = [], []
