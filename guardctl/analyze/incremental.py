@@ -160,7 +160,6 @@ class _Column:
         self.dtype = np.dtype(dtype)
         self._ring: Ring | None = None
         self.array = np.empty(0, self.dtype)
-        self.aliased = True  # the halves are the same memory (else: plain memory, no ring)
 
     def reserve(self, room: int, start: int, used: int) -> None:
         """A ring of *room* values (a multiple of the page size), with the *used* values
@@ -172,7 +171,7 @@ class _Column:
             ring, fresh = None, np.zeros(2 * room, self.dtype)
         if used:
             fresh[:used] = self.array[start : start + used]
-        self._ring, self.array, self.aliased = ring, fresh, ring is not None
+        self._ring, self.array = ring, fresh
 
     def release(self, lo: int, hi: int, *, keep: bool) -> None:
         """Let go of the whole pages of values *lo* to *hi* (no longer in use): kept for
@@ -181,11 +180,16 @@ class _Column:
             size = self.dtype.itemsize
             self._ring.let_go(lo * size, hi * size, keep=keep)
 
-    def to_first_half(self) -> None:
-        """The values are read from the first half from now on: the second half's pages are
-        unmapped, so that none is mapped (and counted) twice."""
+    def to_first_half(self, start: int, count: int) -> None:
+        """The *count* values from *start* (in the second half) are read from the first half
+        from now on: in a ring, the same memory, whose second half is unmapped so that no
+        page is mapped (and counted) twice; in plain memory, they move there (the room is
+        at least *count*: no overlap)."""
+        room = self.array.size // 2
         if self._ring is not None:
             self._ring.unmap(self._ring.size, 2 * self._ring.size)
+        else:
+            self.array[start - room : start - room + count] = self.array[start : start + count]
 
     def held(self) -> int:
         return self._ring.held() if self._ring is not None else 0
@@ -282,13 +286,9 @@ class _Columns:
             col.release(lo, lo + shift, keep=soon)
         self.start += shift
         if self.start >= self.room:  # into the second half: the same memory in the first
-            back = self.start - self.room
             for col in self._cols.values():
-                if col.aliased:
-                    col.to_first_half()
-                else:  # plain memory: the records move there (room >= kept: no overlap)
-                    col.array[back : back + kept] = col.array[self.start : self.start + kept]
-            self.start = back
+                col.to_first_half(self.start, kept)
+            self.start -= self.room
         self.n = kept
 
     def by_minute(self, first: int, stop: int | None = None, time: str = "ts") -> None:
