@@ -7,7 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from guardctl.analyze.features import GroupIndex, _rows, assign_windows, group_quantiles
+from guardctl.analyze.features import (
+    GroupIndex,
+    _rows,
+    assign_windows,
+    group_quantiles,
+    peer_stats,
+)
 from guardctl.analyze.frame import INT_MISSING
 
 
@@ -120,3 +126,33 @@ def test_windows_are_assigned_chunk_by_chunk_as_at_once(monkeypatch: pytest.Monk
     want = np.floor((900.0 - ts) / 300.0)
     want[~((want >= 0) & (want < 3))] = -1
     assert whole.tolist() == want.astype(int).tolist()
+
+
+def _plain_peer_stats(peers: np.ndarray, values: np.ndarray, mask: np.ndarray) -> list[tuple]:
+    """Per row: (median, MAD, count) of its peer group's values where *mask*, in Python."""
+    groups: dict[int, list[float]] = {}
+    for p, v, m in zip(peers.tolist(), values.tolist(), mask.tolist(), strict=True):
+        groups.setdefault(p, [])
+        if m and not math.isnan(v):
+            groups[p].append(v)
+    med = _reference(groups, 0.5)
+    mad = _reference({g: [abs(v - med[g]) for v in vals] for g, vals in groups.items()}, 0.5)
+    return [(med[p], mad[p], len(groups[p])) for p in peers.tolist()]
+
+
+def test_peer_stats_group_each_peer_column_anew_when_it_changes() -> None:
+    """The detectors ask for one table's peer groups again and again, and those are kept
+    between calls: another peer column of the same length, or the same array changed in
+    place, must get its own groups."""
+    rng = np.random.default_rng(3)
+    n = 3000
+    values = rng.normal(size=n)
+    mask = rng.random(n) < 0.8
+    first = rng.integers(0, 30, n)
+    other = rng.integers(0, 30, n)  # same length and type, other groups
+    for peers in (first, first, other, first):
+        got = list(zip(*(a.tolist() for a in peer_stats(peers, values, mask)), strict=True))
+        assert got == _plain_peer_stats(peers, values, mask)
+    first[: n // 2] = 99  # changed in place: the same array, other groups
+    got = list(zip(*(a.tolist() for a in peer_stats(first, values, mask)), strict=True))
+    assert got == _plain_peer_stats(first, values, mask)
