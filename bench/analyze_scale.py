@@ -29,8 +29,9 @@ two of them nearly empty); the analyzer's first pass is over the first 18
 minutes, then the writers append a minute at a time, as a long-lived agent
 appends its batches to a file and its mirror, and the analyzer passes after
 each (the last of the three is reported: its read buffer and listing are
-carried over, as from then on); a cold pass over the 21 minutes is the
-baseline. Only reading the mirrors, the cold pass and the incremental passes
+carried over, as from then on), keeping the memory a pass frees for the next
+as the daemon does (``guardctl.analyze.allocator``); a cold pass over the 21
+minutes is the baseline. Only reading the mirrors, the cold pass and the incremental passes
 are measured. ``--minutes M --passes P`` make the trace longer and pass over
 more of it: a long run shows what a pass costs once every kind of record is
 kept for as long as a pass needs (step records: the ranks' own history too,
@@ -124,10 +125,13 @@ GRID_S = 60.0
 def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
     """The incremental analyzer's first pass, then per held-back minute: the writers append
     it and the analyzer passes again (one pass a minute). The last pass is the one reported."""
+    from guardctl.analyze.allocator import keep_freed_memory
     from guardctl.analyze.incremental import Analyzer
     from guardctl.config import Settings
 
     shutil.rmtree(root / "cache", ignore_errors=True)
+    if grid_s:  # the controller's daemon keeps what a pass frees for the next (as it does)
+        keep_freed_memory()
     analyzer = Analyzer(Settings(), root, grid_s=grid_s)
     t0 = time.perf_counter()
     analyzer.analyze()

@@ -33,6 +33,7 @@ from typing import Any
 
 from guardctl import layout
 from guardctl.actionlog import Entry
+from guardctl.analyze.allocator import keep_freed_memory
 from guardctl.analyze.engine import Analysis
 from guardctl.analyze.incremental import Analyzer
 from guardctl.config import Settings
@@ -392,6 +393,9 @@ def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport]
     from guardctl.errors import GuardctlError
 
     controller.as_daemon(interval_s)
+    # A pass after pass in this process: the memory one frees serves the next, rather than
+    # going back to the kernel and coming back as fresh pages (guardctl.analyze.allocator).
+    keep_freed_memory()
     try:
         while True:
             leader = False
