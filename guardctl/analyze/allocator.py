@@ -9,8 +9,8 @@ guest frees, the host backs each afresh. :func:`keep_freed_memory` asks the
 allocator to keep what it frees for the next pass instead: one arena, no
 mapping per large block, the heap's free top kept up to 2 GiB. Measured on
 the 100k benchmark store (docs/analyzer.md, eleventh round): steady passes
-0.3-1.5 s faster, kernel time a third lower, and a lower peak (the freed
-blocks are used again rather than joined by new ones).
+3.6-4.3 s against 4.2-5.7 s, kernel time a third lower, and a lower peak (the
+freed blocks are used again rather than joined by new ones).
 
 The cost: the process's resident size no longer falls between passes; it stays
 near its peak, which a daemon that passes every minute reaches again a minute
