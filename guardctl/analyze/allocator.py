@@ -44,4 +44,5 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
+    # (A list, not a generator: every setting is asked for, even after one is refused.)
     return all([mallopt(param, value) == 1 for param, value in _POLICY])
