@@ -115,10 +115,12 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     stdout_path: str | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
-    """Start a long-running child in its own session (for services and agents).
+    """Start a long-running child in its own session (for services, agents and helpers).
 
-    The caller owns the process and must stop it with :func:`stop`.
+    *pass_fds*: open files the child inherits (a socket, a memory file). The caller
+    owns the process and must stop it with :func:`stop`.
     """
     args = _check_argv(argv)
     out = open(stdout_path, "ab") if stdout_path else subprocess.DEVNULL  # noqa: SIM115
@@ -131,6 +133,7 @@ def spawn(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
+            pass_fds=tuple(pass_fds),
         )
     except (FileNotFoundError, PermissionError) as exc:
         raise CommandNotFound(f"cannot run {args[0]}: {exc.strerror}", args) from exc

@@ -22,6 +22,10 @@ records. :class:`Analyzer` keeps, from pass to pass:
   (the controller daemon's windows end on a multiple of its interval, so a pass a
   minute apart meets two windows judged before);
 - the column mirrors open, up to a quarter of the open-files limit;
+- where a pass looks at thousands of files and there is a second processor, a
+  reading helper process (``guardctl.tails``) that makes each file's system
+  calls (its ``stat``, its mirror's read) a group of files at a time, while this
+  process decodes the group before; it only reads, and the decisions stay here;
 
 and then judges those records with :func:`~guardctl.analyze.engine.analyze_frame`,
 exactly as a cold pass judges its own. The result is what
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import resource
@@ -77,8 +82,12 @@ from guardctl.analyze.mirrors import RowBuffer, decode, row_dtype
 from guardctl.analyze.ring import PAGE as _PAGE
 from guardctl.analyze.ring import Ring
 from guardctl.config import Settings
+from guardctl.runner import CommandError
+from guardctl.tails import NO_MIRROR, VANISHED, Found, Helper, HelperGone, Item
 from guardctl.telemetry import mirror, schema
 from guardctl.telemetry.columns import TABLE_OF, TABLES
+
+log = logging.getLogger("guardctl.analyze")
 
 _ROW = row_dtype(mirror.WIDTH)
 # New bytes (of the JSON Lines files) whose mirror rows are read and decoded at once, into
@@ -88,6 +97,12 @@ _ROW = row_dtype(mirror.WIDTH)
 READ_BYTES = 64 << 20
 # A buffer larger than this (one file's tail alone was larger) is not kept for later.
 KEEP_BUFFER = 2 * READ_BYTES + (8 << 20)
+# Files a pass looks at from which their system calls go to a reading helper process
+# (guardctl.tails), where there are two processors or more: below it they are a small part
+# of a pass, and the helper a process more.
+HELPER_FILES = 4096
+# Files in one of the helper's groups: it reads one while the analyzer decodes the one before.
+HELPER_GROUP = 2048
 # A mark row: kind, then its slots (start = 0, end, lines = 0, checksum);
 # see guardctl.telemetry.mirror.
 _MARK = struct.Struct(f"<B15xqqqq{mirror.WIDTH - 48}x")
@@ -365,7 +380,14 @@ class Analyzer:
         self.cold_passes = 0  # passes asked for a time before the kept records
         # What the last pass read: mirror rows decoded and JSON Lines bytes parsed; and the
         # step records whose time (their job's ranks' median) it figured again.
-        self.read = {"mirror_rows": 0, "parsed_bytes": 0, "steps_placed": 0, "tables_kept": 0}
+        self.read = {
+            "mirror_rows": 0,
+            "parsed_bytes": 0,
+            "steps_placed": 0,
+            "tables_kept": 0,
+            "mirror_files": 0,
+            "helper_files": 0,
+        }
         self._listing = Listing()
         self._groups: tuple[int, dict[str, list[str]]] = (-1, {})  # by the listing's version
         self._buffer: np.ndarray | None = None  # the last group's read buffer, its pages mapped
@@ -373,7 +395,14 @@ class Analyzer:
         # a quarter of the open-files limit: the process has other files to open.
         self._fd_room = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
         self._files: dict[str, _File] = {}
+        self._helper: Helper | None = None
+        self._helper_failed = False  # a helper that could not start or died is not tried again
         self._reset()
+
+    @property
+    def helper_pid(self) -> int | None:
+        """The reading helper's process, while there is one (for its memory, in benchmarks)."""
+        return self._helper.proc.pid if self._helper is not None else None
 
     def held_bytes(self) -> int:
         """Memory the kept records hold, mapped or not (a ring keeps the pages let go for the
@@ -381,7 +410,14 @@ class Analyzer:
         return sum(cols.held() for cols in self._kept.values())
 
     def close(self) -> None:
-        """Close the mirrors kept open (the analyzer reopens them if it passes again)."""
+        """Close the mirrors kept open and stop the reading helper (the analyzer reopens and
+        starts them again if it passes again)."""
+        helper, self._helper = self._helper, None
+        if helper is not None:
+            helper.close()
+        self._close_all()
+
+    def _close_all(self) -> None:
         for state in self._files.values():
             self._close(state)
 
@@ -390,13 +426,20 @@ class Analyzer:
             self.close()
 
     def _close(self, state: _File) -> None:
+        if self._helper is not None:
+            self._helper.close_file(state.cols)
         if state.fd >= 0:
             os.close(state.fd)
             state.fd = -1
             self._fd_room += 1
 
     def _reset(self) -> None:
-        self.close()
+        self._close_all()
+        if self._helper is not None:
+            try:
+                self._helper.reset()
+            except HelperGone as exc:
+                self._helper_died(exc)
         self._files = {}
         self._hours: dict[str, int] = {}
         self._next_hour = 0
@@ -441,7 +484,14 @@ class Analyzer:
             self._forget({name for name, _ in files}, {self._hours[h] for h in wanted})
             self._files_seen = seen
         extra = _Pass()
-        self.read = {"mirror_rows": 0, "parsed_bytes": 0, "steps_placed": 0, "tables_kept": 0}
+        self.read = {
+            "mirror_rows": 0,
+            "parsed_bytes": 0,
+            "steps_placed": 0,
+            "tables_kept": 0,
+            "mirror_files": 0,
+            "helper_files": 0,
+        }
         before = {kind: cols.n for kind, cols in self._kept.items()}
         uncovered = self._refresh(files, extra)
         for kind, cols in self._kept.items():
@@ -548,6 +598,8 @@ class Analyzer:
             if state.hour in hours:
                 raise _Restart(name)  # its records cannot be told from its hour's others
             self._close(state)
+            if self._helper is not None:
+                self._helper.drop(state.cols)
             del self._files[name]
         gone = [h for h in self._counts if h not in hours]
         if any(self._counts[h].records for h in gone):
@@ -570,27 +622,59 @@ class Analyzer:
         """
         mirrored: list[tuple[str, _File, int]] = []
         parsed: list[tuple[str, _File, int]] = []
+        helper = self._reading_helper(len(files))
         column_files = self.settings.analyze.column_files
+        todo: list[tuple[str, int, _File | None]] = []  # the helper's, in the listing's order
         for name, hour in files:
-            try:
-                st = os.stat(name)
-            except OSError:
-                continue  # vanished since it was listed: a cold pass skips it too
-            extra.files += 1
             state = self._files.get(name)
-            if state is None:
-                state = self._files[name] = _File(hour, st.st_ino, mirror=column_files,
-                                                  cols=mirror.mirror_path(name))  # fmt: skip
-            elif state.ino != st.st_ino or st.st_size < state.offset:
-                raise _Restart(name)  # replaced or cut short
-            if st.st_size > state.offset:
-                (mirrored if state.mirror else parsed).append((name, state, st.st_size))
-            elif state.pending:
-                state.pending = False
+            if helper is not None and (state.mirror if state is not None else column_files):
+                todo.append((name, hour, state))
+            else:
+                self._look(name, hour, extra, mirrored, parsed)
+        # (With a helper, every mirrored file is the helper's: no order to keep between both.)
+        uncovered = self._read_here(mirrored, parsed)
+        if helper is not None and todo:
+            uncovered += self._read_with(helper, todo, extra, parsed)
+        self._parse(parsed, keep=True, extra=extra)
+        return uncovered
+
+    def _look(
+        self,
+        name: str,
+        hour: int,
+        extra: _Pass,
+        mirrored: list[tuple[str, _File, int]],
+        parsed: list[tuple[str, _File, int]],
+    ) -> None:
+        """Stat one file; if it has new bytes, put it with those read from a mirror or parsed."""
+        try:
+            st = os.stat(name)
+        except OSError:
+            return  # vanished since it was listed: a cold pass skips it too
+        state = self._seen(name, hour, st.st_size, st.st_ino, extra)
+        if state is not None:
+            (mirrored if state.mirror else parsed).append((name, state, st.st_size))
+
+    def _seen(self, name: str, hour: int, size: int, ino: int, extra: _Pass) -> _File | None:
+        """Count a file found *size* bytes long (inode *ino*); its state if it has new bytes."""
+        extra.files += 1
+        state = self._files.get(name)
+        if state is None:
+            state = self._files[name] = _File(hour, ino, mirror=self.settings.analyze.column_files,
+                                              cols=mirror.mirror_path(name))  # fmt: skip
+        elif state.ino != ino or size < state.offset:
+            raise _Restart(name)  # replaced or cut short
+        if size > state.offset:
+            return state
+        state.pending = False
+        return None
+
+    def _read_here(
+        self, mirrored: list[tuple[str, _File, int]], parsed: list[tuple[str, _File, int]]
+    ) -> list[tuple[str, _File, int]]:
         uncovered = []
         for group in _groups_of(mirrored, READ_BYTES):
             uncovered += self._read_mirrors(group, parsed)
-        self._parse(parsed, keep=True, extra=extra)
         return uncovered
 
     def _parse(self, todo: Sequence[tuple[str, _File, int]], *, keep: bool, extra: _Pass) -> None:
@@ -611,6 +695,135 @@ class Analyzer:
                 extra.bad.update(frame.bad)
                 extra.bad["truncated"] += sum(pending.values())
             self._add(frame.cols, _tables(frame), np.full(1, hour, np.int32), None, keep, extra)
+
+    # --- reading with the helper -----------------------------------------------------------
+
+    def _reading_helper(self, files: int) -> Helper | None:
+        """The reading helper, started if a pass of *files* files is worth one."""
+        if self._helper is not None or self._helper_failed or files < HELPER_FILES:
+            return self._helper
+        if (self.settings.analyze.workers or os.cpu_count() or 1) < 2:
+            return None
+        try:
+            self._helper = Helper()
+        except (OSError, CommandError) as exc:
+            self._helper_failed = True
+            log.warning("analyzer: reading without a helper process: %s", exc)
+        return self._helper
+
+    def _helper_died(self, exc: HelperGone) -> None:
+        self._helper_failed = True
+        log.warning("analyzer: the reading helper stopped (%s); reading without it", exc)
+        helper, self._helper = self._helper, None
+        if helper is not None:
+            helper.close()
+
+    def _read_with(
+        self,
+        helper: Helper,
+        todo: list[tuple[str, int, _File | None]],
+        extra: _Pass,
+        parsed: list[tuple[str, _File, int]],
+    ) -> list[tuple[str, _File, int]]:
+        """Read *todo* through the helper, a group at a time: the helper reads one group into
+        one buffer while this decodes the group before from the other."""
+        groups = [todo[i : i + HELPER_GROUP] for i in range(0, len(todo), HELPER_GROUP)]
+        self._buffer = None  # (this process's read buffer: for what the helper has no room for)
+        self._helper_used = 0  # the most of a buffer a group filled
+        uncovered: list[tuple[str, _File, int]] = []
+        done = 0
+        try:
+            for k in range(min(2, len(groups))):
+                helper.send(k, self._items(helper, groups[k]))
+            for k, group in enumerate(groups):
+                buffer, found = helper.collect()
+                done = k + 1
+                uncovered += self._take_found(helper, buffer, group, found, extra, parsed)
+                if k + 2 < len(groups):
+                    helper.send(buffer, self._items(helper, groups[k + 2]))
+        except HelperGone as exc:  # this process reads the rest (not a group half taken)
+            self._helper_died(exc)
+            for group in groups[done:]:
+                uncovered += self._read_rest(group, extra, parsed)
+        finally:
+            if self._helper is helper:
+                try:
+                    helper.drain()  # a pass stopped half way (a restart) leaves nothing behind
+                    helper.let_go(self._helper_used)
+                except HelperGone as exc:
+                    self._helper_died(exc)
+        return uncovered
+
+    def _items(self, helper: Helper, group: list[tuple[str, int, _File | None]]) -> list[Item]:
+        items: list[Item] = []
+        for name, _, state in group:
+            if state is None:  # a new file: its whole mirror, behind its preamble
+                items.append((helper.file_id(name, mirror.mirror_path(name)), 0, -1, 0))
+            elif not state.rows:
+                items.append((helper.file_id(name, state.cols), state.offset, -1, 0))
+            else:  # from the last mark read, behind room for its string rows
+                at = mirror.PREAMBLE_SIZE + (state.rows - 1) * mirror.WIDTH
+                number = helper.file_id(name, state.cols)
+                items.append((number, state.offset, at, len(state.strings)))
+        return items
+
+    def _take_found(
+        self,
+        helper: Helper,
+        buffer: int,
+        group: list[tuple[str, int, _File | None]],
+        found: list[Found],
+        extra: _Pass,
+        parsed: list[tuple[str, _File, int]],
+    ) -> list[tuple[str, _File, int]]:
+        """Decode what the helper read of *group*; read the files it had no room for here."""
+        buf = np.frombuffer(helper.buffers[buffer].map, np.uint8)
+        view = buf.data
+        width = mirror.WIDTH
+        files: list[tuple[str, _File, int, int]] = []
+        counts: list[int] = []
+        end = 0
+        for (name, hour, _), (status, size, ino, rows) in zip(group, found, strict=False):
+            if status == VANISHED:
+                continue
+            state = self._seen(name, hour, size, ino, extra)
+            if state is None:
+                continue
+            if status == NO_MIRROR:
+                state.mirror = False  # parsed from here on
+                self._close(state)
+                parsed.append((name, state, size))
+                continue
+            prefix = len(state.strings) if state.rows else 0
+            if state.rows:  # behind its string rows, the mark it was read from
+                at = end + prefix
+                if rows < 1 or view[at : at + width] != state.mark:
+                    raise _Restart("mirror rewritten")
+                view[end:at] = state.strings
+                total = mirror.mark_checksum(state.strings_sum, 0, state.offset, 0)
+                view[at : at + width] = _MARK.pack(mirror.MARK, 0, state.offset, 0, total)
+            files.append((name, state, size, prefix // width))
+            counts.append(prefix // width + rows)
+            end += prefix + rows * width
+        self.read["helper_files"] += len(files)
+        self._helper_used = max(self._helper_used, end)
+        uncovered = self._take([buf[:end]], counts, files, parsed) if files else []
+        del buf, view
+        return uncovered + self._read_rest(group[len(found) :], extra, parsed)
+
+    def _read_rest(
+        self,
+        group: list[tuple[str, int, _File | None]],
+        extra: _Pass,
+        parsed: list[tuple[str, _File, int]],
+    ) -> list[tuple[str, _File, int]]:
+        """Files of a group the helper did not read: read here, in their order."""
+        mirrored: list[tuple[str, _File, int]] = []
+        for name, hour, _ in group:
+            self._look(name, hour, extra, mirrored, parsed)
+        return self._read_here(mirrored, parsed)
+
+    # --- reading here ----------------------------------------------------------------------
 
     def _read_mirrors(
         self, todo: Sequence[tuple[str, _File, int]], parsed: list[tuple[str, _File, int]]
@@ -642,10 +855,27 @@ class Analyzer:
         self._buffer = reader.buf if reader.buf.size <= KEEP_BUFFER else None
         if not files:
             return []
-        counts = reader.counts
+        rows, counts = [reader.rows()], reader.counts
+        del reader  # (a buffer not kept goes before the records are copied: see _take)
+        return self._take(rows, counts, files, parsed)
+
+    def _take(
+        self,
+        box: list[np.ndarray],
+        counts: list[int],
+        files: list[tuple[str, _File, int, int]],
+        parsed: list[tuple[str, _File, int]],
+    ) -> list[tuple[str, _File, int]]:
+        """Decode the rows read of *files* (in *box*, which this empties) into the kept records.
+
+        The rows are in a list so that the caller holds no reference to them: a buffer
+        not kept is let go once decoded, before the records are copied.
+        """
+        buf = box.pop()
         self.read["mirror_rows"] += sum(counts)
-        decoded = decode(reader.rows(), counts, [f[2] for f in files])
-        rows = reader.rows().view(_ROW)
+        self.read["mirror_files"] += len(files)
+        decoded = decode(buf, counts, [f[2] for f in files])
+        rows = buf.view(_ROW)
         first = np.zeros(len(files), np.int64)
         np.cumsum(counts[:-1], out=first[1:])
         used_end = first + decoded.rows_used
@@ -663,7 +893,7 @@ class Analyzer:
         new_strings: dict[int, list[int]] = {}
         for r in strings.tolist():  # new string table entries: rare after a file's first read
             new_strings.setdefault(int(file_of[r]), []).append(r)
-        raw = reader.view
+        raw = buf.data
         width = mirror.WIDTH
         # (As lists: tens of thousands of files a pass, a numpy scalar each costs more.)
         per_file = zip(files, decoded.usable.tolist(), first.tolist(), used_end.tolist(),
@@ -696,7 +926,7 @@ class Analyzer:
                 uncovered.append((name, state, size))
         # The rows are decoded: a buffer not kept goes before the records are copied
         # into the kept columns.
-        del reader, rows, raw
+        del buf, rows, raw
         self._add(decoded.cols, decoded.frame_tables, hours, per_kind, True, None)
         return uncovered
 

@@ -32,7 +32,7 @@ class AnalyzeSettings:
     low_quantile: float = 0.3  # a fault must hold in this share of a window to show
     hardware_xids: tuple[int, ...] = DEFAULT_HARDWARE_XIDS
     cache: bool = True  # keep parsed telemetry in <store>/cache/analyze
-    workers: int = 0  # processes parsing JSON Lines (0: one per CPU)
+    workers: int = 0  # processes parsing JSON Lines; 2 or more: a reading helper (0: per CPU)
     # Read the writers' column mirrors (<hour>.cols) instead of parsing where present.
     column_files: bool = True
     evidence_per_node: int = 20  # most evidence entries reported per node

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from guardctl import tails
 from guardctl.analyze import analyze, incremental
 from guardctl.analyze.incremental import Analyzer
 from guardctl.analyze.load import Listing, source_files
@@ -133,13 +135,40 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return src
 
 
-@pytest.mark.parametrize("read_bytes", [incremental.READ_BYTES, 40_000])
+def _with_helper(monkeypatch: pytest.MonkeyPatch, group: int = 2048, room: int = 0) -> None:
+    """Analyzers made from here on read through a helper process whatever their file count,
+    *group* files at a time, into buffers of *room* bytes (0: the default)."""
+    monkeypatch.setattr(incremental, "HELPER_FILES", 0)
+    monkeypatch.setattr(incremental, "HELPER_GROUP", group)
+    if room:
+        monkeypatch.setattr(tails, "ROOM", room)
+
+
+@pytest.mark.parametrize(
+    ("read_bytes", "helper"),
+    [
+        (incremental.READ_BYTES, None),
+        (40_000, None),
+        (incremental.READ_BYTES, (2048, 0)),
+        (40_000, (5, 40_000)),
+    ],
+    ids=["here", "here-small-groups", "helper", "helper-small-groups-little-room"],
+)
 def test_passes_a_minute_apart_equal_cold_passes(
-    trace: Path, tmp_path: Path, replays: Replays, read_bytes: int, monkeypatch: pytest.MonkeyPatch
+    trace: Path,
+    tmp_path: Path,
+    replays: Replays,
+    read_bytes: int,
+    helper: tuple[int, int] | None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 40 kB: the files' new rows are read and decoded a few files at a time, as a first
-    # pass at 100k GPUs reads them.
+    # pass at 100k GPUs reads them. With a helper process the same, and its groups of 5
+    # files with 40 kB of room: a group the helper stops in the middle of, the analyzer
+    # reading the rest itself.
     monkeypatch.setattr(incremental, "READ_BYTES", read_bytes)
+    if helper:
+        _with_helper(monkeypatch, *helper)
     store, replay, settings, inc = _start(replays, trace, tmp_path, unmirrored=3)
     grid = Analyzer(settings, store, grid_s=60.0)  # the controller's: windows on the minute
     telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
@@ -150,6 +179,7 @@ def test_passes_a_minute_apart_equal_cold_passes(
     suspects = set()
     placed: list[float] = []  # the share of the kept step records each pass placed again
     kept: dict[int, int] = {}  # tables of the grid's pass taken from earlier passes
+    helped: list[tuple[int, int]] = []  # files whose rows the helper read, of those read
     for minute in range(5, 25):
         t = START + 60 * minute
         replay.advance(t)
@@ -167,6 +197,7 @@ def test_passes_a_minute_apart_equal_cold_passes(
             os.replace(copy, path)
         got = _same(inc, store, settings)
         read = dict(inc.read)
+        helped.append((read["helper_files"], read["mirror_files"]))
         aligned = grid.analyze().to_dict()
         end = aligned["window"]["end"]
         assert end % 60 == 0 and t - 60 <= end <= t
@@ -196,6 +227,14 @@ def test_passes_a_minute_apart_equal_cold_passes(
     # file, the replaced one).
     assert kept[10] == kept[24] == 8, kept  # two windows of four tables
     assert kept[11] < 8 and kept[15] == kept[19] == 0, kept
+    if helper is None:
+        assert all(h == 0 for h, _ in helped)
+    elif helper[1]:  # each pass read some files through the helper, some itself
+        assert all(0 < h < n for h, n in helped), helped
+    else:
+        assert all(0 < h == n for h, n in helped), helped
+    inc.close()
+    assert inc._helper is None
 
 
 def test_a_pass_before_what_is_kept_runs_cold(
@@ -350,17 +389,24 @@ def test_records_let_go_before_judging_beside_a_tail_read_for_one_pass(
     assert inc.restarts == 0
 
 
+@pytest.mark.parametrize("helper", [False, True], ids=["here", "helper"])
 def test_a_mirror_replaced_behind_the_one_kept_open(
-    trace: Path, tmp_path: Path, replays: Replays
+    trace: Path, tmp_path: Path, replays: Replays, helper: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Mirrors stay open from pass to pass; one renamed over (a copy, then written on by its
-    writer) is read from the new file, after one pass that parses what the old one lacks."""
+    writer) is read from the new file, after one pass that parses what the old one lacks.
+    The same where a helper process keeps them open."""
+    if helper:
+        _with_helper(monkeypatch)
     store, replay, settings, inc = _start(replays, trace, tmp_path)
     replay.advance(START + 300)
     _same(inc, store, settings)
     rel = sorted(r for r in replay.lines if r.startswith("telemetry"))[0]
     state = inc._files[os.fspath(store / rel)]
-    assert state.fd >= 0 and os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
+    if helper:  # the helper's, not this process's
+        assert state.fd == -1 and inc.read["helper_files"] == inc.read["mirror_files"] > 0
+    else:
+        assert state.fd >= 0 and os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
     copy = state.cols + ".tmp"
     shutil.copyfile(state.cols, copy)
     os.replace(copy, state.cols)
@@ -371,10 +417,37 @@ def test_a_mirror_replaced_behind_the_one_kept_open(
         _same(inc, store, settings)
         parsed.append(inc.read["parsed_bytes"])
     assert parsed[0] > 0 and parsed[1:] == [0, 0], parsed  # the old file lacks minute 6
-    assert os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
     assert inc.restarts == 0
+    if not helper:
+        assert os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
     inc.close()
     assert state.fd == -1
+
+
+def test_a_reading_helper_that_dies_is_done_without(
+    trace: Path, tmp_path: Path, replays: Replays, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The helper killed between passes: the next pass reads every file itself, as cold
+    passes read them, and starts no helper again; closing the analyzer stops a live one."""
+    _with_helper(monkeypatch, group=7)
+    store, replay, settings, inc = _start(replays, trace, tmp_path)
+    helped = []
+    for minute in range(5, 10):
+        replay.advance(START + 60 * minute)
+        if minute == 7:
+            assert inc._helper is not None
+            os.kill(inc._helper.proc.pid, signal.SIGKILL)
+            inc._helper.proc.wait()
+        _same(inc, store, settings)
+        helped.append(inc.read["helper_files"])
+    assert helped[0] > 0 and helped[1] > 0 and helped[2:] == [0, 0, 0], helped
+    assert inc._helper is None
+    other = Analyzer(settings, store)
+    _same(other, store, settings)
+    assert other._helper is not None and other.read["helper_files"] > 0
+    proc = other._helper.proc
+    other.close()
+    assert proc.poll() is not None
 
 
 # --- the kept columns --------------------------------------------------------------------
