@@ -56,7 +56,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -101,11 +101,18 @@ KEEP_BUFFER = 2 * READ_BYTES + (8 << 20)
 # (guardctl.tails), where there are two processors or more: below it they are a small part
 # of a pass, and the helper a process more.
 HELPER_FILES = 4096
-# Files in one of the helper's groups: it reads one while the analyzer decodes the one before.
-HELPER_GROUP = 2048
+# Files in one of the helper's groups at most: it reads one while the analyzer decodes the one
+# before. A group is also cut where the rows its files read last pass fill half a buffer.
+HELPER_GROUP = 8192
+# What a file not read before is taken to hold, for that (a first pass's groups are cut on it;
+# what does not fit the buffer the analyzer reads itself).
+_GUESS_BYTES = 16 << 10
 # A mark row: kind, then its slots (start = 0, end, lines = 0, checksum);
 # see guardctl.telemetry.mirror.
 _MARK = struct.Struct(f"<B15xqqqq{mirror.WIDTH - 48}x")
+
+
+_T = TypeVar("_T")
 
 
 class _Restart(Exception):
@@ -127,6 +134,7 @@ class _File:
     pending: bool = False  # parsed file: a last line still being written
     cols: str = ""  # its column mirror's path
     fd: int = -1  # the mirror, kept open from pass to pass (within the analyzer's budget)
+    last: int = 0  # bytes of its rows the last read decoded (string rows included)
 
 
 @dataclass
@@ -673,7 +681,8 @@ class Analyzer:
         self, mirrored: list[tuple[str, _File, int]], parsed: list[tuple[str, _File, int]]
     ) -> list[tuple[str, _File, int]]:
         uncovered = []
-        for group in _groups_of(mirrored, READ_BYTES):
+        for group in _groups_of(mirrored, [size - st.offset for _, st, size in mirrored],
+                                READ_BYTES):  # fmt: skip
             uncovered += self._read_mirrors(group, parsed)
         return uncovered
 
@@ -727,7 +736,9 @@ class Analyzer:
     ) -> list[tuple[str, _File, int]]:
         """Read *todo* through the helper, a group at a time: the helper reads one group into
         one buffer while this decodes the group before from the other."""
-        groups = [todo[i : i + HELPER_GROUP] for i in range(0, len(todo), HELPER_GROUP)]
+        # (Half a buffer: a file's rows may grow from pass to pass.)
+        guesses = [_guess(state) for _, _, state in todo]
+        groups = _groups_of(todo, guesses, helper.room // 2, HELPER_GROUP)
         self._buffer = None  # (this process's read buffer: for what the helper has no room for)
         self._helper_used = 0  # the most of a buffer a group filled
         uncovered: list[tuple[str, _File, int]] = []
@@ -910,6 +921,7 @@ class Analyzer:
                 added = b"".join(raw[r * width : (r + 1) * width] for r in new_strings[j])
                 state.strings += added
                 state.strings_sum = mirror.checksum(state.strings)
+            state.last = (hi - lo) * width
             consumed = hi - lo - prefix  # rows of the mirror from where this read began
             if consumed > (1 if state.rows else 0):
                 state.mark = bytes(raw[(hi - 1) * width : hi * width])
@@ -1088,21 +1100,23 @@ class Analyzer:
             self._floor = max(self._floor, start)
 
 
-def _groups_of(
-    todo: list[tuple[str, _File, int]], limit: int
-) -> list[list[tuple[str, _File, int]]]:
-    """*todo* in groups of files with at most about *limit* new bytes each (one file may
-    be more), in order."""
-    groups: list[list[tuple[str, _File, int]]] = [[]]
+def _groups_of(todo: list[_T], sizes: Sequence[int], limit: int, most: int = 0) -> list[list[_T]]:
+    """*todo* in groups of at most about *limit* bytes each by *sizes* (one item may be more)
+    and at most *most* items (0: any number), in order."""
+    groups: list[list[_T]] = [[]]
     size = 0
-    for item in todo:
-        new = item[2] - item[1].offset
-        if groups[-1] and size + new > limit:
+    for item, new in zip(todo, sizes, strict=True):
+        if groups[-1] and (size + new > limit or len(groups[-1]) == most):
             groups.append([])
             size = 0
         groups[-1].append(item)
         size += new
     return groups if groups[-1] else []
+
+
+def _guess(state: _File | None) -> int:
+    """The bytes a file's read brings, by its last (a file not read before: a guess)."""
+    return state.last + mirror.WIDTH if state is not None and state.rows else _GUESS_BYTES
 
 
 def _tables(frame: Frame) -> dict[str, list[str]]:

@@ -150,7 +150,7 @@ def _with_helper(monkeypatch: pytest.MonkeyPatch, group: int = 2048, room: int =
         (incremental.READ_BYTES, None),
         (40_000, None),
         (incremental.READ_BYTES, (2048, 0)),
-        (40_000, (5, 40_000)),
+        (40_000, (5, 4_000)),
     ],
     ids=["here", "here-small-groups", "helper", "helper-small-groups-little-room"],
 )
@@ -163,9 +163,9 @@ def test_passes_a_minute_apart_equal_cold_passes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 40 kB: the files' new rows are read and decoded a few files at a time, as a first
-    # pass at 100k GPUs reads them. With a helper process the same, and its groups of 5
-    # files with 40 kB of room: a group the helper stops in the middle of, the analyzer
-    # reading the rest itself.
+    # pass at 100k GPUs reads them. With a helper process the same, and with groups of 5
+    # files at most and 4 kB of room: groups the helper stops in the middle of (a minute
+    # of a node's telemetry is more), the analyzer reading the rest itself.
     monkeypatch.setattr(incremental, "READ_BYTES", read_bytes)
     if helper:
         _with_helper(monkeypatch, *helper)
