@@ -27,10 +27,12 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import queue
 import resource
 import socket
 import sys
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -274,12 +276,13 @@ class _Reader:
         return got
 
 
-def _messages(conn: Connection) -> Iterator[tuple[Any, ...]]:
-    while True:
-        try:
-            yield conn.recv()
-        except (EOFError, OSError):  # the analyzer closed its end, or is gone
-            return
+def _receive(conn: Connection, inbox: queue.SimpleQueue[tuple[Any, ...] | None]) -> None:
+    """Take the analyzer's messages as they come, then None once its end is closed."""
+    try:
+        while True:
+            inbox.put(conn.recv())
+    except (EOFError, OSError):  # the analyzer closed its end, or is gone
+        inbox.put(None)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -287,7 +290,12 @@ def main(argv: Sequence[str]) -> int:
     sock, *buffers = (int(a) for a in argv)
     reader = _Reader(buffers)
     conn = Connection(sock)
-    for message in _messages(conn):
+    # Messages are taken in a thread of their own: the analyzer sends the next group while
+    # this one's results are on their way, and when both are larger than the socket's
+    # buffer, each side would wait for the other to read.
+    inbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+    threading.Thread(target=_receive, args=(conn, inbox), daemon=True).start()
+    while (message := inbox.get()) is not None:
         if message[0] == "reset":
             reader.reset()
             continue
@@ -295,7 +303,10 @@ def main(argv: Sequence[str]) -> int:
         reader.paths.update((number, (jsonl, cols)) for number, jsonl, cols in new)
         reader.close(closes)
         reader.drop(drops)
-        conn.send(reader.group(buffer, items))
+        try:
+            conn.send(reader.group(buffer, items))
+        except OSError:  # the analyzer is gone
+            break
     return 0
 
 

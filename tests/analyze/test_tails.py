@@ -9,7 +9,11 @@ when the analyzer does.
 from __future__ import annotations
 
 import os
+import pickle
+import socket
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,8 +30,11 @@ def _lines(node: str, start: float, n: int) -> bytes:
     )
 
 
+Store = tuple[Path, list[Path], Path, mirror.Mirror]
+
+
 @pytest.fixture
-def store(tmp_path: Path):
+def store(tmp_path: Path) -> Iterator[Store]:
     """Four JSON Lines files with mirrors, as a writer leaves them, and one without."""
     writer = mirror.Mirror()
     paths = []
@@ -49,7 +56,7 @@ def _item(
     return (helper.file_id(os.fspath(path), mirror.mirror_path(path)), offset, at, prefix)
 
 
-def test_reads_what_each_file_holds_and_reports_what_stat_says(store) -> None:
+def test_reads_what_each_file_holds_and_reports_what_stat_says(store: Store) -> None:
     root, paths, plain, writer = store
     cols = [Path(mirror.mirror_path(p)).read_bytes() for p in paths]
     width = mirror.WIDTH
@@ -101,7 +108,7 @@ def test_reads_what_each_file_holds_and_reports_what_stat_says(store) -> None:
     assert helper.proc.poll() is not None
 
 
-def test_a_group_stops_at_the_first_file_that_does_not_fit(store) -> None:
+def test_a_group_stops_at_the_first_file_that_does_not_fit(store: Store) -> None:
     _, paths, _, _ = store
     sizes = [len(Path(mirror.mirror_path(p)).read_bytes()) - mirror.PREAMBLE_SIZE for p in paths]
     room = sizes[0] + sizes[1] + mirror.WIDTH  # the first two and a row: not the third
@@ -116,7 +123,7 @@ def test_a_group_stops_at_the_first_file_that_does_not_fit(store) -> None:
         helper.close()
 
 
-def test_the_helper_goes_when_the_analyzer_closes_its_end(store) -> None:
+def test_the_helper_goes_when_the_analyzer_closes_its_end(store: Store) -> None:
     _, paths, _, _ = store
     helper = tails.Helper(room=1 << 20)
     try:
@@ -127,5 +134,37 @@ def test_the_helper_goes_when_the_analyzer_closes_its_end(store) -> None:
         while helper.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         assert helper.proc.poll() == 0
+    finally:
+        helper.close()
+
+
+def test_groups_and_results_larger_than_the_sockets_buffer_pass_each_other(
+    tmp_path: Path,
+) -> None:
+    """The analyzer sends the next group before it takes the last one's results; with many
+    files both messages are larger than a socket's buffer, and neither side may wait for
+    the other to read first."""
+    files = []
+    for i in range(30_000):
+        path = tmp_path / f"f{i:05d}.jsonl"
+        path.write_bytes(b"{}\n")
+        files.append(path)
+    sndbuf = socket.socket(socket.AF_UNIX).getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    helper = tails.Helper(room=1 << 20)
+    outcome: list[tails.Found] = []
+    try:
+        items = [_item(helper, p, offset=3) for p in files]  # nothing new in any
+        assert len(pickle.dumps(items)) > sndbuf
+
+        def two_groups() -> None:
+            helper.send(0, items)
+            helper.send(1, items)
+            outcome.extend(helper.collect()[1] + helper.collect()[1])
+
+        worker = threading.Thread(target=two_groups, daemon=True)
+        worker.start()
+        worker.join(timeout=60)
+        assert not worker.is_alive(), "the analyzer and its helper wait for each other"
+        assert [o[0] for o in outcome] == [tails.SAME] * (2 * len(files))
     finally:
         helper.close()
