@@ -113,6 +113,11 @@ _MARK = struct.Struct(f"<B15xqqqq{mirror.WIDTH - 48}x")
 
 
 _T = TypeVar("_T")
+# What a pass counts of its reading (Analyzer.read): mirror rows decoded, JSON Lines bytes
+# parsed, step records placed again, window tables taken from earlier passes, files whose
+# mirror rows were decoded and, of those, files the reading helper read.
+_READ = ("mirror_rows", "parsed_bytes", "steps_placed", "tables_kept", "mirror_files",
+         "helper_files")  # fmt: skip
 
 
 class _Restart(Exception):
@@ -386,16 +391,7 @@ class Analyzer:
         self.root = path if path is not None else settings.store.root
         self.restarts = 0  # times the state was started over (for tests and logs)
         self.cold_passes = 0  # passes asked for a time before the kept records
-        # What the last pass read: mirror rows decoded and JSON Lines bytes parsed; and the
-        # step records whose time (their job's ranks' median) it figured again.
-        self.read = {
-            "mirror_rows": 0,
-            "parsed_bytes": 0,
-            "steps_placed": 0,
-            "tables_kept": 0,
-            "mirror_files": 0,
-            "helper_files": 0,
-        }
+        self.read = dict.fromkeys(_READ, 0)
         self._listing = Listing()
         self._groups: tuple[int, dict[str, list[str]]] = (-1, {})  # by the listing's version
         self._buffer: np.ndarray | None = None  # the last group's read buffer, its pages mapped
@@ -405,6 +401,7 @@ class Analyzer:
         self._files: dict[str, _File] = {}
         self._helper: Helper | None = None
         self._helper_failed = False  # a helper that could not start or died is not tried again
+        self._helper_used = 0  # the most of a helper's buffer a group of this pass filled
         self._reset()
 
     @property
@@ -492,14 +489,7 @@ class Analyzer:
             self._forget({name for name, _ in files}, {self._hours[h] for h in wanted})
             self._files_seen = seen
         extra = _Pass()
-        self.read = {
-            "mirror_rows": 0,
-            "parsed_bytes": 0,
-            "steps_placed": 0,
-            "tables_kept": 0,
-            "mirror_files": 0,
-            "helper_files": 0,
-        }
+        self.read = dict.fromkeys(_READ, 0)
         before = {kind: cols.n for kind, cols in self._kept.items()}
         uncovered = self._refresh(files, extra)
         for kind, cols in self._kept.items():
@@ -740,7 +730,7 @@ class Analyzer:
         guesses = [_guess(state) for _, _, state in todo]
         groups = _groups_of(todo, guesses, helper.room // 2, HELPER_GROUP)
         self._buffer = None  # (this process's read buffer: for what the helper has no room for)
-        self._helper_used = 0  # the most of a buffer a group filled
+        self._helper_used = 0
         uncovered: list[tuple[str, _File, int]] = []
         done = 0
         try:
@@ -772,10 +762,9 @@ class Analyzer:
                 items.append((helper.file_id(name, mirror.mirror_path(name)), 0, -1, 0))
             elif not state.rows:
                 items.append((helper.file_id(name, state.cols), state.offset, -1, 0))
-            else:  # from the last mark read, behind room for its string rows
-                at = mirror.PREAMBLE_SIZE + (state.rows - 1) * mirror.WIDTH
+            else:  # its tail, behind room for its string rows
                 number = helper.file_id(name, state.cols)
-                items.append((number, state.offset, at, len(state.strings)))
+                items.append((number, state.offset, _tail_at(state), len(state.strings)))
         return items
 
     def _take_found(
@@ -806,13 +795,8 @@ class Analyzer:
                 parsed.append((name, state, size))
                 continue
             prefix = len(state.strings) if state.rows else 0
-            if state.rows:  # behind its string rows, the mark it was read from
-                at = end + prefix
-                if rows < 1 or view[at : at + width] != state.mark:
-                    raise _Restart("mirror rewritten")
-                view[end:at] = state.strings
-                total = mirror.mark_checksum(state.strings_sum, 0, state.offset, 0)
-                view[at : at + width] = _MARK.pack(mirror.MARK, 0, state.offset, 0, total)
+            if state.rows:
+                _put_behind(view, end, state, rows)
             files.append((name, state, size, prefix // width))
             counts.append(prefix // width + rows)
             end += prefix + rows * width
@@ -1114,6 +1098,24 @@ def _groups_of(todo: list[_T], sizes: Sequence[int], limit: int, most: int = 0) 
     return groups if groups[-1] else []
 
 
+def _tail_at(state: _File) -> int:
+    """Where a mirror's tail is read from: its last mark read (which the tail must start with)."""
+    return mirror.PREAMBLE_SIZE + (state.rows - 1) * mirror.WIDTH
+
+
+def _put_behind(view: memoryview, end: int, state: _File, rows: int) -> None:
+    """Put the file's string rows at *end*, and check that the tail read behind them (*rows*
+    rows) starts with the mark last read: that mark now stands for all of it, from byte 0
+    of the file, so that the tail decodes as the whole file would."""
+    width = mirror.WIDTH
+    at = end + len(state.strings)
+    if rows < 1 or view[at : at + width] != state.mark:
+        raise _Restart("mirror rewritten")
+    view[end:at] = state.strings
+    total = mirror.mark_checksum(state.strings_sum, 0, state.offset, 0)
+    view[at : at + width] = _MARK.pack(mirror.MARK, 0, state.offset, 0, total)
+
+
 def _guess(state: _File | None) -> int:
     """The bytes a file's read brings, by its last (a file not read before: a guess)."""
     return state.last + mirror.WIDTH if state is not None and state.rows else _GUESS_BYTES
@@ -1183,21 +1185,15 @@ class _TailReader(RowBuffer):
     def _tail(self, fd: int, state: _File) -> int:
         width = mirror.WIDTH
         prefix = len(state.strings) // width
-        offset = mirror.PREAMBLE_SIZE + (state.rows - 1) * width  # from the last mark read
         at = self.end + len(state.strings)
         while True:
             while at + width >= self.buf.size:
                 self._grow()
-            self.view[self.end : at] = state.strings
-            n = os.preadv(fd, [self.view[at:]], offset)
+            n = os.preadv(fd, [self.view[at:]], _tail_at(state))
             if n < self.buf.size - at:
                 break
             self._grow()
-        if n < width or self.view[at : at + width] != state.mark:
-            raise _Restart("mirror rewritten")
-        # The mark that ends what was read stands for all of it, from byte 0 of the file.
-        total = mirror.mark_checksum(state.strings_sum, 0, state.offset, 0)
-        self.view[at : at + width] = _MARK.pack(mirror.MARK, 0, state.offset, 0, total)
+        _put_behind(self.view, self.end, state, n // width)
         self._done(prefix + n // width)
         return prefix
 
