@@ -46,3 +46,17 @@ def keep_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     # (A list, not a generator: every setting is asked for, even after one is refused.)
     return all([mallopt(param, value) == 1 for param, value in _POLICY])
+
+
+def give_back_freed_memory() -> bool:
+    """Give the kernel the freed memory the allocator keeps (``malloc_trim``), after a pass
+    far larger than the next ones: a first pass reads whole hours, and its temporaries
+    would otherwise stay the process's size for as long as it runs. Return whether anything
+    was given back (False also where this is not glibc)."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = (ctypes.c_size_t,)
+    trim.restype = ctypes.c_int
+    return bool(trim(0))

@@ -90,20 +90,25 @@ def peer_stats(
     return med[inv], mad[inv], cnt[inv]
 
 
-# The last peer column grouped, with a copy to know it again: the detectors group the same
-# table's peers a dozen times a pass, and np.unique sorts them every time (a quarter of the
-# detectors' time at 100k GPUs). One tuple, replaced whole: threads never see half of one.
-_LAST_PEERS: tuple[np.ndarray, int, np.ndarray] = (np.empty(0, np.int64), 0, np.empty(0, np.int64))
+# The last peer columns grouped, with a copy to know each again: the detectors group the
+# same few tables' peers a dozen times a pass, and np.unique sorts them every time (a quarter
+# of the detectors' time at 100k GPUs). Two detectors at a time (engine.run_detectors) read
+# two tables' peers in turn: a few are kept, the newest first. One tuple, replaced whole:
+# threads never see half of one.
+_PEERS_KEPT = 4
+_LAST_PEERS: tuple[tuple[np.ndarray, int, np.ndarray], ...] = ()
 
 
 def _peer_groups(peers: np.ndarray) -> tuple[int, np.ndarray]:
     """(number of groups, each row's group) for a peer column, as ``np.unique`` numbers them."""
     global _LAST_PEERS
-    seen, n, inv = _LAST_PEERS
-    if seen.dtype != peers.dtype or not np.array_equal(seen, peers):
-        uniq, inv = np.unique(peers, return_inverse=True)
-        n, inv = int(uniq.size), inv.reshape(-1)
-        _LAST_PEERS = (peers.copy(), n, inv)
+    kept = _LAST_PEERS
+    for seen, n, inv in kept:
+        if seen.dtype == peers.dtype and np.array_equal(seen, peers):
+            return n, inv
+    uniq, inv = np.unique(peers, return_inverse=True)
+    n, inv = int(uniq.size), inv.reshape(-1)
+    _LAST_PEERS = ((peers.copy(), n, inv), *kept[: _PEERS_KEPT - 1])
     return n, inv
 
 

@@ -60,6 +60,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from guardctl.analyze.allocator import give_back_freed_memory
 from guardctl.analyze.engine import (
     Analysis,
     analyze,
@@ -140,6 +141,7 @@ class _File:
     cols: str = ""  # its column mirror's path
     fd: int = -1  # the mirror, kept open from pass to pass (within the analyzer's budget)
     last: int = 0  # bytes of its rows the last read decoded (string rows included)
+    number: int = -1  # the number the reading helper knows it by (-1: not asked yet)
 
 
 @dataclass
@@ -175,6 +177,7 @@ _OWN = ("hour", "end")  # the kept columns' own, not the frame's
 # A ring kept is at most this many passes' records longer than its records (see _Columns.fit).
 _SPARE_PASSES = 3
 _SMALLEST = 1 << 16  # records: rings smaller than this are not worth fitting
+_COPY_ROWS = 1 << 14  # records appended at a time, every column (their rows stay in cache)
 
 
 class _Column:
@@ -200,6 +203,12 @@ class _Column:
         if used:
             fresh[:used] = self.array[start : start + used]
         self._ring, self.array = ring, fresh
+
+    def ready(self, lo: int, hi: int) -> None:
+        """Values *lo* to *hi* are about to be written (see Ring.ready)."""
+        if self._ring is not None:
+            size = self.dtype.itemsize
+            self._ring.ready(lo * size, hi * size)
 
     def release(self, lo: int, hi: int, *, keep: bool) -> None:
         """Let go of the whole pages of values *lo* to *hi* (no longer in use): kept for
@@ -262,8 +271,16 @@ class _Columns:
         if self.n + m > self.room:  # twice what is needed: a first pass grows group by group
             self._move(2 * (self.n + m))
         end = self.start + self.n
-        for name, values in cols.items():
-            self._cols[name].array[end : end + m] = values
+        for name in cols:
+            self._cols[name].ready(end, end + m)
+        # Decoded columns are strided views of their rows (see mirrors._columns): copied
+        # a run of rows at a time, every column, the rows are read from memory once, not
+        # once per column (at 100k GPUs, 0.35 s a pass against 0.1).
+        targets = [(self._cols[name].array, values) for name, values in cols.items()]
+        for lo in range(0, m, _COPY_ROWS):
+            hi = min(m, lo + _COPY_ROWS)
+            for array, values in targets:
+                array[end + lo : end + hi] = values[lo:hi]
         self.n += m
         self.added += m
 
@@ -468,7 +485,11 @@ class Analyzer:
             return self._cold(at, window_s)
         for attempt in range(2):
             try:
-                return self._pass(at, span, window_s)
+                first = not any(cols.n for cols in self._kept.values())
+                result = self._pass(at, span, window_s)
+                if first:  # (it read whole hours: its temporaries are not the next pass's)
+                    give_back_freed_memory()
+                return result
             except _Restart:
                 if attempt:
                     raise
@@ -705,6 +726,8 @@ class Analyzer:
             return None
         try:
             self._helper = Helper()
+            for state in self._files.values():  # (numbers are a helper's own)
+                state.number = -1
         except (OSError, CommandError) as exc:
             self._helper_failed = True
             log.warning("analyzer: reading without a helper process: %s", exc)
@@ -760,11 +783,13 @@ class Analyzer:
         for name, _, state in group:
             if state is None:  # a new file: its whole mirror, behind its preamble
                 items.append((helper.file_id(name, mirror.mirror_path(name)), 0, -1, 0))
-            elif not state.rows:
-                items.append((helper.file_id(name, state.cols), state.offset, -1, 0))
+                continue
+            if state.number < 0:
+                state.number = helper.file_id(name, state.cols)
+            if not state.rows:
+                items.append((state.number, state.offset, -1, 0))
             else:  # its tail, behind room for its string rows
-                number = helper.file_id(name, state.cols)
-                items.append((number, state.offset, _tail_at(state), len(state.strings)))
+                items.append((state.number, state.offset, _tail_at(state), len(state.strings)))
         return items
 
     def _take_found(

@@ -26,6 +26,8 @@ from typing import Any
 
 PAGE = mmap.PAGESIZE
 _MAP_FIXED = 0x10  # (the same on every Linux architecture)
+# (Linux 5.14 and later; an older kernel refuses it, and the pages fault in as written.)
+_MADV_POPULATE_WRITE = 23
 _PROT_NONE = 0  # (an address range without access costs no memory, nor commit charge)
 _FAILED = ctypes.c_void_p(-1).value
 
@@ -89,6 +91,12 @@ class Ring:
         for x, y in ((a, b),) if a < b else ((a, self.size), (0, b)):
             self.unmap(x, y)
             self.unmap(x + self.size, y + self.size)
+
+    def ready(self, lo: int, hi: int) -> None:
+        """Map the pages of bytes *lo* to *hi* for writing, in one call: the records a pass
+        appends land on pages let go a pass before (kept in the file, unmapped), and a
+        fault per page costs several times more (at 100k GPUs, 50,000 pages a pass)."""
+        self._advise(lo // PAGE * PAGE, -(-hi // PAGE) * PAGE, _MADV_POPULATE_WRITE)
 
     def unmap(self, lo: int, hi: int) -> None:
         """Unmap the pages of bytes *lo* to *hi* (whole pages), keeping what they hold: the
