@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -117,6 +118,9 @@ class Table:
     """Rows of one feature table: equal-length columns."""
 
     cols: dict[str, np.ndarray] = field(default_factory=dict)
+    # Columns of 64-bit integers held in 32 bits (a window's tables kept for later passes:
+    # see _narrowed), made 64-bit again where windows are joined.
+    narrowed: frozenset[str] = frozenset()
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.cols[name]
@@ -188,22 +192,30 @@ def _mixed_key(keys: tuple[np.ndarray, ...], offset: int = 0) -> tuple[np.ndarra
     return key, space, sizes
 
 
-def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+def _groups(*keys: np.ndarray, inverse: bool = True
+            ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:  # fmt: skip
     """Group rows by several integer keys; return inverse index, count and each key per group.
 
-    Groups come out ordered by the keys (the first key most significant).
+    Groups come out ordered by the keys (the first key most significant). Without
+    *inverse*, the inverse index is left out (empty): a column the rows' length less.
     """
     if not keys[0].size:
         return np.empty(0, np.int64), np.empty(0, np.int64), [np.empty(0, np.int64) for _ in keys]
     key, space, sizes = _mixed_key(keys, offset=1)  # keys may be -1
+    inv = np.empty(0, np.int64)
     if space <= 4 * key.size + 4096:  # dense: counting, no sort
         counts_all = np.bincount(key, minlength=space)
         present = np.flatnonzero(counts_all)
-        gid = np.full(space, -1, np.int64)
-        gid[present] = np.arange(present.size)
-        inv, uniq, counts = gid[key], present, counts_all[present]
-    else:
+        if inverse:
+            gid = np.full(space, -1, np.int64)
+            gid[present] = np.arange(present.size)
+            inv = gid[key]
+        uniq, counts = present, counts_all[present]
+    elif inverse:
         uniq, inv, counts = np.unique(key, return_inverse=True, return_counts=True)
+    else:
+        uniq, counts = np.unique(key, return_counts=True)
+    del key
     parts = []
     rest = uniq
     for size in reversed(sizes):
@@ -364,7 +376,7 @@ class Rows:
     def window(cls, win: np.ndarray, w: int) -> Rows:
         """The records in window *w* alone, as the one window of their table."""
         keep = win == w
-        return cls(keep, np.zeros(int(np.count_nonzero(keep)), np.int64), 1)
+        return cls(keep, np.zeros(int(np.count_nonzero(keep)), np.int8), 1)  # (as Rows.of's)
 
     def w(self, wrev: np.ndarray) -> np.ndarray:
         return self.n_windows - 1 - wrev
@@ -408,7 +420,7 @@ def _most_records(frame: Frame, cols: dict[str, np.ndarray], rows: Rows) -> np.n
     out = np.full((rows.n_windows, len(frame.nodes)), NO_PEER, np.int64)
     if not rows.wrev.size:
         return out
-    _, cnt, (w, node, job) = _groups(rows.w(rows.wrev), cols["node"], cols["job"])
+    _, cnt, (w, node, job) = _groups(rows.w(rows.wrev), cols["node"], cols["job"], inverse=False)
     # The most frequent job is written last and wins; a tie goes to the later job name, so
     # that the choice does not depend on the order in which the files were read.
     by_name = np.argsort(np.argsort(np.array(frame.jobs, dtype=object), kind="stable"))
@@ -632,9 +644,16 @@ def _interval(frame: Frame, wins: dict[str, np.ndarray]) -> float:
             continue
         ts = c["ts"][keep]
         series = c["node"][keep].astype(np.int64) * 4096 + (c[extra][keep] if extra else 0)
-        order = np.lexsort((ts, series))
+        # Agents write each series in time order, and the windows' records lie minute after
+        # minute: a stable sort by series alone (runs to merge) is mostly the time order too,
+        # and a sort by time within each series is only needed where it is not.
+        order = np.argsort(series, kind="stable")
         same = series[order][1:] == series[order][:-1]
         gaps = np.diff(ts[order])[same]
+        if np.any(gaps < 0):
+            order = np.lexsort((ts, series))
+            same = series[order][1:] == series[order][:-1]
+            gaps = np.diff(ts[order])[same]
         gaps = gaps[gaps > 0]
         if gaps.size:
             return float(np.median(gaps))
@@ -744,13 +763,31 @@ def _figure(
     redo |= {w for w, part in enumerate(parts) if part.node_job is None}
     jobs = {w: pool.submit(_window_jobs, frame, wins, w) for w in sorted(redo)}
     for (w, name), future in futures.items():
-        parts[w].tables[name] = future.result()
+        parts[w].tables[name] = _narrowed(future.result())
         parts[w].records[name] = int(counts[TABLES[name][0]][w])
     for w, job in jobs.items():
         parts[w].node_job = job.result()
 
 
 _LONGEST_FIRST = ("rank", "gpu", "nic", "host")
+_INT32 = np.iinfo(np.int32)
+
+
+def _narrowed(t: Table) -> Table:
+    """*t* with each 64-bit integer column whose values all fit held in 32 bits.
+
+    A window's tables are kept for the passes that judge it again (ten at 100k GPUs, one
+    a minute: 430 MB), and most of their integer columns are keys, counts and counters
+    that fit: they are widened back where windows are joined, so the tables joined are
+    the same whether a window was kept or figured afresh.
+    """
+    cols, narrowed = dict(t.cols), set(t.narrowed)
+    for name, col in t.cols.items():
+        fits = col.size and _INT32.min <= col.min() and col.max() <= _INT32.max
+        if col.dtype == np.int64 and fits:
+            cols[name] = col.astype(np.int32)
+            narrowed.add(name)
+    return Table(cols, frozenset(narrowed))
 
 
 def _window_jobs(frame: Frame, wins: dict[str, np.ndarray], w: int) -> np.ndarray:
@@ -785,7 +822,8 @@ def _join(
     tables = {}
     for name, (_, keys) in TABLES.items():
         pieces = [(w, parts[w].tables[name]) for w in range(len(parts) - 1, -1, -1)]
-        cols = {col: np.concatenate([t[col] for _, t in pieces]) for col in pieces[0][1].cols}
+        cols = {col: np.concatenate([t[col] for _, t in pieces], dtype=_joined_dtype(pieces, col))
+                for col in pieces[0][1].cols}  # fmt: skip
         cols["w"] = np.concatenate([np.full(len(t), w, np.int64) for w, t in pieces])
         key, _, _ = _mixed_key(tuple(cols[k] for k in keys), offset=1)
         order = np.argsort(key, kind="stable")
@@ -801,6 +839,13 @@ def _join(
         t["peer"] = _peer_of(node_job, t["w"], t["node"], least)
     tables["rank"]["peer"] = _role_peers(tables["rank"], min_rank_peers)
     return node_job, tables
+
+
+def _joined_dtype(pieces: list[tuple[int, Table]], col: str) -> np.dtype[Any] | None:
+    """What joining the windows' *col* gives had none been narrowed (None: none was)."""
+    if not any(col in t.narrowed for _, t in pieces):
+        return None
+    return np.result_type(*(np.int64 if col in t.narrowed else t[col].dtype for _, t in pieces))
 
 
 def _join_counters(t: Table, same: np.ndarray) -> None:

@@ -9,12 +9,13 @@ import pytest
 
 from guardctl.analyze.features import (
     GroupIndex,
+    _interval,
     _rows,
     assign_windows,
     group_quantiles,
     peer_stats,
 )
-from guardctl.analyze.frame import INT_MISSING
+from guardctl.analyze.frame import INT_MISSING, Frame
 
 
 def _reference(groups: dict[int, list[float]], q: float) -> dict[int, float]:
@@ -156,3 +157,26 @@ def test_peer_stats_group_each_peer_column_anew_when_it_changes() -> None:
     first[: n // 2] = 99  # changed in place: the same array, other groups
     got = list(zip(*(a.tolist() for a in peer_stats(first, values, mask)), strict=True))
     assert got == _plain_peer_stats(first, values, mask)
+
+
+@pytest.mark.parametrize("in_time_order", [True, False], ids=["written-in-order", "out-of-order"])
+def test_the_sampling_interval_is_the_median_gap_within_each_series(in_time_order: bool) -> None:
+    """Sorted by series alone where the records are in time order within each, else by time
+    too: either way the median of the gaps a full sort gives."""
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        n = int(rng.integers(2, 400))
+        node = rng.integers(0, 6, n).astype(np.int32)
+        ts = np.round(rng.random(n) * 120, 1)
+        if in_time_order:
+            order = np.argsort(ts, kind="stable")
+            node, ts = node[order], ts[order]
+        frame = Frame()
+        frame.cols["host"] = {"ts": ts, "node": node}
+        frame.cols["gpu"] = {"ts": ts[:0], "node": node[:0], "gpu": node[:0]}
+        wins = {"host": np.zeros(n, np.int8), "gpu": np.zeros(0, np.int8)}
+        order = np.lexsort((ts, node))
+        same = node[order][1:] == node[order][:-1]
+        gaps = np.diff(ts[order])[same]
+        gaps = gaps[gaps > 0]
+        assert _interval(frame, wins) == (float(np.median(gaps)) if gaps.size else 0.0)

@@ -511,7 +511,7 @@ def test_kept_columns_write_again_the_pages_let_go_and_give_back_a_first_passs_h
     pass a minute later appends a minute and lets go of one: the ring is fitted to that,
     and once around, every page it holds is one written again (none fresh, none given back)."""
     cols = incremental._Columns("host")
-    minute, row_bytes = 40_000, 40
+    minute, row_bytes = 40_000, 8 + 4 + 3 * 8 + 1  # ts, node, three figures, the hour's tag
     clock = 0.0
 
     def minutes(k: int) -> None:
@@ -646,3 +646,26 @@ def test_gpu_records_that_name_their_job_give_a_kept_windows_peers_as_a_cold_pas
         flagged.append({n["node"]: n["verdict"] for n in got["nodes"]}.get("ln03"))
     assert max(kept) > 0, "some passes took windows' tables from earlier passes"
     assert "suspect" not in flagged[:11] and flagged[-1] == "suspect", "judged once in B's group"
+
+
+def test_kept_records_know_their_hour_by_a_tag_no_two_hours_read_share(tmp_path: Path) -> None:
+    """The kept records hold a byte of their hour's number: letting go of an hour lets go of
+    its records only, and an hour numbered 256 after one still read starts the state over
+    rather than share its tag."""
+    inc = Analyzer(Settings(), tmp_path)
+    older, newer = inc._hour_id("2026-12-04T10"), inc._hour_id("2026-12-04T11")
+    tables = {t: [] for t in incremental.TABLES} | {"nodes": ["node1"]}
+    for hour, times in ((older, [1.0, 2.0]), (newer, [3.0, 4.0, 5.0])):
+        host = {"ts": np.array(times), "node": np.zeros(len(times), np.int32)}
+        host |= {name: np.full(len(times), 1.0) for name in ("cpu_pct", "load1", "mem_used_pct")}
+        inc._add({"host": host}, tables, np.array([hour], np.int32), None, True, None)
+    assert inc._kept["host"].data["hour"].dtype == np.uint8
+    inc._forget(set(), {newer})
+    kept = inc._kept["host"]
+    assert kept.data["ts"][: kept.n].tolist() == [3.0, 4.0, 5.0]
+    assert list(inc._counts) == [newer]
+    inc._next_hour = newer + 256
+    with pytest.raises(incremental._Restart):
+        inc._hour_id("2026-12-04T12")
+    inc._next_hour = newer + 255
+    assert inc._hour_id("2026-12-04T12") == newer + 255
