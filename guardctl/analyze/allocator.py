@@ -15,7 +15,9 @@ freed blocks are used again rather than joined by new ones).
 The cost: the process's resident size no longer falls between passes; it stays
 near its peak, which a daemon that passes every minute reaches again a minute
 later anyway. Only the daemon asks for it, not one-off commands. glibc only:
-elsewhere (musl, another C library) nothing changes.
+elsewhere (musl, another C library) nothing changes. After a first pass, which
+reads whole hours and frees far more than the passes after it need, the analyzer
+gives that back (:func:`give_back_freed_memory`).
 """
 
 from __future__ import annotations

@@ -240,7 +240,7 @@ class GroupIndex:
         rows = ts.size
         self.width = int(self.counts.max()) if self.n else 0
         self.dense = self.n * self.width <= 4 * rows + 4096
-        self._series: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._series: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._order: np.ndarray | None = None
         self._cell: np.ndarray | None = None
         self._grid: np.ndarray | None = None  # the matrix, used again metric after metric
@@ -310,7 +310,7 @@ class GroupIndex:
 
         Missing values and resets (a decrease, e.g. after a reboot) count as zero.
         """
-        order, same, groups = self._series_order(series)
+        order, same = self._series_order(series)
         c = counter[order]
         if c.size < 2:
             return np.zeros(self.n)
@@ -320,19 +320,21 @@ class GroupIndex:
         at = at[same[at] & (c[at + 1] != INT_MISSING) & (c[at] != INT_MISSING)]
         step = c[at + 1] - c[at]
         up = step > 0
-        return np.bincount(groups[at[up] + 1], weights=step[up].astype(np.float64),
+        # (Each changed row's group, from its place in time order: a column of every row's
+        # group in that order would be held as long as the index, for a few rows.)
+        return np.bincount(self.inv[order[at[up] + 1]], weights=step[up].astype(np.float64),
                            minlength=self.n)  # fmt: skip
 
-    def _series_order(self, series: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Time order, "next row is the same series", and the groups in that order.
+    def _series_order(self, series: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Time order, and "next row is the same series".
 
         Kept for the last *series*: a table's counters all share them.
         """
         if self._series is None or self._series[0] is not series:
             order = self.time_order()
             ordered = series[order]
-            self._series = (series, order, ordered[1:] == ordered[:-1], self.inv[order])
-        return self._series[1], self._series[2], self._series[3]
+            self._series = (series, order, ordered[1:] == ordered[:-1])
+        return self._series[1], self._series[2]
 
 
 def _in_time_order(grid: np.ndarray, inv: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -783,8 +785,9 @@ def _narrowed(t: Table) -> Table:
     """
     cols, narrowed = dict(t.cols), set(t.narrowed)
     for name, col in t.cols.items():
-        fits = col.size and _INT32.min <= col.min() and col.max() <= _INT32.max
-        if col.dtype == np.int64 and fits:
+        if col.dtype != np.int64 or not col.size:
+            continue
+        if _INT32.min <= col.min() and col.max() <= _INT32.max:
             cols[name] = col.astype(np.int32)
             narrowed.add(name)
     return Table(cols, frozenset(narrowed))

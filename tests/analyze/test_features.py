@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from guardctl.analyze import features
+from guardctl.analyze.engine import default_at, load_recent, steps_needed
 from guardctl.analyze.features import (
     GroupIndex,
     _interval,
@@ -16,6 +19,8 @@ from guardctl.analyze.features import (
     peer_stats,
 )
 from guardctl.analyze.frame import INT_MISSING, Frame
+from guardctl.config import Settings
+from guardctl.simulate import simulate
 
 
 def _reference(groups: dict[int, list[float]], q: float) -> dict[int, float]:
@@ -180,3 +185,33 @@ def test_the_sampling_interval_is_the_median_gap_within_each_series(in_time_orde
         gaps = np.diff(ts[order])[same]
         gaps = gaps[gaps > 0]
         assert _interval(frame, wins) == (float(np.median(gaps)) if gaps.size else 0.0)
+
+
+def test_kept_window_tables_held_narrow_join_as_the_wide_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window's tables keep their integer columns in 32 bits where they fit; the joined
+    tables are the same, column by column and type by type, as without that."""
+    simulate(tmp_path, nodes=24, duration=1200.0, seed=5, faults="all", start=1_764_547_200.0)
+    settings = Settings()
+    cfg = settings.analyze
+    frame = load_recent(tmp_path, settings, steps_needed(cfg))
+    at = default_at(frame, cfg.window_s)
+    assert at is not None
+    kw = {"min_samples": cfg.min_samples, "min_coverage": cfg.min_coverage,
+          "min_peers": cfg.min_peers, "min_rank_peers": cfg.min_rank_peers,
+          "own_history": cfg.own_history, "low_q": cfg.low_quantile,
+          "hw_xids": cfg.hardware_xids}  # fmt: skip
+    parts: dict[tuple[float, float], features.WindowPart] = {}
+    narrow = features.extract(frame, at, cfg.window_s, cfg.persist_n, parts=parts, **kw)
+    held = [t for part in parts.values() for t in part.tables.values()]
+    assert any(t.narrowed for t in held)
+    assert all(t[c].dtype == np.int32 for t in held for c in t.narrowed)
+    monkeypatch.setattr(features, "_narrowed", lambda t: t)
+    wide = features.extract(frame, at, cfg.window_s, cfg.persist_n, **kw)
+    for name in ("gpu", "host", "nic", "rank"):
+        a, b = getattr(narrow, name), getattr(wide, name)
+        assert list(a.cols) == list(b.cols) and len(a) > 0
+        for col in a.cols:
+            assert a[col].dtype == b[col].dtype, (name, col)
+            assert np.array_equal(a[col], b[col], equal_nan=a[col].dtype.kind == "f"), (name, col)
