@@ -30,6 +30,7 @@ from guardctl.analyze.frame import INT_MISSING, Frame
 # sync boost): HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80.
 FAULT_REASON_BITS = 0x8 | 0x20 | 0x40 | 0x80
 NO_PEER = -1
+_INT32 = np.iinfo(np.int32)
 
 
 def _key_float(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -232,37 +233,49 @@ class GroupIndex:
     sort of all rows per metric, and counter increases follow from the same order.
     Groups whose keys put one series' windows next to each other (window last,
     oldest first) make :meth:`time_order` the series' full time order.
+
+    Row indices are held in 32 bits where they fit: a window's GPU and rank tables at
+    100k GPUs are figured two at a time, and their index columns (millions of rows
+    each) set the analyzer's peak memory.
     """
 
     def __init__(self, ts: np.ndarray, *keys: np.ndarray) -> None:
-        self.inv, self.counts, self.keys = _groups(*keys)
-        self.n = int(self.counts.size)
         rows = ts.size
+        # (A dense matrix has at most 4 * rows + 4096 cells: its flat index fits too.)
+        index = np.dtype(np.int32 if 4 * rows + 4096 <= _INT32.max else np.int64)
+        inv, self.counts, self.keys = _groups(*keys)
+        self.inv: np.ndarray = inv.astype(index, copy=False)
+        del inv
+        self.n = int(self.counts.size)
         self.width = int(self.counts.max()) if self.n else 0
         self.dense = self.n * self.width <= 4 * rows + 4096
-        self._series: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._order: np.ndarray | None = None
+        self._series: tuple[np.ndarray, np.ndarray] | None = None
         self._cell: np.ndarray | None = None
         self._grid: np.ndarray | None = None  # the matrix, used again metric after metric
-        order = np.argsort(self.inv, kind="stable")
-        starts = np.cumsum(self.counts) - self.counts
-        self.starts = starts
-        pos = np.empty(rows, np.int64)
-        pos[order] = np.arange(rows) - np.repeat(starts, self.counts)
+        self.starts = np.cumsum(self.counts) - self.counts
+        first = self.starts.astype(index)
+        # Each row's place in its group, in the order written.
+        pos: np.ndarray = np.empty(rows, index)
+        pos[np.argsort(self.inv, kind="stable")] = (np.arange(rows, dtype=index)
+                                                   - np.repeat(first, self.counts))  # fmt: skip
         if self.dense:
             grid = self._grid = np.full((self.n, self.width), np.inf)
             grid[self.inv, pos] = ts
-            self.pos = _in_time_order(grid, self.inv, pos)
+            pos = _in_time_order(grid, self.inv, pos)
         else:  # one group is huge (duplicated records, a broken agent): sort globally instead
-            t_order = np.lexsort((ts, self.inv))
-            self.pos = np.empty(rows, np.int64)
-            self.pos[t_order] = np.arange(rows) - np.repeat(starts, self.counts)
+            pos[np.lexsort((ts, self.inv))] = (np.arange(rows, dtype=index)
+                                               - np.repeat(first, self.counts))  # fmt: skip
+        # Each row's place in the groups' time order, the group's start added (one column
+        # held where a place within the group and a flat matrix index would be two).
+        pos += first[self.inv]
+        self._place = pos
 
     def time_order(self) -> np.ndarray:
         """Row indices sorted by group, then time (figured once: every counter needs it)."""
         if self._order is None:
-            self._order = np.empty(self.inv.size, np.int64)
-            self._order[self.starts[self.inv] + self.pos] = np.arange(self.inv.size)
+            self._order = np.empty(self.inv.size, self._place.dtype)
+            self._order[self._place] = np.arange(self.inv.size, dtype=self._place.dtype)
         return self._order
 
     def quantiles(self, values: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:
@@ -270,7 +283,9 @@ class GroupIndex:
         if not self.dense:
             return group_quantiles(self.inv, self.n, values, qs)
         if self._cell is None:  # each row's place in the matrix, as one flat index
-            self._cell = self.inv * self.width + self.pos
+            shift = np.arange(self.n) * self.width - self.starts
+            self._cell = shift[self.inv]  # (64-bit: numpy indexes with nothing narrower)
+            self._cell += self._place
         if self._grid is None:
             self._grid = np.empty((self.n, self.width))
         grid = self._grid
@@ -291,12 +306,13 @@ class GroupIndex:
     def sum(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.inv, weights=values, minlength=self.n)
 
-    def max(self, values: np.ndarray) -> np.ndarray:
-        """Per group: the largest of *values* (integers, or floats without NaN). One pass
-        in the groups' order, where the top quantile would sort every group."""
+    def extremes(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per group: the least and the largest of *values* (integers, or floats without
+        NaN). One pass in the groups' order, where quantiles would sort every group."""
         if not self.n:
-            return values[:0]
-        return np.maximum.reduceat(values[self.time_order()], self.starts)
+            return values[:0], values[:0]
+        ordered = values[self.time_order()]
+        return np.minimum.reduceat(ordered, self.starts), np.maximum.reduceat(ordered, self.starts)
 
     def first_last(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per group: *values* at its first and its last row in time order."""
@@ -310,31 +326,36 @@ class GroupIndex:
 
         Missing values and resets (a decrease, e.g. after a reboot) count as zero.
         """
-        order, same = self._series_order(series)
-        c = counter[order]
-        if c.size < 2:
-            return np.zeros(self.n)
-        # Counters seldom move: only the rows after a change are looked at (a step to or
-        # from a missing value is a change too, and does not count).
-        at = np.flatnonzero(np.diff(c))
-        at = at[same[at] & (c[at + 1] != INT_MISSING) & (c[at] != INT_MISSING)]
-        step = c[at + 1] - c[at]
-        up = step > 0
-        # (Each changed row's group, from its place in time order: a column of every row's
-        # group in that order would be held as long as the index, for a few rows.)
-        return np.bincount(self.inv[order[at[up] + 1]], weights=step[up].astype(np.float64),
-                           minlength=self.n)  # fmt: skip
+        order, same = self.time_order(), self._same_series(series)
+        total = np.zeros(self.n)
+        # Counters seldom move (some, bytes sent, every sample): the rows after a change are
+        # looked at, a run of rows in time order at a time, so that no column of them all is
+        # held. A step to or from a missing value is a change too, and does not count. (The
+        # steps are whole numbers: summed run by run, they add up exactly.)
+        for lo in range(0, counter.size - 1, CHUNK):
+            rows = order[lo : lo + CHUNK + 1]
+            c = counter[rows]
+            at = np.flatnonzero(c[1:] != c[:-1])
+            before, after = c[at], c[at + 1]
+            step = after - before
+            up = (step > 0) & (before != INT_MISSING) & (after != INT_MISSING) & same[lo + at]
+            total += np.bincount(self.inv[rows[at[up] + 1]], weights=step[up].astype(np.float64),
+                                 minlength=self.n)  # fmt: skip
+        return total
 
-    def _series_order(self, series: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Time order, and "next row is the same series".
+    def _same_series(self, series: np.ndarray) -> np.ndarray:
+        """Per row in time order but the last: whether the next is of the same series.
 
-        Kept for the last *series*: a table's counters all share them.
+        Kept for the last *series*: a table's counters all share it.
         """
         if self._series is None or self._series[0] is not series:
             order = self.time_order()
-            ordered = series[order]
-            self._series = (series, order, ordered[1:] == ordered[:-1])
-        return self._series[1], self._series[2]
+            same = np.empty(max(order.size - 1, 0), bool)
+            for lo in range(0, same.size, CHUNK):
+                s = series[order[lo : lo + CHUNK + 1]]
+                np.equal(s[1:], s[:-1], out=same[lo : lo + s.size - 1])
+            self._series = (series, same)
+        return self._series[1]
 
 
 def _in_time_order(grid: np.ndarray, inv: np.ndarray, pos: np.ndarray) -> np.ndarray:
@@ -544,14 +565,18 @@ def rank_table(frame: Frame, rows: Rows, low_q: float) -> Table:
     # A step without work (a zero share) says nothing about speed.
     samples = c["samples"]
     counted = samples != INT_MISSING
-    per = np.where(counted & (samples > 0), c["compute_s"] / np.maximum(samples, 1), np.nan)
-    t["per_sample"] = gi.sum(counted.astype(np.float64)) == gi.counts
+    t["per_sample"] = np.bincount(gi.inv[~counted], minlength=gi.n) == 0  # every step counted
+    per = np.full(samples.size, np.nan)
+    np.divide(c["compute_s"], samples, out=per, where=counted & (samples > 0))
     per_hi = gi.quantiles(per, (1 - low_q,))[0]
+    del per
     t["busy_hi"] = np.where(t["per_sample"], per_hi, t["compute_hi"])
     # The rank's parallel role, -1 where not known: its pipeline stage, tensor-parallel
     # rank (its place within the stage) and data-parallel rank (its replica).
+    # (A missing value is int64's least: a group's largest is missing only where all are.)
     for name, column in (("stage", "pp_stage"), ("tp", "tp_rank"), ("dp", "dp_rank")):
-        t[name] = gi.max(np.where(c[column] == INT_MISSING, -1, c[column]).astype(np.int64))
+        least, largest = gi.extremes(c[column].astype(np.int64, copy=False))
+        t[name] = np.where(least == INT_MISSING, np.maximum(largest, -1), largest)
     t["comm_med"] = gi.median(c["comm_s"])
     t["step_med"] = gi.median(c["step_s"])
     # local rank on the node (ranks in order) stands for the GPU index, as LOCAL_RANK does
@@ -772,7 +797,6 @@ def _figure(
 
 
 _LONGEST_FIRST = ("rank", "gpu", "nic", "host")
-_INT32 = np.iinfo(np.int32)
 
 
 def _narrowed(t: Table) -> Table:

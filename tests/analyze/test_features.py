@@ -59,11 +59,14 @@ def test_group_index_quantiles_match_a_plain_computation(huge_group: bool) -> No
     # and the generic path says the same
     generic = group_quantiles(gi.inv, gi.n, values, (0.3,))[0]
     np.testing.assert_array_equal(generic, lo)
-    # the largest value per group is the top quantile, found without sorting
+    # the least and largest value per group are the bottom and top quantiles, found
+    # without sorting
     roles = rng.integers(-1, 9, n)
-    top = gi.quantiles(roles.astype(np.float64), (1.0,))[0]
-    np.testing.assert_array_equal(gi.max(roles), top.astype(np.int64))
-    assert gi.max(roles).dtype == np.int64 and GroupIndex(ts[:0], a[:0]).max(roles[:0]).size == 0
+    least, largest = gi.extremes(roles)
+    bottom, top = gi.quantiles(roles.astype(np.float64), (0.0, 1.0))
+    np.testing.assert_array_equal(least, bottom.astype(np.int64))
+    np.testing.assert_array_equal(largest, top.astype(np.int64))
+    assert largest.dtype == np.int64 and GroupIndex(ts[:0], a[:0]).extremes(roles[:0])[1].size == 0
 
 
 def test_a_few_groups_written_out_of_order_are_put_in_time_order() -> None:
