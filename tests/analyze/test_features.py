@@ -103,6 +103,34 @@ def test_counter_increase_follows_time_not_file_order_and_ignores_resets() -> No
     assert by_key == {(0, 0): 7.0, (0, 1): 3.0, (1, 0): 0.0}
 
 
+@pytest.mark.parametrize("chunk", [1, 2, 7, 1 << 20])
+def test_counter_increase_taken_a_run_of_rows_at_a_time_is_the_whole(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The increase is summed run by run (features.CHUNK rows in time order): a step across
+    # the edge of two runs counts once, and a new series' first row never counts.
+    monkeypatch.setattr(features, "CHUNK", chunk)
+    rng = np.random.default_rng(11)
+    n = 300
+    series = rng.integers(0, 6, n)
+    window = rng.integers(0, 3, n)
+    ts = rng.permutation(n).astype(float)
+    counter = rng.integers(0, 5, n).cumsum()
+    counter[rng.random(n) < 0.1] = INT_MISSING
+    counter[rng.random(n) < 0.05] = 0  # resets
+    gi = GroupIndex(ts, series, window)
+    got = gi.increase(series, counter)
+    want = np.zeros(gi.n)
+    for s in range(6):
+        rows = np.flatnonzero(series == s)
+        rows = rows[np.lexsort((ts[rows], window[rows]))]  # the series in time order
+        for a, b in zip(rows[:-1], rows[1:], strict=True):
+            if INT_MISSING not in (counter[a], counter[b]) and counter[b] > counter[a]:
+                want[gi.inv[b]] += counter[b] - counter[a]
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == np.float64
+
+
 @pytest.mark.parametrize(
     "keep, run",
     [
