@@ -137,10 +137,15 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
     analyzer.analyze()
     first = time.perf_counter() - t0
     passes, kept, unmapped, helped, helper = [], [], 0, [], 0
+    cpu: list[tuple[float, float]] = []  # per pass: this process's processor time, the helper's
     while _next_minute():  # the writers append it (in the parent: not timed, not our memory)
+        pid = analyzer.helper_pid
+        c0, h0 = _cpu_s(), _cpu_s(pid)
         t0 = time.perf_counter()
         result = analyzer.analyze()
         passes.append(time.perf_counter() - t0)
+        since = h0 if analyzer.helper_pid == pid else 0.0  # (a helper started in the pass)
+        cpu.append((_cpu_s() - c0, _cpu_s(analyzer.helper_pid) - since))
         kept.append(analyzer.read["tables_kept"])
         helped.append(analyzer.read["helper_files"])
         unmapped = max(unmapped, analyzer.held_bytes() - _status_kib("RssShmem") * 1024)
@@ -148,7 +153,7 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
     # The kept records' rings hold pages let go for the next pass's records without mapping
     # them: not in the resident size, so added to its peak (an upper bound). So is the
     # reading helper's own memory (its buffers are in ours already).
-    return {"seconds": passes[-1], "passes_s": passes, "first_s": first,
+    return {"seconds": passes[-1], "passes_s": passes, "first_s": first, "passes_cpu_s": cpu,
             "peak_mib": _peak_mib() + (unmapped + helper * 1024) / 2**20,
             "unmapped_mib": unmapped / 2**20, "helper_mib": helper / 1024,
             "helper_files": helped, "digest": _digest(result.to_dict()),
@@ -173,6 +178,22 @@ def _peak_mib() -> float:
 def _status_kib(field: str, pid: str = "self") -> int:
     status = Path(f"/proc/{pid}/status").read_text()
     return int(re.search(field + r":\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+
+
+def _cpu_s(pid: int | None = -1) -> float:
+    """A process's processor time so far, user and system (-1: this one; None: no process,
+    0). On a shared virtual machine a pass's wall time moves by a fifth from run to run;
+    its processor time, and the helper's beside it, say whether the work itself changed."""
+    if pid is None:
+        return 0.0
+    if pid == -1:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    try:  # (fields 14 and 15 of /proc/PID/stat, after the command's parenthesis)
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # it exited (started over, or stopped): what it used is not known
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _private_kib(pid: int | None) -> int:
@@ -367,6 +388,7 @@ def bench(
         **{f"{m}_mib": worst(m, "peak_mib") for m in steps},
         "incremental_first_s": min(s["first_s"] for s in steps["incremental"]),
         "incremental_passes_s": steps["incremental"][0]["passes_s"],
+        "incremental_passes_cpu_s": steps["incremental"][0]["passes_cpu_s"],
         "tables_kept": steps["incremental"][0]["tables_kept"],
         "incremental_x": best("incremental") / best("inc"),
         **ratios,
@@ -409,11 +431,15 @@ def steady_table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| fleet | records | cols MiB | read cols s | cold s (at the last minute) "
         "| incremental: first s / passes a minute apart s | last pass (x cold) "
-        "| peak MiB cold / incremental | load average |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| peak MiB cold / incremental | load average "
+        "| processor s, each pass: analyzer + reading helper |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         times = r["incremental_passes_s"]
+        pairs = r["incremental_passes_cpu_s"]
+        pairs = pairs if len(pairs) <= 8 else pairs[-1:]  # (a long run: its last pass)
+        cpu = " / ".join(f"{own:.2f}+{helper:.2f}" for own, helper in pairs)
         passes = " / ".join(f"{p:.2f}" for p in times)
         if len(times) > 8:  # a long run: its spread
             low, mid, high = min(times), sorted(times)[len(times) // 2], max(times)
@@ -424,7 +450,7 @@ def steady_table(rows: list[dict[str, Any]]) -> str:
             f"| {r['incremental_first_s']:.2f} / {passes} "
             f"| {_range(r, 'incremental')} ({r['incremental_x']:.2f}x) "
             f"| {r['inc_mib']:.0f} / {r['incremental_mib']:.0f} "
-            f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} |"
+            f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} | {cpu} |"
         )
     return "\n".join(lines)
 
