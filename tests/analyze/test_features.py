@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def test_counter_increase_taken_a_run_of_rows_at_a_time_is_the_whole(
     for s in range(6):
         rows = np.flatnonzero(series == s)
         rows = rows[np.lexsort((ts[rows], window[rows]))]  # the series in time order
-        for a, b in zip(rows[:-1], rows[1:], strict=True):
+        for a, b in itertools.pairwise(rows):
             if INT_MISSING not in (counter[a], counter[b]) and counter[b] > counter[a]:
                 want[gi.inv[b]] += counter[b] - counter[a]
     np.testing.assert_array_equal(got, want)
