@@ -674,17 +674,19 @@ def _interval(frame: Frame, wins: dict[str, np.ndarray]) -> float:
         # Agents write each series in time order, and the windows' records lie minute after
         # minute: a stable sort by series alone (runs to merge) is mostly the time order too,
         # and a sort by time within each series is only needed where it is not.
-        order = np.argsort(series, kind="stable")
-        same = series[order][1:] == series[order][:-1]
-        gaps = np.diff(ts[order])[same]
+        gaps = _gaps(ts, series, np.argsort(series, kind="stable"))
         if np.any(gaps < 0):
-            order = np.lexsort((ts, series))
-            same = series[order][1:] == series[order][:-1]
-            gaps = np.diff(ts[order])[same]
+            gaps = _gaps(ts, series, np.lexsort((ts, series)))
         gaps = gaps[gaps > 0]
         if gaps.size:
             return float(np.median(gaps))
     return 0.0
+
+
+def _gaps(ts: np.ndarray, series: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The time from each record to the next of its series, the records taken in *order*."""
+    ordered = series[order]
+    return np.diff(ts[order])[ordered[1:] == ordered[:-1]]
 
 
 def coverage(
