@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from guardctl.sections.agent import AgentSettings
 
@@ -17,7 +19,19 @@ if str(FIXTURES / "nvml") not in sys.path:
     sys.path.insert(0, str(FIXTURES / "nvml"))
 from fake_pynvml import FakeNvml  # noqa: E402
 
-__all__ = ["FIXTURES", "SYSFS_IB2", "SYSFS_IB8", "Disk", "FakeNvml", "settings"]
+__all__ = ["FIXTURES", "SYSFS_IB2", "SYSFS_IB8", "Disk", "FakeNvml", "load_tool", "settings"]
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+
+
+def load_tool(name: str) -> ModuleType:
+    """tools/NAME.py as a module (the GPU truth checks are scripts, not part of the package)."""
+    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
 
 
 def settings(**changes: object) -> AgentSettings:

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 from agent_helpers import FakeNvml
+from agent_helpers import load_tool as load
 
 from guardctl.collectors.nvml import NvmlCollector
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "gpu_truth_agent.py"
-
 
 def load_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_truth_agent", TOOL)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_truth_agent"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load("gpu_truth_agent")
 
 
 # What `nvidia-smi --query-gpu=... --format=csv,noheader,nounits` prints for two H200s.
