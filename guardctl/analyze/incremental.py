@@ -980,7 +980,7 @@ class Analyzer:
                     out[name] = luts[table][out[name]]
             hour = hours if per_kind is None else np.repeat(hours, per_kind[kind])
             out["hour"] = np.broadcast_to(hour, (n,)) if hour.size == 1 else hour
-            self._kept[kind].append({**out, "hour": _tag(out["hour"])})
+            self._kept[kind].append({**out, "hour": _tags(out["hour"])})
             self._note(out, keep, extra)
 
     def _note(self, cols: dict[str, np.ndarray], keep: bool, extra: _Pass | None) -> None:
@@ -1113,11 +1113,16 @@ class Analyzer:
             self._floor = max(self._floor, start)
 
 
-def _tag(hour: Any) -> Any:
+def _tag(hour: int) -> int:
     """What the kept records hold of their hour's number: its low byte (a byte a record, not
     four: 80 MB at 100k GPUs). The hours read at once are a few of the last ones numbered,
     so their tags differ (_hour_id makes sure)."""
-    return hour & 0xFF if isinstance(hour, int) else (hour & 0xFF).astype(np.uint8)
+    return hour & 0xFF
+
+
+def _tags(hours: np.ndarray) -> np.ndarray:
+    """:func:`_tag` of each of *hours*, a byte each."""
+    return (hours & 0xFF).astype(np.uint8)
 
 
 def _groups_of(todo: list[_T], sizes: Sequence[int], limit: int, most: int = 0) -> list[list[_T]]:
