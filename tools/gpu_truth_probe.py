@@ -135,6 +135,7 @@ def _free_port() -> int:
 
 
 def seconds(start: Any, end: Any) -> float:
+    # (Not the probe's own conversion: what the probe is checked against shares none of its code.)
     end.synchronize()
     return float(start.elapsed_time(end)) / 1e3
 
