@@ -158,7 +158,7 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
             "unmapped_mib": unmapped / 2**20, "helper_mib": helper / 1024,
             "helper_files": helped, "digest": _digest(result.to_dict()),
             "restarts": analyzer.restarts, "tables_kept": kept,
-            "end": result.window_end}  # fmt: skip
+            "kept": analyzer.kept_records(), "end": result.window_end}  # fmt: skip
 
 
 def _next_minute() -> bool:
@@ -390,6 +390,9 @@ def bench(
         "incremental_passes_s": steps["incremental"][0]["passes_s"],
         "incremental_passes_cpu_s": steps["incremental"][0]["passes_cpu_s"],
         "tables_kept": steps["incremental"][0]["tables_kept"],
+        # after the last pass: per kind, the records kept and how far back (minutes)
+        "kept": {kind: (n, (steps["incremental"][0]["end"] - oldest) / 60)
+                 for kind, (n, oldest) in steps["incremental"][0]["kept"].items()},
         "incremental_x": best("incremental") / best("inc"),
         **ratios,
         **({"mib": steps["read"][0]["bytes"] / 2**20} if "read" in steps else {}),
@@ -432,8 +435,9 @@ def steady_table(rows: list[dict[str, Any]]) -> str:
         "| fleet | records | cols MiB | read cols s | cold s (at the last minute) "
         "| incremental: first s / passes a minute apart s | last pass (x cold) "
         "| peak MiB cold / incremental | load average "
-        "| processor s, each pass: analyzer + reading helper |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| processor s, each pass: analyzer + reading helper "
+        "| kept after the last pass: step records (minutes back) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         times = r["incremental_passes_s"]
@@ -441,6 +445,7 @@ def steady_table(rows: list[dict[str, Any]]) -> str:
         pairs = pairs if len(pairs) <= 8 else pairs[-1:]  # (a long run: its last pass)
         cpu = " / ".join(f"{own:.2f}+{helper:.2f}" for own, helper in pairs)
         passes = " / ".join(f"{p:.2f}" for p in times)
+        steps, back = r["kept"]["step"]
         if len(times) > 8:  # a long run: its spread
             low, mid, high = min(times), sorted(times)[len(times) // 2], max(times)
             passes = f"{len(times)} passes {low:.2f} / median {mid:.2f} / {high:.2f}"
@@ -450,7 +455,8 @@ def steady_table(rows: list[dict[str, Any]]) -> str:
             f"| {r['incremental_first_s']:.2f} / {passes} "
             f"| {_range(r, 'incremental')} ({r['incremental_x']:.2f}x) "
             f"| {r['inc_mib']:.0f} / {r['incremental_mib']:.0f} "
-            f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} | {cpu} |"
+            f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} | {cpu} "
+            f"| {steps:,} ({back:.1f}) |"
         )
     return "\n".join(lines)
 

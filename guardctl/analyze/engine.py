@@ -220,12 +220,14 @@ def analyze_frame(
     window_s: float | None = None,
     step_ends: np.ndarray | None = None,
     parts: feat.Parts | None = None,
+    keep_history: bool = False,
 ) -> Analysis:
     """Judge every node seen in *frame* over the windows ending at *at* (default: newest data).
 
     *step_ends*: the step records' times as :func:`features.step_times` gives them, kept by
     a caller that carries them from pass to pass; *parts*: windows' figures such a caller
-    keeps (:func:`features.extract`).
+    keeps, with the history windows' rank rows where *keep_history*
+    (:func:`features.extract`).
     """
     window_s = window_s or cfg.window_s
     n = cfg.persist_n
@@ -249,6 +251,7 @@ def analyze_frame(
         hw_xids=cfg.hardware_xids,
         ends=step_ends,
         parts=parts,
+        keep_history=keep_history,
     )
     flags = run_detectors(f, cfg)
     hit = _node_flags(flags, len(f.nodes), n, f.has_data)

@@ -627,28 +627,19 @@ class History:
     low_q: float
 
 
-def own_reference(
-    t: Table, frame: Frame, ends: np.ndarray, at: float, window_s: float, n_windows: int,
-    history: History,
-) -> None:  # fmt: skip
+def own_reference(t: Table, old: Table, min_samples: int) -> None:
     """Give each rank row of *t* its own reference, for ranks too few peers can judge.
 
-    ``own_ref`` is the lowest busy time (same unit) the rank had in its job in the
-    history windows with at least ``min_samples`` steps (NaN without one), what
-    the rank can do; ``own_windows`` how many windows it rests on. Only the jobs
-    with such ranks are read there: a big job's history costs nothing.
+    *old*: the rank rows (:func:`rank_table`) of the history windows, at least those of
+    the jobs with such ranks. ``own_ref`` is the lowest busy time (same unit) the rank
+    had in its job in the history windows with at least *min_samples* steps (NaN
+    without one), what the rank can do; ``own_windows`` how many windows it rests on.
     """
     t["own_ref"] = np.full(len(t), np.nan)
     t["own_windows"] = np.zeros(len(t), np.int64)
-    small = np.unique(t["job"][t["peer"] < 0]) if len(t) else t["job"]
-    if not history.windows or not small.size:
+    if not len(old) or not len(t):
         return
-    c = frame.cols["step"]
-    longer = n_windows + history.windows
-    win = assign_windows(ends, at, window_s, longer)
-    win = np.where((win >= n_windows) & np.isin(c["job"], small), win, -1)
-    old = rank_table(frame, Rows.of(win, longer), history.low_q)
-    counted = (old["n"] >= history.min_samples) & np.isfinite(old["busy_hi"])
+    counted = (old["n"] >= min_samples) & np.isfinite(old["busy_hi"])
     both = [np.concatenate((old[k][counted], t[k])) for k in ("job", "rank", "per_sample")]
     who = _ids(*both)
     before, now = who[: int(counted.sum())], who[int(counted.sum()) :]
@@ -656,6 +647,54 @@ def own_reference(
     np.minimum.at(best, before, old["busy_hi"][counted])
     t["own_ref"] = np.where(np.isfinite(best[now]), best[now], np.nan)
     t["own_windows"] = np.bincount(before, minlength=best.size)[now]
+
+
+# What a history window keeps of its rank table for later passes' own references.
+HISTORY_COLS = ("job", "rank", "per_sample", "n", "busy_hi")
+
+
+def history_rows(
+    t: Table, frame: Frame, ends: np.ndarray, at: float, window_s: float, n_windows: int,
+    history: History, parts: Parts | None = None,
+) -> Table:  # fmt: skip
+    """The rank rows of the *history* windows before the *n_windows* ending at *at*, for
+    the jobs of *t*'s ranks without peers (the rows :func:`own_reference` reads).
+
+    Without *parts*, only those jobs' step records are read: a big job's history costs
+    nothing. With *parts* (a caller that keeps windows from pass to pass and lets go of
+    the step records behind the judged windows), each history window keeps its rows of
+    every job there (:attr:`WindowPart.history`; the jobs short of peers may be others
+    by then), taken from its rank table of the passes that judged it, or figured from
+    the records where a record joined or left it since.
+    """
+    small = np.unique(t["job"][t["peer"] < 0]) if len(t) else t["job"]
+    longer = n_windows + history.windows
+    if parts is None:
+        if not history.windows or not small.size:
+            return Table({})
+        win = assign_windows(ends, at, window_s, longer)
+        win = np.where((win >= n_windows) & np.isin(frame.cols["step"]["job"], small), win, -1)
+        return rank_table(frame, Rows.of(win, longer), history.low_q)
+    mine = [parts.setdefault((at - w * window_s, window_s), WindowPart())
+            for w in range(n_windows, longer)]  # fmt: skip
+    where: np.ndarray | None = None  # each step record's window, once one is figured here
+    for w, part in enumerate(mine, start=n_windows):
+        if part.history is None and "rank" in part.tables:
+            part.history = _history_of(part.tables["rank"])
+        if part.history is None:
+            where = assign_windows(ends, at, window_s, longer) if where is None else where
+            part.history = _history_of(rank_table(frame, Rows.window(where, w), history.low_q))
+    rows = [p.history for p in mine if p.history is not None and len(p.history)]
+    if not rows or not small.size:
+        return Table({})
+    old = Table({k: np.concatenate([r[k] for r in rows]) for k in HISTORY_COLS})
+    keep = np.isin(old["job"], small)
+    return Table({k: v[keep] for k, v in old.cols.items()})
+
+
+def _history_of(t: Table) -> Table:
+    """What a window keeps of its rank table *t* as history (its records may be let go)."""
+    return Table({k: t[k] for k in HISTORY_COLS})
 
 
 def _interval(frame: Frame, wins: dict[str, np.ndarray]) -> float:
@@ -759,6 +798,8 @@ class WindowPart:
     tables: dict[str, Table] = field(default_factory=dict)  # gpu, host, nic, rank (w = 0)
     records: dict[str, int] = field(default_factory=dict)  # per table: its records then
     node_job: np.ndarray | None = None  # per node: the job it ran in the window, or NO_PEER
+    # its rank rows as the ranks' own history (HISTORY_COLS), once a pass needed them so
+    history: Table | None = None
 
     def drop(self, kind: str) -> None:
         """Forget what records of *kind* make (their window's records changed; the jobs
@@ -766,6 +807,17 @@ class WindowPart:
         for name, (of, _) in TABLES.items():
             if of == kind:
                 self.tables.pop(name, None)
+        if kind == "step":
+            self.history = None
+
+    def keep_history_only(self) -> None:
+        """Keep only the window's rank rows as history: no pass judges it again (one that
+        does figures its tables afresh), a later one may read it as history."""
+        if self.history is None and "rank" in self.tables:
+            self.history = _history_of(self.tables["rank"])
+        self.tables.clear()
+        self.records.clear()
+        self.node_job = None
 
 
 # Per table: the records it sums and the keys of its groups (a window last).
@@ -901,6 +953,7 @@ def extract(
     own_history: int = 0,
     ends: np.ndarray | None = None,
     parts: Parts | None = None,
+    keep_history: bool = False,
 ) -> Features:
     """Compute every feature table for the *n_windows* windows ending at *at*.
 
@@ -908,7 +961,8 @@ def extract(
     reference (:func:`own_reference`). *ends*: the step records' :func:`step_times`,
     where the caller keeps them from pass to pass. *parts*: windows' figures kept from
     earlier passes (by window end and length); a window not there, or whose records
-    changed, is figured and added.
+    changed, is figured and added; with *keep_history*, so are the history windows' rank
+    rows (:func:`history_rows`), for a caller that lets go of their records.
     """
     wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()
             if k in ("gpu", "host", "nic")}  # fmt: skip
@@ -926,7 +980,9 @@ def extract(
         _figure(frame, wins, mine, counts, np.array(hw_xids, np.int64), low_q, pool)
     node_job, tables = _join(mine, len(frame.nodes), min_peers, min_rank_peers)
     history = History(own_history, min_samples, low_q)
-    own_reference(tables["rank"], frame, ends, at, window_s, n_windows, history)
+    old = history_rows(tables["rank"], frame, ends, at, window_s, n_windows, history,
+                       parts if keep_history else None)  # fmt: skip
+    own_reference(tables["rank"], old, min_samples)
     shape = (n_windows, len(frame.nodes))
     has_data, seen = coverage(
         tables, shape, interval.result(), window_s, min_samples, min_coverage

@@ -69,7 +69,7 @@ from guardctl.analyze.engine import (
     history_needed,
     steps_needed,
 )
-from guardctl.analyze.features import CHUNK, Parts, step_ends
+from guardctl.analyze.features import CHUNK, Parts, WindowPart, step_ends
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
     Listing,
@@ -431,6 +431,15 @@ class Analyzer:
         next records: they are not in the process's resident size until written again)."""
         return sum(cols.held() for cols in self._kept.values())
 
+    def kept_records(self) -> dict[str, tuple[int, float]]:
+        """Per record kind: how many records are kept, and the oldest one's time (NaN: none),
+        for benchmarks and logs."""
+        out = {}
+        for kind, cols in self._kept.items():
+            ts = cols.data["ts"][: cols.n] if cols.n else np.empty(0)
+            out[kind] = (cols.n, float(np.nanmin(ts)) if ts.size else math.nan)
+        return out
+
     def close(self) -> None:
         """Close the mirrors kept open and stop the reading helper (the analyzer reopens and
         starts them again if it passes again)."""
@@ -481,7 +490,7 @@ class Analyzer:
         """One analysis pass: the windows ending at *at* (default: the newest records)."""
         cfg = self.settings.analyze
         span = steps_needed(cfg, window_s)
-        if at is not None and at - span < self._floor:
+        if at is not None and at - self._reach(window_s) < self._floor:
             return self._cold(at, window_s)
         for attempt in range(2):
             try:
@@ -529,22 +538,26 @@ class Analyzer:
             counts = self._input(hours, extra)
             if end is None:
                 return Analysis(math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n))
-            if end - span < self._floor:  # the newest window moved back past what is kept
-                return self._cold(end if self.grid_s else at, window_s)
+            if end - self._reach(window_s) < self._floor:  # the newest window moved back
+                return self._cold(end if self.grid_s else at, window_s)  # past what is kept
             # Let go of what no window needs before judging, not after: the judging then
             # neither holds nor copies the records it would skip (a first pass reads whole
             # hours, of which a pass judges a quarter of an hour).
             judged = end - history_needed(cfg, window_s)
-            self._prune(end - span, judged, length, marks)
+            self._prune(self._steps_from(end, judged, length), judged, length, marks)
             for cols in self._kept.values():
                 cols.fit()
-            self._parts_from(judged, length)
+            self._parts_from(end, judged, length)
             frame = self._frame()
             ends = placed = self._place_steps(marks["step"])
+            if not self._history_ready(end, length):
+                if at is not None:  # a time asked for, before what is kept
+                    return self._cold(at, window_s)
+                raise _Restart("a history window's steps changed after they were let go")
             mine = [(end - w * length, length) for w in range(cfg.persist_n)]
             kept = [dict(self._parts[k].tables) if k in self._parts else {} for k in mine]
             result = analyze_frame(frame, cfg, at=end, window_s=window_s, step_ends=ends,
-                                   parts=self._parts)  # fmt: skip
+                                   parts=self._parts, keep_history=bool(self.grid_s))  # fmt: skip
             self.read["tables_kept"] = sum(
                 self._parts[k].tables.get(name) is table
                 for k, tables in zip(mine, kept, strict=True)
@@ -578,11 +591,62 @@ class Analyzer:
                 if ts.size and np.count_nonzero((ts > lo) & (ts <= hi)):
                     part.drop(kind)
 
-    def _parts_from(self, judged: float, length: float) -> None:
+    def _parts_from(self, end: float, judged: float, length: float) -> None:
         """Forget the kept windows that begin before *judged*: no later pass judges them,
-        and their oldest records may be let go."""
-        for key in [k for k in self._parts if k[0] - k[1] < judged - length * 1e-6]:
-            del self._parts[key]
+        and their oldest records may be let go. On the grid, the ones a pass (this one or
+        a later one) reads as the ranks' own history keep their rank rows for that."""
+        oldest = judged
+        if self.grid_s:
+            oldest = end - (self._history_windows() - 1) * length - length  # its start
+        for key, part in list(self._parts.items()):
+            if key[0] - key[1] < oldest - length * 1e-6:
+                del self._parts[key]
+            elif key[0] - key[1] < judged - length * 1e-6:
+                part.keep_history_only()
+
+    def _history_windows(self) -> int:
+        """Windows a pass reads step records of: the judged ones and the ranks' own history."""
+        return self.settings.analyze.persist_n + self.settings.analyze.own_history
+
+    def _reach(self, window_s: float | None) -> float:
+        """How long before a pass's end every record must be kept: the windows it judges,
+        and on the grid only those (the history windows' rank rows are kept instead of
+        their step records, see _steps_from)."""
+        cfg = self.settings.analyze
+        return history_needed(cfg, window_s) if self.grid_s else steps_needed(cfg, window_s)
+
+    def _steps_from(self, end: float, judged: float, length: float) -> float:
+        """Where the step records this pass and later ones need begin: the ranks' own history,
+        or on the grid the judged windows, or the oldest history window (of this pass or a
+        later one on the grid) whose rank rows are not kept yet (a pass keeps them as it
+        judges a window, so on a grid of a minute that is none; on others, a pass figures
+        them from the records while it still has them all)."""
+        if not self.grid_s:
+            return end - steps_needed(self.settings.analyze, length)
+        first, stop = self.settings.analyze.persist_n, self._history_windows()
+        starts = [judged]
+        step = 0
+        while end + step * self.grid_s - stop * length < judged:
+            later = end + step * self.grid_s
+            for w in range(first, stop):
+                key = (later - w * length, length)
+                part = self._parts.get(key)
+                lost = key[0] - length < self._floor  # its records went: a pass restarts
+                if not lost and key[0] - length < judged and not _has_history(part):
+                    starts.append(key[0] - length)
+            step += 1
+        return min(starts)
+
+    def _history_ready(self, end: float, length: float) -> bool:
+        """Whether each of this pass's history windows has its rank rows kept, or all its
+        step records (a record that joined one after they were let go: not)."""
+        if not self.grid_s:
+            return True
+        for w in range(self.settings.analyze.persist_n, self._history_windows()):
+            key = (end - w * length, length)
+            if key[0] - length < self._floor and not _has_history(self._parts.get(key)):
+                return False
+        return True
 
     def _wanted(self, at: float | None, span: float) -> dict[str, list[str]]:
         """The hourly buckets (and their files) a cold pass at *at* would read."""
@@ -625,10 +689,13 @@ class Analyzer:
             del self._files[name]
         gone = [h for h in self._counts if h not in hours]
         if any(self._counts[h].records for h in gone):
-            self._parts.clear()  # their records may lie in any window
-            for cols in self._kept.values():
-                tags = np.array([_tag(h) for h in gone], np.uint8)
-                cols.keep(~np.isin(cols.data["hour"][: cols.n], tags))
+            tags = np.array([_tag(h) for h in gone], np.uint8)
+            for kind, cols in self._kept.items():
+                leaving = np.isin(cols.data["hour"][: cols.n], tags)
+                if leaving.any():  # (their records may lie in any window: mostly in none)
+                    times = [cols.data[t][: cols.n][leaving] for t in _TIMES[kind]]
+                    self._touched({kind: np.concatenate(times)})
+                    cols.keep(~leaving)
         for h in gone:
             del self._counts[h]
         self._hours = {name: h for name, h in self._hours.items() if h not in gone}
@@ -1092,9 +1159,9 @@ class Analyzer:
         """Let go of records neither this pass nor a later one needs: every pass where they
         are the first kept (the usual case), else once they are a good share of the kept.
 
-        Step records are kept from *start* (the ranks' own history), the others only
-        from *judged*, where the windows a pass judges begin. *marks* (per kind, where
-        the tails read for this pass only begin) are moved with the records they follow.
+        Step records are kept from *start* (see _steps_from), the others only from
+        *judged*, where the windows a pass judges begin. *marks* (per kind, where the
+        tails read for this pass only begin) are moved with the records they follow.
         """
         cutoffs = {kind: judged for kind in schema.KINDS}
         cutoffs["step"] = start - window_s  # steps are placed by their job's median time
@@ -1111,6 +1178,15 @@ class Analyzer:
             self._kept[kind].keep(mask)
         if masks:
             self._floor = max(self._floor, start)
+
+
+def _has_history(part: WindowPart | None) -> bool:
+    return part is not None and (part.history is not None or "rank" in part.tables)
+
+
+# The times a kept record of each kind is found by in the windows (a step: as written, and
+# as placed, where it was).
+_TIMES = {kind: ("ts", "end") if kind == "step" else ("ts",) for kind in schema.KINDS}
 
 
 def _tag(hour: int) -> int:

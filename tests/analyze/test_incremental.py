@@ -26,6 +26,7 @@ import pytest
 
 from guardctl import tails
 from guardctl.analyze import analyze, incremental
+from guardctl.analyze.features import Table, WindowPart
 from guardctl.analyze.incremental import Analyzer
 from guardctl.analyze.load import Listing, source_files
 from guardctl.analyze.ring import Ring
@@ -327,20 +328,20 @@ def test_a_kept_listing_finds_a_new_hours_files(
     assert max(listed[4:]) > 0, "the new hour's files were found by listing again"
 
 
-def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(
-    tmp_path: Path, replays: Replays
-) -> None:
-    # A two-rank job for 45 minutes, rank 1 twice as slow in the last 15, with its nodes'
-    # host records: the step records of the ranks' own history are kept, the others let go.
+def _two_rank_job(tmp_path: Path) -> Path:
+    """45 minutes of a two-rank job, rank 1 twice as slow in the last 15, with its nodes'
+    host records: too few ranks for peers, so only the ranks' own history judges them (its
+    fastest window: each has a pace of its own, so a window missed shows)."""
     from guardctl import layout
 
-    src, store = tmp_path / "src", tmp_path / "store"
+    src = tmp_path / "src"
     files: dict[Path, list[str]] = {}
     for step in range(2700):
         ts = START + step
         for rank in (0, 1):
             node = f"gn{rank + 1:02d}"
             compute = 0.5 * (2 if rank == 1 and step >= 1800 else 1) * (1 + 0.01 * (step % 3))
+            compute *= 1 + 0.02 * (step // 300 % 4)  # (each window's pace its own)
             rec = make_record("step", node, ts, job="9", rank=rank, step=step, step_s=1.5,
                               compute_s=compute, comm_s=1.5 - compute)  # fmt: skip
             files.setdefault(layout.step_file(src, "9", node, rank, ts), []).append(dumps(rec))
@@ -350,7 +351,15 @@ def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(
     for path, lines in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
-    replay = replays(src, store)
+    return src
+
+
+def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(
+    tmp_path: Path, replays: Replays
+) -> None:
+    # Off the grid, the step records of the ranks' own history are kept, the others let go.
+    replay = replays(_two_rank_job(tmp_path), tmp_path / "store")
+    store = tmp_path / "store"
     settings = load_settings(environ={})
     inc = Analyzer(settings, store)
     verdicts = []
@@ -358,9 +367,53 @@ def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(
         replay.advance(START + 60 * minute)
         got = _same(inc, store, settings)
         verdicts.append({n["node"]: n["verdict"] for n in got["nodes"]})
+    steps = inc._kept["step"]
+    assert steps.data["ts"][: steps.n].min() < got["window"]["end"] - 30 * 60
     assert verdicts[0] == {"gn01": "healthy", "gn02": "healthy"}
     assert verdicts[-1] == {"gn01": "healthy", "gn02": "suspect"}
     assert inc.cold_passes == 0
+
+
+def _history_on_the_grid(inc: Analyzer, replay: Replay, store: Path, settings: Settings,
+                         minutes: range) -> list[dict]:  # fmt: skip
+    """The grid analyzer's passes a minute apart, each the same as a cold pass at its time."""
+    got = []
+    for minute in minutes:
+        replay.advance(START + 60 * minute)
+        mine = inc.analyze().to_dict()
+        assert mine == analyze(store, settings, mine["window"]["end"]).to_dict()
+        got.append(mine)
+    return got
+
+
+def test_on_the_grid_a_history_window_keeps_its_rank_rows_not_its_step_records(
+    tmp_path: Path, replays: Replays
+) -> None:
+    # The controller's analyzer keeps each history window's rank rows from the passes that
+    # judged it, and lets go of the step records behind its judged windows (and one window
+    # more, for placing steps): 20 minutes of them, not 35. A record that joins a history
+    # window after its step records went starts the state over (a cold pass reads it).
+    store = tmp_path / "store"
+    replay = replays(_two_rank_job(tmp_path), store)
+    settings = load_settings(environ={})
+    inc = Analyzer(settings, store, grid_s=60.0)
+    passes = _history_on_the_grid(inc, replay, store, settings, range(20, 46))
+    verdicts = [{n["node"]: n["verdict"] for n in p["nodes"]} for p in passes]
+    assert verdicts[0] == {"gn01": "healthy", "gn02": "healthy"}
+    assert verdicts[-1] == {"gn01": "healthy", "gn02": "suspect"}
+    why = [e for n in passes[-1]["nodes"] if n["node"] == "gn02" for e in n["evidence"]]
+    assert why and {e["detector"] for e in why} == {"busy_history"}, why  # its own history
+    steps, end = inc._kept["step"], passes[-1]["window"]["end"]
+    oldest = steps.data["ts"][: steps.n].min()
+    assert end - 21 * 60 <= oldest, (end - oldest) / 60
+    assert inc.restarts == inc.cold_passes == 0
+    # 19 minutes late, into the newest history window: its step records are gone.
+    rel = next(r for r in replay.lines if "gn01" in r and "telemetry" not in r)
+    late = make_record("step", "gn01", end - 19 * 60, job="9", rank=0, step=9999, step_s=1.5,
+                       compute_s=0.4, comm_s=1.1)  # fmt: skip
+    replay.append(rel, (dumps(late) + "\n").encode())
+    _history_on_the_grid(inc, replay, store, settings, range(46, 48))
+    assert inc.restarts == 1
 
 
 def test_records_let_go_before_judging_beside_a_tail_read_for_one_pass(
@@ -650,8 +703,8 @@ def test_gpu_records_that_name_their_job_give_a_kept_windows_peers_as_a_cold_pas
 
 def test_kept_records_know_their_hour_by_a_tag_no_two_hours_read_share(tmp_path: Path) -> None:
     """The kept records hold a byte of their hour's number: letting go of an hour lets go of
-    its records only, and an hour numbered 256 after one still read starts the state over
-    rather than share its tag."""
+    its records only (and of the kept tables of the windows they lay in), and an hour
+    numbered 256 after one still read starts the state over rather than share its tag."""
     inc = Analyzer(Settings(), tmp_path)
     older, newer = inc._hour_id("2026-12-04T10"), inc._hour_id("2026-12-04T11")
     tables = {t: [] for t in incremental.TABLES} | {"nodes": ["node1"]}
@@ -660,9 +713,16 @@ def test_kept_records_know_their_hour_by_a_tag_no_two_hours_read_share(tmp_path:
         host |= {name: np.full(len(times), 1.0) for name in ("cpu_pct", "load1", "mem_used_pct")}
         inc._add({"host": host}, tables, np.array([hour], np.int32), None, True, None)
     assert inc._kept["host"].data["hour"].dtype == np.uint8
+    # kept windows' tables: only the one the older hour's records lay in goes with them
+    table = Table({"node": np.zeros(1, np.int64)})
+    for key in ((2.5, 2.0), (5.0, 2.0)):
+        inc._parts[key] = WindowPart(tables={"host": table, "rank": table}, history=table)
     inc._forget(set(), {newer})
     kept = inc._kept["host"]
     assert kept.data["ts"][: kept.n].tolist() == [3.0, 4.0, 5.0]
+    older_window, newer_window = inc._parts[(2.5, 2.0)], inc._parts[(5.0, 2.0)]
+    assert set(older_window.tables) == {"rank"} and older_window.history is table
+    assert set(newer_window.tables) == {"host", "rank"}
     assert list(inc._counts) == [newer]
     inc._next_hour = newer + 256
     with pytest.raises(incremental._Restart):
