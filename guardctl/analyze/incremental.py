@@ -37,10 +37,12 @@ behind its last mark start the state over (a pass that reads everything, as a
 cold pass does). Bytes a mirror does not cover yet (a batch being written) are
 parsed for that pass only, as a cold pass parses them, and read from the mirror
 once it has them; files without a usable mirror are parsed, tail by tail.
-Records older than the oldest window are let go (step records only before the
-ranks' own history, ``[analyze] own_history``, and a window later, because a step
-is placed by the median time of its job's ranks, whose clocks may differ); a pass
-asked for a time before what is kept runs cold.
+Records older than the oldest window are let go (step records a window later,
+because a step is placed by the median time of its job's ranks, whose clocks may
+differ; and, off the minute grid, only before the ranks' own history, ``[analyze]
+own_history``: on the grid each history window keeps instead its rank rows from
+the passes that judged it, ``features.history_rows``); a pass asked for a time
+before what is kept runs cold.
 """
 
 from __future__ import annotations
@@ -583,12 +585,18 @@ class Analyzer:
         """Forget the kept tables that records at *times* (per kind) joined or left.
 
         A little wider than the window (a millionth of its length each side): a window's
-        records are found by dividing, which may put one at an edge on either side.
+        records are found by dividing, which may put one at an edge on either side. Only
+        the windows between the oldest and newest of the times are looked into (the
+        records a pass appends lie mostly in its newest minute; ``fmin`` and ``fmax`` skip
+        a time that is NaN, as the comparisons do).
         """
-        for (end, length), part in self._parts.items():
-            lo, hi = end - length * (1 + 1e-6), end + length * 1e-6
-            for kind, ts in times.items():
-                if ts.size and np.count_nonzero((ts > lo) & (ts <= hi)):
+        for kind, ts in times.items():
+            if not ts.size:
+                continue
+            first, last = float(np.fmin.reduce(ts)), float(np.fmax.reduce(ts))
+            for (end, length), part in self._parts.items():
+                lo, hi = end - length * (1 + 1e-6), end + length * 1e-6
+                if last > lo and first <= hi and np.count_nonzero((ts > lo) & (ts <= hi)):
                     part.drop(kind)
 
     def _parts_from(self, end: float, judged: float, length: float) -> None:
