@@ -9,7 +9,7 @@ Every value is a Python int or float (``tolist``), whose ``repr`` is what JSON u
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ STEP_LINE = (
     '{"v":1,"kind":"step","ts":%r,"node":"%s","job":"%s","rank":%d,"step":%d,"step_s":%r,'
     '"compute_s":%r,"comm_s":%r}'
 )
+# Nodes whose agent lines are made at once (see telemetry_lines).
+NODES_AT_ONCE = 512
 NIC_COUNTERS = (
     "symbol_errors",
     "link_error_recovery",
@@ -55,14 +57,29 @@ def _r(a: np.ndarray, digits: int) -> np.ndarray:
     return np.round(a.astype(np.float64), digits)
 
 
-def telemetry_lines(f: Fleet, rng: np.random.Generator) -> dict[int, list[tuple[float, str]]]:
-    """Per node: (ts, line) of every agent record, in sample order."""
-    T, N = f.t.size, f.n
-    ts = _r(f.t[:, None] + f.skew[None, :] + rng.uniform(0, 0.2, (T, N)), 3)
-    g = f.g
+Lines = list[tuple[float, str]]
+
+
+def telemetry_lines(f: Fleet, rng: np.random.Generator) -> Iterator[tuple[int, Lines]]:
+    """Per node: (ts, line) of every agent record, in sample order.
+
+    The lines are made NODES_AT_ONCE nodes at a time (the sample times drawn for all
+    first, so the bytes do not depend on it): a trace's lines are some ten times the
+    fleet's arrays, too many to hold at once at 100k GPUs for more than 20 minutes.
+    """
+    ts = _r(f.t[:, None] + f.skew[None, :] + rng.uniform(0, 0.2, (f.t.size, f.n)), 3)
+    for lo in range(0, f.n, NODES_AT_ONCE):
+        yield from _node_lines(f, ts, slice(lo, min(lo + NODES_AT_ONCE, f.n)))
+
+
+def _node_lines(f: Fleet, ts_all: np.ndarray, nodes: slice) -> Iterator[tuple[int, Lines]]:
+    """:func:`telemetry_lines` of the *nodes* (a run of them); *ts_all*: every sample's time."""
+    ts = ts_all[:, nodes]
+    T, N = ts.shape
+    g = {k: v[:, nodes] for k, v in f.g.items()}
     cum = {k: np.cumsum(g[k], axis=0) for k in ("sbe", "dbe", "pcie", "nvlink")}
     gts = np.broadcast_to(ts[:, :, None], (T, N, GPUS))
-    names = np.array(f.names, dtype=object)
+    names = np.array(f.names[nodes], dtype=object)
     gnode = np.broadcast_to(names[None, :, None], (T, N, GPUS))
     gidx = np.broadcast_to(np.arange(GPUS)[None, None, :], (T, N, GPUS))
     xid = np.where(g["xid"] >= 0, g["xid"].astype(str).astype(object), "null")
@@ -86,9 +103,9 @@ def telemetry_lines(f: Fleet, rng: np.random.Generator) -> dict[int, list[tuple[
     host_cols = [
         ts,
         np.broadcast_to(names[None, :], (T, N)),
-        _r(f.h["cpu"], 1),
-        _r(f.h["load"], 2),
-        _r(f.h["mem"], 1),
+        _r(f.h["cpu"][:, nodes], 1),
+        _r(f.h["load"][:, nodes], 2),
+        _r(f.h["mem"][:, nodes], 1),
     ]
     host = [HOST_LINE % row for row in zip(*map(_per_node, host_cols), strict=True)]
     pshape = (T, N, PORTS)
@@ -97,23 +114,23 @@ def telemetry_lines(f: Fleet, rng: np.random.Generator) -> dict[int, list[tuple[
         np.broadcast_to(ts[:, :, None], pshape),
         np.broadcast_to(names[None, :, None], pshape),
         np.broadcast_to(devices[None, None, :], pshape),
-        np.where(f.nic["down"], "DOWN", "ACTIVE").astype(object),
-        _r(f.nic["rate"], 1),
+        np.where(f.nic["down"][:, nodes], "DOWN", "ACTIVE").astype(object),
+        _r(f.nic["rate"][:, nodes], 1),
     ]
-    nic_cols += [np.cumsum(f.nic[k], axis=0) + f.nic_base[k][None] for k in NIC_COUNTERS]
+    nic_cols += [np.cumsum(f.nic[k][:, nodes], axis=0) + f.nic_base[k][nodes][None]
+                 for k in NIC_COUNTERS]  # fmt: skip
     nic = [NIC_LINE % row for row in zip(*map(_per_node, nic_cols), strict=True)]
     ts_list = _per_node(ts)
-    out: dict[int, list[tuple[float, str]]] = {}
+    present = f.present[:, nodes]
     for node in range(N):
-        lines: list[tuple[float, str]] = []
-        for i in np.flatnonzero(f.present[:, node]):
+        lines: Lines = []
+        for i in np.flatnonzero(present[:, node]):
             k = node * T + int(i)
             stamp = ts_list[k]
             lines.extend((stamp, line) for line in gpu[k * GPUS : (k + 1) * GPUS])
             lines.append((stamp, host[k]))
             lines.extend((stamp, line) for line in nic[k * PORTS : (k + 1) * PORTS])
-        out[node] = lines
-    return out
+        yield nodes.start + node, lines
 
 
 def job_steps(
@@ -186,7 +203,7 @@ def write_fleet(
     """Write every record of the fleet under the store *root*; return the record count."""
     total = 0
     mirror = Mirror() if column_files else None
-    for node, lines in telemetry_lines(f, rng).items():
+    for node, lines in telemetry_lines(f, rng):
         name = f.names[node]
         total += write_hourly(lines, partial(_telemetry_path, root, name), mirror)
     for job in f.jobs:

@@ -13,7 +13,7 @@ from guardctl.analyze import load
 from guardctl.cli import main
 from guardctl.config import Settings
 from guardctl.errors import UsageError
-from guardctl.simulate import parse_faults, simulate
+from guardctl.simulate import parse_faults, simulate, writer
 from guardctl.simulate.faults import FAULTS
 from guardctl.simulate.score import score_trace
 from guardctl.telemetry import schema
@@ -53,15 +53,26 @@ def test_store_layout_truth_and_seeding(tmp_path: Path) -> None:
         "idle",
     } <= kinds
 
-    def digest(root: Path) -> str:
-        h = hashlib.sha256()
-        for f in sorted(root.rglob("*.jsonl")):
-            h.update(f.relative_to(root).as_posix().encode() + f.read_bytes())
-        return h.hexdigest()
-
-    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
     simulate(tmp_path / "c", nodes=24, duration=600, seed=10)
-    assert digest(tmp_path / "a") != digest(tmp_path / "c")
+    assert _digest(tmp_path / "a") != _digest(tmp_path / "c")
+
+
+def _digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.jsonl")):
+        h.update(f.relative_to(root).as_posix().encode() + f.read_bytes())
+    return h.hexdigest()
+
+
+def test_the_agents_lines_are_the_same_made_a_few_nodes_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (made all at once, a long trace at 100k GPUs does not fit a 24 GB machine)
+    simulate(tmp_path / "a", nodes=24, duration=300, seed=4)
+    monkeypatch.setattr(writer, "NODES_AT_ONCE", 5)
+    simulate(tmp_path / "b", nodes=24, duration=300, seed=4)
+    assert _digest(tmp_path / "a") == _digest(tmp_path / "b")
 
 
 def test_fault_spec_parsing() -> None:
