@@ -701,8 +701,7 @@ class Analyzer:
             for kind, cols in self._kept.items():
                 leaving = np.isin(cols.data["hour"][: cols.n], tags)
                 if leaving.any():  # (their records may lie in any window: mostly in none)
-                    times = [cols.data[t][: cols.n][leaving] for t in _TIMES[kind]]
-                    self._touched({kind: np.concatenate(times)})
+                    self._touched({kind: _times_of(kind, cols, leaving)})
                     cols.keep(~leaving)
         for h in gone:
             del self._counts[h]
@@ -1192,9 +1191,14 @@ def _has_history(part: WindowPart | None) -> bool:
     return part is not None and (part.history is not None or "rank" in part.tables)
 
 
-# The times a kept record of each kind is found by in the windows (a step: as written, and
-# as placed, where it was).
-_TIMES = {kind: ("ts", "end") if kind == "step" else ("ts",) for kind in schema.KINDS}
+def _times_of(kind: str, cols: _Columns, which: np.ndarray) -> np.ndarray:
+    """The times the kept records *which* (a mask) lie at in the windows: as written, and a
+    step placed also where it was placed."""
+    times = cols.data["ts"][: cols.n][which]
+    if kind != "step":
+        return times
+    placed = min(cols.placed, cols.n)
+    return np.concatenate((times, cols.data["end"][:placed][which[:placed]]))
 
 
 def _tag(hour: int) -> int:
