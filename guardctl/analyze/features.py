@@ -17,7 +17,7 @@ caller that judges the same window again can keep its tables (``extract``'s
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -675,21 +675,31 @@ def history_rows(
         win = assign_windows(ends, at, window_s, longer)
         win = np.where((win >= n_windows) & np.isin(frame.cols["step"]["job"], small), win, -1)
         return rank_table(frame, Rows.of(win, longer), history.low_q)
-    mine = [parts.setdefault((at - w * window_s, window_s), WindowPart())
-            for w in range(n_windows, longer)]  # fmt: skip
-    where: np.ndarray | None = None  # each step record's window, once one is figured here
-    for w, part in enumerate(mine, start=n_windows):
+    keys = [(at - w * window_s, window_s) for w in range(n_windows, longer)]
+    mine = [parts.setdefault(key, WindowPart()) for key in keys]
+    for part in mine:
         if part.history is None and "rank" in part.tables:
             part.history = _history_of(part.tables["rank"])
-        if part.history is None:
-            where = assign_windows(ends, at, window_s, longer) if where is None else where
-            part.history = _history_of(rank_table(frame, Rows.window(where, w), history.low_q))
+    missing = [key for key, part in zip(keys, mine, strict=True) if part.history is None]
+    figure_history(frame, ends, missing, history.low_q, parts)
     rows = [p.history for p in mine if p.history is not None and len(p.history)]
     if not rows or not small.size:
         return Table({})
     old = Table({k: np.concatenate([r[k] for r in rows]) for k in HISTORY_COLS})
     keep = np.isin(old["job"], small)
     return Table({k: v[keep] for k, v in old.cols.items()})
+
+
+def figure_history(
+    frame: Frame, ends: np.ndarray, windows: Sequence[tuple[float, float]], low_q: float,
+    parts: Parts,
+) -> None:  # fmt: skip
+    """Give each of *windows* (end, length) its rank rows as history in *parts*, from the
+    step records (*ends*: their :func:`step_times`), as :func:`history_rows` figures them."""
+    for end, length in windows:
+        where = assign_windows(ends, end, length, 1)
+        rows = rank_table(frame, Rows.window(where, 0), low_q)
+        parts.setdefault((end, length), WindowPart()).history = _history_of(rows)
 
 
 def _history_of(t: Table) -> Table:

@@ -71,7 +71,7 @@ from guardctl.analyze.engine import (
     history_needed,
     steps_needed,
 )
-from guardctl.analyze.features import CHUNK, Parts, WindowPart, step_ends
+from guardctl.analyze.features import CHUNK, Parts, WindowPart, figure_history, step_ends
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import (
     Listing,
@@ -560,6 +560,7 @@ class Analyzer:
             kept = [dict(self._parts[k].tables) if k in self._parts else {} for k in mine]
             result = analyze_frame(frame, cfg, at=end, window_s=window_s, step_ends=ends,
                                    parts=self._parts, keep_history=bool(self.grid_s))  # fmt: skip
+            self._rows_ahead(frame, ends, end, judged, length)
             self.read["tables_kept"] = sum(
                 self._parts[k].tables.get(name) is table
                 for k, tables in zip(mine, kept, strict=True)
@@ -627,23 +628,38 @@ class Analyzer:
         """Where the step records this pass and later ones need begin: the ranks' own history,
         or on the grid the judged windows, or the oldest history window (of this pass or a
         later one on the grid) whose rank rows are not kept yet (a pass keeps them as it
-        judges a window, so on a grid of a minute that is none; on others, a pass figures
-        them from the records while it still has them all)."""
+        judges a window, and figures those of the windows no pass judged while it still
+        has their records: see _rows_ahead)."""
         if not self.grid_s:
             return end - steps_needed(self.settings.analyze, length)
+        return min([judged] + [key[0] - length for key in self._rows_missing(end, judged, length)])
+
+    def _rows_missing(self, end: float, judged: float, length: float) -> list[tuple[float, float]]:
+        """The windows (end, length) that a pass on the grid from *end* on reads as history,
+        whose step records begin before *judged* (a pass may let them go) and whose rank
+        rows are not kept, of those whose records are all still kept."""
         first, stop = self.settings.analyze.persist_n, self._history_windows()
-        starts = [judged]
+        missing = set()
         step = 0
         while end + step * self.grid_s - stop * length < judged:
             later = end + step * self.grid_s
             for w in range(first, stop):
                 key = (later - w * length, length)
-                part = self._parts.get(key)
                 lost = key[0] - length < self._floor  # its records went: a pass restarts
-                if not lost and key[0] - length < judged and not _has_history(part):
-                    starts.append(key[0] - length)
+                if not lost and key[0] - length < judged and not _has_history(self._parts.get(key)):
+                    missing.add(key)
             step += 1
-        return min(starts)
+        return sorted(missing)
+
+    def _rows_ahead(self, frame: Frame, ends: np.ndarray, end: float, judged: float,
+                    length: float) -> None:  # fmt: skip
+        """Figure the rank rows of the windows later passes read as history that no pass
+        judged (most of a first pass's: it judged three windows of the half hour it read),
+        while their step records are all here, so that the next pass lets those go: a
+        daemon that has just started then holds 20 minutes of step records, not 35."""
+        if self.grid_s:
+            missing = self._rows_missing(end, judged, length)
+            figure_history(frame, ends, missing, self.settings.analyze.low_quantile, self._parts)
 
     def _history_ready(self, end: float, length: float) -> bool:
         """Whether each of this pass's history windows has its rank rows kept, or all its

@@ -386,6 +386,11 @@ def _history_on_the_grid(inc: Analyzer, replay: Replay, store: Path, settings: S
     return got
 
 
+def _minutes_kept(inc: Analyzer, end: float) -> float:
+    steps = inc._kept["step"]
+    return float(end - steps.data["ts"][: steps.n].min()) / 60
+
+
 def test_on_the_grid_a_history_window_keeps_its_rank_rows_not_its_step_records(
     tmp_path: Path, replays: Replays
 ) -> None:
@@ -393,9 +398,10 @@ def test_on_the_grid_a_history_window_keeps_its_rank_rows_not_its_step_records(
     # judged it, and lets go of the step records behind its judged windows (and one window
     # more, for placing steps): 20 minutes of them, not 35. A record that joins a history
     # window after its step records went starts the state over (a cold pass reads it).
-    store = tmp_path / "store"
-    replay = replays(_two_rank_job(tmp_path), store)
     settings = load_settings(environ={})
+    # A daemon from the job's start: the rank's own history judges it once it slows.
+    store = tmp_path / "store"
+    replay = replays(_two_rank_job(tmp_path / "a"), store)
     inc = Analyzer(settings, store, grid_s=60.0)
     passes = _history_on_the_grid(inc, replay, store, settings, range(20, 46))
     verdicts = [{n["node"]: n["verdict"] for n in p["nodes"]} for p in passes]
@@ -403,9 +409,8 @@ def test_on_the_grid_a_history_window_keeps_its_rank_rows_not_its_step_records(
     assert verdicts[-1] == {"gn01": "healthy", "gn02": "suspect"}
     why = [e for n in passes[-1]["nodes"] if n["node"] == "gn02" for e in n["evidence"]]
     assert why and {e["detector"] for e in why} == {"busy_history"}, why  # its own history
-    steps, end = inc._kept["step"], passes[-1]["window"]["end"]
-    oldest = steps.data["ts"][: steps.n].min()
-    assert end - 21 * 60 <= oldest, (end - oldest) / 60
+    end = passes[-1]["window"]["end"]
+    assert _minutes_kept(inc, end) <= 21
     assert inc.restarts == inc.cold_passes == 0
     # 19 minutes late, into the newest history window: its step records are gone.
     rel = next(r for r in replay.lines if "gn01" in r and "telemetry" not in r)
@@ -414,6 +419,24 @@ def test_on_the_grid_a_history_window_keeps_its_rank_rows_not_its_step_records(
     replay.append(rel, (dumps(late) + "\n").encode())
     _history_on_the_grid(inc, replay, store, settings, range(46, 48))
     assert inc.restarts == 1
+
+
+def test_a_daemon_started_late_keeps_20_minutes_of_steps_from_its_second_pass(
+    tmp_path: Path, replays: Replays
+) -> None:
+    # Its first pass reads 35 minutes and judges three windows; it figures the rows of the
+    # windows later passes read as history that no pass judged, so the next pass lets
+    # their step records go.
+    settings = load_settings(environ={})
+    store = tmp_path / "store"
+    replay = replays(_two_rank_job(tmp_path), store)
+    inc = Analyzer(settings, store, grid_s=60.0)
+    passes = _history_on_the_grid(inc, replay, store, settings, range(35, 37))
+    assert _minutes_kept(inc, passes[-1]["window"]["end"]) <= 21
+    passes = _history_on_the_grid(inc, replay, store, settings, range(37, 46))
+    assert {n["node"]: n["verdict"] for n in passes[-1]["nodes"]} == {
+        "gn01": "healthy", "gn02": "suspect"}  # fmt: skip
+    assert inc.restarts == inc.cold_passes == 0
 
 
 def test_records_let_go_before_judging_beside_a_tail_read_for_one_pass(
