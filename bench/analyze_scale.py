@@ -138,6 +138,7 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
     first = time.perf_counter() - t0
     passes, kept, unmapped, helped, helper = [], [], 0, [], 0
     peaks: list[float] = []  # per pass, its own peak resident size (MiB), where it can be told
+    first_peak = _peak_mib()  # (before a pass's peak is started over)
     cpu: list[tuple[float, float]] = []  # per pass: this process's processor time, the helper's
     while _next_minute():  # the writers append it (in the parent: not timed, not our memory)
         pid = analyzer.helper_pid
@@ -157,9 +158,11 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
     # The kept records' rings hold pages let go for the next pass's records without mapping
     # them: not in the resident size, so added to its peak (an upper bound). So is the
     # reading helper's own memory (its buffers are in ours already).
+    extra = (unmapped + helper * 1024) / 2**20
+    passes_peak = max((p for p in peaks if not math.isnan(p)), default=math.nan)
     return {"seconds": passes[-1], "passes_s": passes, "first_s": first, "passes_cpu_s": cpu,
-            "peak_mib": _peak_mib() + (unmapped + helper * 1024) / 2**20,
-            "passes_peak_mib": max(peaks) + (unmapped + helper * 1024) / 2**20,
+            "peak_mib": max(first_peak, _peak_mib(), passes_peak) + extra,
+            "passes_peak_mib": passes_peak + extra,
             "passes_mib": peaks,
             "unmapped_mib": unmapped / 2**20, "helper_mib": helper / 1024,
             "helper_files": helped, "digest": _digest(result.to_dict()),
