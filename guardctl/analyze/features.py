@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from guardctl.analyze.frame import INT_MISSING, Frame
+from guardctl.analyze.frame import INT_MISSING, Columns, Frame
+from guardctl.analyze.packing import PackedColumns
 
 # NVML clock-event reasons that mean the hardware slowed the GPU (not idle / SW power cap /
 # sync boost): HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80.
@@ -405,14 +406,18 @@ class Rows:
         return self.n_windows - 1 - wrev
 
 
-def _rows(cols: dict[str, np.ndarray], keep: np.ndarray) -> dict[str, np.ndarray]:
+def _rows(cols: Columns, keep: np.ndarray) -> Columns:
     """The rows of *cols* where *keep*: views, no copy, when they are one run of rows (every
-    row, or a window of records kept in the order of their minutes), else copies."""
+    row, or a window of records kept in the order of their minutes), else copies. Packed
+    columns (kept from pass to pass) stay packed until a table reads them."""
+    which: slice | np.ndarray = keep
     if keep.size:
         lo, hi = int(np.argmax(keep)), keep.size - int(np.argmax(keep[::-1]))
         if keep[lo] and np.count_nonzero(keep) == hi - lo:
-            return {name: col[lo:hi] for name, col in cols.items()}
-    return {name: col[keep] for name, col in cols.items()}
+            which = slice(lo, hi)
+    if isinstance(cols, PackedColumns):
+        return cols.rows(which)
+    return {name: col[which] for name, col in cols.items()}
 
 
 def _node_jobs(frame: Frame, steps: Rows, gpus: Rows) -> np.ndarray:
@@ -434,11 +439,16 @@ def _node_jobs(frame: Frame, steps: Rows, gpus: Rows) -> np.ndarray:
     return out
 
 
-def _named(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _picked(cols: Columns, name: str, keep: np.ndarray) -> np.ndarray:
+    """``cols[name][keep]``, unpacking only the rows picked from packed columns."""
+    return cols.pick(name, keep) if isinstance(cols, PackedColumns) else cols[name][keep]
+
+
+def _named(cols: Columns) -> dict[str, np.ndarray]:
     return {"node": cols["node"], "job": cols["job"]}
 
 
-def _most_records(frame: Frame, cols: dict[str, np.ndarray], rows: Rows) -> np.ndarray:
+def _most_records(frame: Frame, cols: Columns, rows: Rows) -> np.ndarray:
     """Per (window, node), the job most of *cols* (the records of *rows*) name, or -1."""
     out = np.full((rows.n_windows, len(frame.nodes)), NO_PEER, np.int64)
     if not rows.wrev.size:
@@ -485,16 +495,18 @@ NIC_COUNTERS = ("symbol_errors", "link_error_recovery", "link_downed", "rcv_erro
 FIRST, LAST = ":first", ":last"
 
 
-def _counters(t: Table, gi: GroupIndex, series: np.ndarray, c: dict[str, np.ndarray],
+def _counters(t: Table, gi: GroupIndex, series: np.ndarray, c: Columns,
               names: tuple[str, ...]) -> None:  # fmt: skip
     for name in names:
-        t[name] = gi.increase(series, c[name])
-        t[name + FIRST], t[name + LAST] = gi.first_last(c[name])
+        values = c[name]  # (read once: a packed column is unpacked as it is read)
+        t[name] = gi.increase(series, values)
+        t[name + FIRST], t[name + LAST] = gi.first_last(values)
 
 
 def gpu_table(frame: Frame, rows: Rows, hw_xids: np.ndarray, low_q: float) -> Table:
     c = _rows(frame.cols["gpu"], rows.keep)
-    gi = GroupIndex(c["ts"], c["node"], c["gpu"], rows.wrev)
+    index = c["gpu"]
+    gi = GroupIndex(c["ts"], c["node"], index, rows.wrev)
     node, gpu, wrev = gi.keys
     t = Table({"w": rows.w(wrev), "node": node, "gpu": gpu, "n": gi.counts})
     t["clock_lo"], t["clock_med"] = gi.quantiles(c["sm_clock_mhz"], (low_q, 0.5))
@@ -513,12 +525,14 @@ def gpu_table(frame: Frame, rows: Rows, hw_xids: np.ndarray, low_q: float) -> Ta
     for bit in (0x8, 0x20, 0x40, 0x80):
         bits |= np.where(np.bincount(group[(fault & bit) != 0], minlength=gi.n) > 0, bit, 0)
     t["fault_bits"] = bits
-    hw = np.isin(c["xid"], hw_xids)
+    xid = c["xid"]
+    hw = np.isin(xid, hw_xids)
     t["xid_hw"] = np.bincount(gi.inv[hw], minlength=gi.n).astype(np.float64)
     last = np.full(gi.n, -1, np.int64)
-    np.maximum.at(last, gi.inv[hw], c["xid"][hw])
+    np.maximum.at(last, gi.inv[hw], xid[hw])
     t["xid"] = last
-    _counters(t, gi, c["node"].astype(np.int64) * 4096 + c["gpu"], c, GPU_COUNTERS)
+    del xid, hw
+    _counters(t, gi, c["node"].astype(np.int64) * 4096 + index, c, GPU_COUNTERS)
     return t
 
 
@@ -559,7 +573,8 @@ def rank_table(frame: Frame, rows: Rows, low_q: float) -> Table:
         order = gi.time_order()
         node[gi.inv[order]] = c["node"][order]  # the last write per group wins: the newest
     t = Table({"w": w, "job": job, "node": node, "rank": rank, "n": gi.counts})
-    t["compute_hi"], t["compute_med"] = gi.quantiles(c["compute_s"], (1 - low_q, 0.5))
+    compute = c["compute_s"]  # (read once: a packed column is unpacked as it is read)
+    t["compute_hi"], t["compute_med"] = gi.quantiles(compute, (1 - low_q, 0.5))
     # Busy time per sample where the records say how much work a step was (per-step data
     # sharding gives ranks different shares: a rebalanced straggler's compute_s is normal).
     # A step without work (a zero share) says nothing about speed.
@@ -567,9 +582,9 @@ def rank_table(frame: Frame, rows: Rows, low_q: float) -> Table:
     counted = samples != INT_MISSING
     t["per_sample"] = np.bincount(gi.inv[~counted], minlength=gi.n) == 0  # every step counted
     per = np.full(samples.size, np.nan)
-    np.divide(c["compute_s"], samples, out=per, where=counted & (samples > 0))
+    np.divide(compute, samples, out=per, where=counted & (samples > 0))
     per_hi = gi.quantiles(per, (1 - low_q,))[0]
-    del per
+    del per, compute
     t["busy_hi"] = np.where(t["per_sample"], per_hi, t["compute_hi"])
     # The rank's parallel role, -1 where not known: its pipeline stage, tensor-parallel
     # rank (its place within the stage) and data-parallel rank (its replica).
@@ -719,7 +734,7 @@ def _interval(frame: Frame, wins: dict[str, np.ndarray]) -> float:
         if int(np.count_nonzero(keep)) < 2:
             continue
         ts = c["ts"][keep]
-        series = c["node"][keep].astype(np.int64) * 4096 + (c[extra][keep] if extra else 0)
+        series = c["node"][keep].astype(np.int64) * 4096 + (_picked(c, extra, keep) if extra else 0)
         # Agents write each series in time order, and the windows' records lie minute after
         # minute: a stable sort by series alone (runs to merge) is mostly the time order too,
         # and a sort by time within each series is only needed where it is not.

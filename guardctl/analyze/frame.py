@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from typing import Any, Protocol
@@ -44,6 +44,9 @@ except ImportError:  # pragma: no cover - depends on the installation
 # schema's field list, through guardctl.telemetry.columns; INT_MISSING and NO_XID
 # stand for an absent integer and a null xid there too.
 _FLOAT_MAX = float(np.finfo(np.float64).max)
+# One kind's columns by field name: a dict, or the incremental analyzer's kept records
+# (guardctl.analyze.packing.PackedColumns), which hands out each column as it is read.
+Columns = Mapping[str, np.ndarray]
 
 
 def _empty_kind(kind: str) -> dict[str, np.ndarray]:
@@ -70,7 +73,7 @@ class Frame:
     states: list[str] = field(default_factory=list)  # NIC port and collector states, as written
     collectors: list[str] = field(default_factory=list)  # agent records: collector names
     errors: list[str] = field(default_factory=list)  # agent records: collector errors
-    cols: dict[str, dict[str, np.ndarray]] = field(
+    cols: dict[str, Columns] = field(
         default_factory=lambda: {k: _empty_kind(k) for k in schema.KINDS}
     )
     bad: Counter[str] = field(default_factory=Counter)

@@ -55,16 +55,17 @@ def latest(frame: Frame, start: float = -math.inf, end: float = math.inf) -> lis
         collector[order][1:] != collector[order][:-1]
     )
     rows = keep[order[last]]
+    # Each column read once (the incremental analyzer's kept columns unpack as read).
+    picked = {name: cols[name][rows].tolist()
+              for name in ("node", "collector", "ts", "ok", "state", "duration_s", "error")}
     out = []
-    for r in rows.tolist():
-        state, error = int(cols["state"][r]), int(cols["error"][r])
-        duration = float(cols["duration_s"][r])
+    for node_i, coll, t, ok, state, duration, error in zip(*picked.values(), strict=True):
         out.append(
             CollectorStatus(
-                node=frame.nodes[int(cols["node"][r])],
-                collector=frame.collectors[int(cols["collector"][r])],
-                ts=float(cols["ts"][r]),
-                ok=bool(cols["ok"][r] == 1),
+                node=frame.nodes[node_i],
+                collector=frame.collectors[coll],
+                ts=t,
+                ok=ok == 1,
                 state=frame.states[state] if state >= 0 else "",
                 duration_s=duration if math.isfinite(duration) else math.nan,
                 error=frame.errors[error] if error >= 0 else "",

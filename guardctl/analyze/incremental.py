@@ -72,7 +72,7 @@ from guardctl.analyze.engine import (
     steps_needed,
 )
 from guardctl.analyze.features import CHUNK, Parts, WindowPart, figure_history, step_ends
-from guardctl.analyze.frame import Frame
+from guardctl.analyze.frame import Columns, Frame
 from guardctl.analyze.load import (
     Listing,
     _Tail,
@@ -82,6 +82,7 @@ from guardctl.analyze.load import (
     parse_tails,
 )
 from guardctl.analyze.mirrors import RowBuffer, decode, row_dtype
+from guardctl.analyze.packing import PackedColumns, Packing, choose
 from guardctl.analyze.ring import PAGE as _PAGE
 from guardctl.analyze.ring import Ring
 from guardctl.config import Settings
@@ -176,6 +177,10 @@ class _Names:
 
 
 _OWN = ("hour", "end")  # the kept columns' own, not the frame's
+# Columns the pass reads as they are kept (times, keys, the kept columns' own), not packed:
+# the others are read a window's rows at a time, by its tables (see features._rows).
+_AS_READ = frozenset(("ts", "node", "job", "step", *_OWN))
+_SAMPLE = 1 << 16  # values a packing is first chosen from
 # A ring kept is at most this many passes' records longer than its records (see _Columns.fit).
 _SPARE_PASSES = 3
 _SMALLEST = 1 << 16  # records: rings smaller than this are not worth fitting
@@ -183,28 +188,66 @@ _COPY_ROWS = 1 << 14  # records appended at a time, every column (their rows sta
 
 
 class _Column:
-    """One kept column in a :class:`~guardctl.analyze.ring.Ring` of its own.
+    """One kept column in a :class:`~guardctl.analyze.ring.Ring` of its own, packed
+    (:mod:`guardctl.analyze.packing`) unless it is one the pass reads as it is kept.
 
     ``array`` has ``2 * room`` values, value ``i`` and ``i + room`` the same memory: any
     *room* values in a row from the first half are one array, however they wrap.
     """
 
-    def __init__(self, dtype: np.dtype[Any]) -> None:
-        self.dtype = np.dtype(dtype)
+    def __init__(self, dtype: np.dtype[Any], *, packs: bool) -> None:
+        self.packing = Packing.plain(dtype)
+        self.packs = packs  # (else the values are kept as the frame has them)
         self._ring: Ring | None = None
-        self.array = np.empty(0, self.dtype)
+        self.array = np.empty(0, dtype)
 
-    def reserve(self, room: int, start: int, used: int) -> None:
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self.packing.stored
+
+    def reserve(self, room: int, start: int, used: int, packing: Packing | None = None, *,
+                at: int = 0) -> None:  # fmt: skip
         """A ring of *room* values (a multiple of the page size), with the *used* values
-        from *start* copied to its front. The old ring goes with the last view of it."""
+        from *start* copied to *at* (packed anew with *packing*). The old ring goes with
+        the last view of it."""
+        old, self.packing = self.packing, packing or self.packing
         try:
             ring: Ring | None = Ring(room * self.dtype.itemsize)
             fresh = np.asarray(ring).view(self.dtype)
         except OSError:  # no ring here: plain memory twice as long, whose halves differ
             ring, fresh = None, np.zeros(2 * room, self.dtype)
         if used:
-            fresh[:used] = self.array[start : start + used]
+            values, into = self.array[start : start + used], fresh[at : at + used]
+            if self.packing == old:
+                into[...] = values
+            elif not self.packing.put(into, old.unpack(values)):
+                raise AssertionError("a packing chosen for these values took them")
         self._ring, self.array = ring, fresh
+
+    def start_over(self, values: np.ndarray) -> bool:
+        """Choose the packing from *values*, the first to be kept (no value is kept now);
+        True when it changed (the column then has no room until it is reserved)."""
+        if not self.packs:
+            return False
+        # From a sample: a value it did not see that does not fit packs the column anew.
+        packing = choose(values[:: max(1, values.size // _SAMPLE)])
+        if packing == self.packing:
+            return False
+        self.packing, self._ring, self.array = packing, None, np.empty(0, packing.stored)
+        return True
+
+    def put(self, at: int, values: np.ndarray, kept: int) -> None:
+        """Write *values* at *at*, packed; when one does not fit, the column is packed anew
+        for them and the *kept* values before *at*, which stay where they are."""
+        if self.packing.put(self.array[at : at + values.size], values):
+            return
+        start = at - kept
+        held = self.packing.unpack(self.array[start:at])
+        packing = choose(np.concatenate((held, values)))
+        del held
+        self.reserve(self.array.size // 2, start, kept, packing, at=start)
+        if not self.packing.put(self.array[at : at + values.size], values):
+            raise AssertionError("a packing chosen for these values took them")
 
     def ready(self, lo: int, hi: int) -> None:
         """Values *lo* to *hi* are about to be written (see Ring.ready)."""
@@ -248,7 +291,8 @@ class _Columns:
         dtypes["hour"] = np.dtype(np.uint8)  # the hour's tag (see _tag)
         if kind == "step":  # each step's time as its job's ranks ended it, kept between passes
             dtypes["end"] = np.dtype(np.float64)
-        self._cols = {name: _Column(dtype) for name, dtype in dtypes.items()}
+        self._cols = {name: _Column(dtype, packs=name not in _AS_READ)
+                      for name, dtype in dtypes.items()}  # fmt: skip
         self.start = 0
         self.n = 0
         self.placed = 0  # the first records whose "end" is their group's, as of the last pass
@@ -270,6 +314,10 @@ class _Columns:
         m = int(cols["ts"].size)
         if not m:
             return
+        if not self.n:  # (every column is asked: a list, not a generator)
+            chosen = [self._cols[name].start_over(values) for name, values in cols.items()]
+            if any(chosen):  # every column in a ring of the same room
+                self._move(max(self.room, 2 * m))
         if self.n + m > self.room:  # twice what is needed: a first pass grows group by group
             self._move(2 * (self.n + m))
         end = self.start + self.n
@@ -278,11 +326,10 @@ class _Columns:
         # Decoded columns are strided views of their rows (see mirrors._columns): copied
         # a run of rows at a time, every column, the rows are read from memory once, not
         # once per column (at 100k GPUs, 0.35 s a pass against 0.1).
-        targets = [(self._cols[name].array, values) for name, values in cols.items()]
         for lo in range(0, m, _COPY_ROWS):
             hi = min(m, lo + _COPY_ROWS)
-            for array, values in targets:
-                array[end + lo : end + hi] = values[lo:hi]
+            for name, values in cols.items():
+                self._cols[name].put(end + lo, values[lo:hi], self.n + lo)
         self.n += m
         self.added += m
 
@@ -307,9 +354,12 @@ class _Columns:
         """Bytes of memory the columns hold."""
         return sum(col.held() for col in self._cols.values())
 
-    def view(self) -> dict[str, np.ndarray]:
+    def view(self) -> PackedColumns:
+        """The records as the frame's columns (the packed ones unpacked as they are read)."""
         lo, hi = self.start, self.start + self.n
-        return {name: col.array[lo:hi] for name, col in self._cols.items() if name not in _OWN}
+        stored = {name: col.array[lo:hi] for name, col in self._cols.items() if name not in _OWN}
+        return PackedColumns(stored, {name: col.packing for name, col in self._cols.items()
+                                      if col.packing.packed})  # fmt: skip
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the records where *mask*, in their order.
@@ -1047,7 +1097,7 @@ class Analyzer:
 
     def _add(
         self,
-        cols: dict[str, dict[str, np.ndarray]],
+        cols: dict[str, Columns] | dict[str, dict[str, np.ndarray]],
         tables: dict[str, list[str]],
         hours: np.ndarray,
         per_kind: dict[str, np.ndarray] | None,
@@ -1114,9 +1164,7 @@ class Analyzer:
                 per = np.maximum(per, _grown(extra.newest[h], size))
         frame = Frame(nodes=self._names.lists["nodes"])
         seen = np.flatnonzero(np.isfinite(per))
-        frame.cols["host"] = dict(frame.cols["host"])
-        frame.cols["host"]["ts"] = per[seen]
-        frame.cols["host"]["node"] = seen.astype(np.int32)
+        frame.cols["host"] = {**frame.cols["host"], "ts": per[seen], "node": seen.astype(np.int32)}
         return frame
 
     def _frame(self) -> Frame:

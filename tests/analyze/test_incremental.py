@@ -587,8 +587,7 @@ def test_kept_columns_write_again_the_pages_let_go_and_give_back_a_first_passs_h
     pass a minute later appends a minute and lets go of one: the ring is fitted to that,
     and once around, every page it holds is one written again (none fresh, none given back)."""
     cols = incremental._Columns("host")
-    minute, row_bytes = 40_000, 8 + 4 + 3 * 8 + 1  # ts, node, three figures, the hour's tag
-    clock = 0.0
+    minute, clock = 40_000, 0.0
 
     def minutes(k: int) -> None:
         nonlocal clock
@@ -602,6 +601,10 @@ def test_kept_columns_write_again_the_pages_let_go_and_give_back_a_first_passs_h
         cols.fit()
 
     minutes(60)
+    # ts, node, the hour's tag; the figures packed: zeros in a byte each, load1 (the times,
+    # not all of them decimals) as read
+    row_bytes = sum(col.dtype.itemsize for col in cols._cols.values())
+    assert row_bytes == 8 + 4 + 1 + 1 + 8 + 1
     assert cols.n == 10 * minute and cols.held() <= 12 * minute * row_bytes
     for _ in range(20):
         minutes(1)
@@ -618,7 +621,8 @@ def test_kept_columns_grow_by_a_copy_when_a_view_outlives_its_pass() -> None:
         "ts": first, "node": zeros.astype(np.int32), "cpu_pct": zeros, "load1": first,
         "mem_used_pct": zeros, "hour": zeros.astype(np.int32)}  # fmt: skip
     cols.append(row)
-    held = cols.view()["load1"]  # a frame still held somewhere
+    held = cols.view()["ts"]  # a frame still held somewhere (a column kept as read: a view)
+    assert held.base is not None
     for _ in range(2):  # past the room: the mapping cannot move under the view
         cols.append(row)
     assert held[:3].tolist() == [0.0, 1.0, 2.0] and held[-1] == 69_999.0
