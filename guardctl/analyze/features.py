@@ -717,6 +717,23 @@ def figure_history(
         parts.setdefault((end, length), WindowPart()).history = _history_of(rows)
 
 
+def figure_windows(
+    frame: Frame, ends: np.ndarray, windows: Sequence[tuple[float, float]],
+    hw_xids: tuple[int, ...], low_q: float, parts: Parts,
+) -> None:  # fmt: skip
+    """Give each of *windows* (end, length) its tables and jobs in *parts*, as a pass that
+    judges it figures them (*ends*: the step records' :func:`step_times`)."""
+    xids = np.array(hw_xids, np.int64)
+    with ThreadPoolExecutor(2) as pool:
+        for end, length in windows:
+            wins = {kind: assign_windows(frame.cols[kind]["ts"], end, length, 1)
+                    for kind in ("gpu", "host", "nic")}  # fmt: skip
+            wins["step"] = assign_windows(ends, end, length, 1)
+            counts = {kind: np.array([np.count_nonzero(win == 0)]) for kind, win in wins.items()}
+            part = parts.setdefault((end, length), WindowPart())
+            _figure(frame, wins, [part], counts, xids, low_q, pool)
+
+
 def _history_of(t: Table) -> Table:
     """What a window keeps of its rank table *t* as history (its records may be let go)."""
     return Table({k: t[k] for k in HISTORY_COLS})

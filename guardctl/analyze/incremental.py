@@ -71,7 +71,14 @@ from guardctl.analyze.engine import (
     history_needed,
     steps_needed,
 )
-from guardctl.analyze.features import CHUNK, Parts, WindowPart, figure_history, step_ends
+from guardctl.analyze.features import (
+    CHUNK,
+    Parts,
+    WindowPart,
+    figure_history,
+    figure_windows,
+    step_ends,
+)
 from guardctl.analyze.frame import Columns, Frame
 from guardctl.analyze.load import (
     Listing,
@@ -611,6 +618,7 @@ class Analyzer:
             result = analyze_frame(frame, cfg, at=end, window_s=window_s, step_ends=ends,
                                    parts=self._parts, keep_history=bool(self.grid_s))  # fmt: skip
             self._rows_ahead(frame, ends, end, judged, length)
+            self._windows_ahead(frame, ends, end, length)
             self.read["tables_kept"] = sum(
                 self._parts[k].tables.get(name) is table
                 for k, tables in zip(mine, kept, strict=True)
@@ -710,6 +718,27 @@ class Analyzer:
         if self.grid_s:
             missing = self._rows_missing(end, judged, length)
             figure_history(frame, ends, missing, self.settings.analyze.low_quantile, self._parts)
+
+    def _windows_ahead(self, frame: Frame, ends: np.ndarray, end: float, length: float
+                       ) -> None:  # fmt: skip
+        """On the grid, figure the tables of the windows that the passes of the next window
+        length judge as older windows and that no pass judged: a daemon's first pass judged
+        three windows of what it read, and each of the four passes after it would otherwise
+        figure three windows, not only its newest. A window a pass judged keeps its tables
+        (less those records dropped since, which the pass that judges it again figures)."""
+        if not self.grid_s:
+            return
+        todo = set()
+        step = 1
+        while step * self.grid_s < length - 1e-6 * length:
+            later = end + step * self.grid_s
+            for w in range(1, self.settings.analyze.persist_n):
+                key = (later - w * length, length)
+                if key[0] <= end and not (key in self._parts and self._parts[key].tables):
+                    todo.add(key)
+            step += 1
+        cfg = self.settings.analyze
+        figure_windows(frame, ends, sorted(todo), cfg.hardware_xids, cfg.low_quantile, self._parts)
 
     def _history_ready(self, end: float, length: float) -> bool:
         """Whether each of this pass's history windows has its rank rows kept, or all its

@@ -120,11 +120,12 @@ def _fits(packing: Packing, values: np.ndarray) -> bool:
     return packing.put(np.empty(values.size, packing.stored), values)
 
 
-def _within(values: np.ndarray, narrow: np.dtype[Any]) -> bool:
-    """Whether *values* (none missing) fit *narrow*, whose least value stands for missing."""
+def _within(values: np.ndarray, narrow: np.dtype[Any] | np.iinfo[Any]) -> bool:
+    """Whether *values* (none missing) fit *narrow*, whose least value stands for missing
+    (a NaN does not)."""
     if not values.size:
         return True
-    info = np.iinfo(narrow)
+    info = narrow if isinstance(narrow, np.iinfo) else np.iinfo(narrow)
     return bool(info.min < values.min() and values.max() <= info.max)
 
 
@@ -134,6 +135,9 @@ def _back(q: np.ndarray, scale: float) -> np.ndarray:
 
 def _put_ints(out: np.ndarray, values: np.ndarray) -> bool:
     info = np.iinfo(out.dtype)
+    if _within(values, info):  # (none missing: INT_MISSING is least of all)
+        np.copyto(out, values, casting="unsafe")
+        return True
     missing = values == INT_MISSING
     if (((values <= info.min) | (values > info.max)) & ~missing).any():
         return False
@@ -155,19 +159,24 @@ def _put_float32(out: np.ndarray, values: np.ndarray) -> bool:
 
 def _put_scaled(out: np.ndarray, values: np.ndarray, scale: float) -> bool:
     info = np.iinfo(out.dtype)
-    nan = np.isnan(values)
     with np.errstate(over="ignore", invalid="ignore"):
-        q = np.rint(values * scale)
-    q[nan] = 0.0
-    if not ((q > info.min) & (q <= info.max)).all():  # (an infinity is not)
+        q = values * scale
+        np.rint(q, out=q)
+        q += 0.0  # (-0.0 becomes 0.0, as it does in an integer: a -0.0 does not come back)
+    back = _back(q, scale)
+    if (back.view(np.int64) == values.view(np.int64)).all() and _within(q, info):
+        out[...] = q  # (no NaN: it would not be within)
+        return True
+    # The slow way, only for a part with a NaN in it (or a value that does not fit).
+    nan = np.isnan(values)
+    if not nan.any():
         return False
-    narrow = q.astype(out.dtype)
-    same = _back(narrow.astype(_F64), scale).view(np.int64) == values.view(np.int64)
-    if not (same | nan).all():  # (a -0.0 is not: its integer has no sign)
+    same = (back.view(np.int64) == values.view(np.int64)) | nan
+    q[nan] = 0.0  # (after: *back* may be *q* itself)
+    if not same.all() or not _within(q, info):
         return False
-    if nan.any():
-        narrow[nan] = info.min
-    out[...] = narrow
+    out[...] = q
+    out[nan] = info.min
     return True
 
 
