@@ -723,6 +723,8 @@ def figure_windows(
 ) -> None:  # fmt: skip
     """Give each of *windows* (end, length) its tables and jobs in *parts*, as a pass that
     judges it figures them (*ends*: the step records' :func:`step_times`)."""
+    if not windows:
+        return
     xids = np.array(hw_xids, np.int64)
     with ThreadPoolExecutor(2) as pool:
         for end, length in windows:
