@@ -237,7 +237,8 @@ class _Column:
         if not self.packs:
             return False
         # From a sample: a value it did not see that does not fit packs the column anew.
-        packing = choose(values[:: max(1, values.size // _SAMPLE)])
+        # (As the frame's type: packing never changes what a pass reads.)
+        packing = choose(np.asarray(values[:: max(1, values.size // _SAMPLE)], self.packing.wide))
         if packing == self.packing:
             return False
         self.packing, self._ring, self.array = packing, None, np.empty(0, packing.stored)
@@ -246,6 +247,7 @@ class _Column:
     def put(self, at: int, values: np.ndarray, kept: int) -> None:
         """Write *values* at *at*, packed; when one does not fit, the column is packed anew
         for them and the *kept* values before *at*, which stay where they are."""
+        values = np.asarray(values, self.packing.wide)  # (a copy only where a writer's differs)
         if self.packing.put(self.array[at : at + values.size], values):
             return
         start = at - kept
