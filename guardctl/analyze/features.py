@@ -728,12 +728,26 @@ def figure_windows(
     xids = np.array(hw_xids, np.int64)
     with ThreadPoolExecutor(2) as pool:
         for end, length in windows:
-            wins = {kind: assign_windows(frame.cols[kind]["ts"], end, length, 1)
-                    for kind in ("gpu", "host", "nic")}  # fmt: skip
-            wins["step"] = assign_windows(ends, end, length, 1)
-            counts = {kind: np.array([np.count_nonzero(win == 0)]) for kind, win in wins.items()}
+            wins, counts = _assigned(frame, ends, end, length, 1)
             part = parts.setdefault((end, length), WindowPart())
             _figure(frame, wins, [part], counts, xids, low_q, pool)
+
+
+def _assigned(frame: Frame, ends: np.ndarray, at: float, window_s: float, n_windows: int
+              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:  # fmt: skip
+    """Each record's window of the *n_windows* ending at *at*, per table's kind (a step by
+    its time *ends*), and each window's count of them.
+
+    A kept table is figured again when its window holds another number of records than it
+    was made of (the caller forgets those whose records changed; this catches a record that
+    an end a little different put on the other side of an edge).
+    """
+    wins = {kind: assign_windows(frame.cols[kind]["ts"], at, window_s, n_windows)
+            for kind in ("gpu", "host", "nic")}  # fmt: skip
+    wins["step"] = assign_windows(ends, at, window_s, n_windows)
+    counts = {kind: np.array([np.count_nonzero(win == w) for w in range(n_windows)])
+              for kind, win in wins.items()}  # fmt: skip
+    return wins, counts
 
 
 def _history_of(t: Table) -> Table:
@@ -1008,17 +1022,10 @@ def extract(
     changed, is figured and added; with *keep_history*, so are the history windows' rank
     rows (:func:`history_rows`), for a caller that lets go of their records.
     """
-    wins = {k: assign_windows(c["ts"], at, window_s, n_windows) for k, c in frame.cols.items()
-            if k in ("gpu", "host", "nic")}  # fmt: skip
     ends = step_times(frame) if ends is None else ends
-    wins["step"] = assign_windows(ends, at, window_s, n_windows)
+    wins, counts = _assigned(frame, ends, at, window_s, n_windows)
     parts = {} if parts is None else parts
     mine = [parts.setdefault((at - w * window_s, window_s), WindowPart()) for w in range(n_windows)]
-    # A table is figured again when its window holds another number of records than it was
-    # made of (the caller forgets those whose records changed; this catches a record that
-    # an end a little different put on the other side of an edge).
-    counts = {kind: np.array([np.count_nonzero(win == w) for w in range(n_windows)])
-              for kind, win in wins.items()}  # fmt: skip
     with ThreadPoolExecutor(2) as pool:  # (the sampling interval beside the tables)
         interval = pool.submit(_interval, frame, wins)
         _figure(frame, wins, mine, counts, np.array(hw_xids, np.int64), low_q, pool)
