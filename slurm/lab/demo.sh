@@ -42,6 +42,8 @@ max_out_nodes = 3
 gemm_threads = 1
 allreduce_max_bytes = 4194304
 tolerance = 0.7
+# The lab's all-reduce shares two cores with everything else: judge it loosely.
+references = { nccl = { lower = -0.8 }, pairwise = { lower = -0.8 } }
 inject = { node3 = 0.3 }  # demo only: node3's burn-in really runs slow
 [control]
 sweep_kind = "all"

@@ -18,6 +18,10 @@ gemm_threads = 1
 allreduce_max_bytes = 4194304
 allreduce_iters = 8
 tolerance = 0.5
+# The lab's all-reduce runs over loopback on two shared cores: two runs ten seconds apart
+# measured 1.6 and 0.58 GB/s. Its sweeps pass at 0.2 x reference, so that a healthy node's
+# second sweep is not judged on that noise; injected slow nodes fail on their GEMM.
+references = { nccl = { lower = -0.8 }, pairwise = { lower = -0.8 } }
 """
 
 
