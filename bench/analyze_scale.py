@@ -146,7 +146,7 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
         # (the first pass reads whole hours: each later one's peak is measured apart)
         apart = _reset_peak()
         t0 = time.perf_counter()
-        result = analyzer.analyze()
+        result = _profiled(analyzer.analyze, len(passes))
         passes.append(time.perf_counter() - t0)
         peaks.append(_status_kib("VmHWM") / 1024 if apart else math.nan)
         since = h0 if analyzer.helper_pid == pid else 0.0  # (a helper started in the pass)
@@ -168,6 +168,20 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
             "helper_files": helped, "digest": _digest(result.to_dict()),
             "restarts": analyzer.restarts, "tables_kept": kept,
             "kept": analyzer.kept_records(), "end": result.window_end}  # fmt: skip
+
+
+def _profiled(analyze: Any, n: int) -> Any:
+    """*analyze*(), under cProfile when ``--profile DIR`` asked for it (its statistics go to
+    DIR/pass-N.prof: ``python -m pstats``); the pass's time then includes the profiler's."""
+    where = os.environ.get("GUARDCTL_BENCH_PROFILE")
+    if not where:
+        return analyze()
+    import cProfile
+
+    with cProfile.Profile() as prof:
+        result = analyze()
+    prof.dump_stats(os.path.join(where, f"pass-{n + 1}.prof"))
+    return result
 
 
 def _next_minute() -> bool:
@@ -349,6 +363,7 @@ def bench(
     minutes: int = 6,
     passes: int = 1,
     steady: bool = False,
+    keep: bool = False,
 ) -> dict[str, object]:
     """Measure every step on a *minutes*-long trace, the last *passes* minutes held back
     for the incremental analyzer to pass over one by one (*steady*: only the steps of the
@@ -358,10 +373,14 @@ def bench(
     store = workdir / label
     load_before = os.getloadavg()[0]  # a shared machine: say how busy it was
     t0 = time.perf_counter()
-    # In a process of its own: the memory it took (gigabytes at 100k GPUs, not all given
-    # back to the system) is not held beside the passes measured.
-    subprocess.run([sys.executable, __file__, "--simulate", str(store), str(gpus), str(minutes)],
-                   check=True)  # fmt: skip
+    made = store / "simulated"  # --store DIR: a store kept from an earlier run of this shape
+    if not keep or not made.exists() or made.read_text() != f"{gpus} {minutes}":
+        shutil.rmtree(store, ignore_errors=True)
+        # In a process of its own: the memory it took (gigabytes at 100k GPUs, not all given
+        # back to the system) is not held beside the passes measured.
+        subprocess.run([sys.executable, __file__, "--simulate", str(store), str(gpus),
+                        str(minutes)], check=True)  # fmt: skip
+        made.write_text(f"{gpus} {minutes}")
     sim_s = time.perf_counter() - t0
     print(f"{label}: simulated {minutes} minutes in {sim_s:.0f} s", file=sys.stderr, flush=True)
     held, mirrors = hold_back(store, passes)  # the store *passes* minutes ago
@@ -388,7 +407,8 @@ def bench(
         # passes left (parsing only the new tails), then from the mirrors (read whole).
         for mode in after:
             steps[mode].append(run_step(mode, store, end))
-    shutil.rmtree(store, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(store, ignore_errors=True)
     for inc, cold in zip(steps["incremental"], steps["inc"], strict=True):
         if inc["digest"] != cold["digest"]:
             raise SystemExit(f"{label}: the incremental pass differs from the cold pass")
@@ -515,6 +535,12 @@ def main() -> int:
         default=6,
         help="--steady: its last minutes, passed over one at a time",
     )
+    parser.add_argument(
+        "--store", metavar="DIR", help="keep each fleet's store in DIR/<size> and use it again "
+        "in a later run of the same shape (the simulation is most of a 100k run)")
+    parser.add_argument(
+        "--profile", metavar="DIR", help="--steady: write each incremental pass's cProfile "
+        "statistics to DIR/pass-N.prof (its times then include the profiler's)")
     parser.add_argument("--measure", nargs="+", help=argparse.SUPPRESS)  # MODE STORE [AT]
     parser.add_argument("--simulate", nargs=3, help=argparse.SUPPRESS)  # STORE GPUS MINUTES
     args = parser.parse_args()
@@ -531,11 +557,16 @@ def main() -> int:
         return 0
     sizes = args.sizes.split(",") if args.sizes else (["1k", "10k"] if args.quick else list(SIZES))
     rows = []
+    if args.profile:  # (read by the measuring child)
+        os.makedirs(args.profile, exist_ok=True)
+        os.environ["GUARDCTL_BENCH_PROFILE"] = os.path.abspath(args.profile)
     with tempfile.TemporaryDirectory(prefix="guardctl-scale-") as tmp:
         for label in sizes:
             steady = {"minutes": args.minutes, "passes": args.passes, "steady": True}
             shape: dict[str, Any] = steady if args.steady else {}
-            rows.append(bench(label, SIZES[label], Path(tmp), args.rounds, **shape))
+            where = Path(args.store) if args.store else Path(tmp)
+            rows.append(bench(label, SIZES[label], where, args.rounds, keep=bool(args.store),
+                              **shape))  # fmt: skip
             print(f"{label}: {json.dumps(rows[-1])}", file=sys.stderr)
     show = steady_table if args.steady else table
     print(json.dumps(rows, indent=1) if args.json else show(rows))
