@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 import signal
+import struct
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -628,6 +629,40 @@ def test_kept_columns_grow_by_a_copy_when_a_view_outlives_its_pass() -> None:
         cols.append(row)
     assert held[:3].tolist() == [0.0, 1.0, 2.0] and held[-1] == 69_999.0
     assert cols.view()["load1"].tolist() == first.tolist() * 3
+
+
+def _mark_row(start: int, end: int, lines: int, total: int) -> bytes:
+    """A mark row as a writer encodes it (guardctl.telemetry.mirror)."""
+    row = mirror.HEAD.pack(mirror.MARK, 0, 0, 0, 0.0) + struct.pack("<4q", start, end, lines, total)
+    return row.ljust(mirror.WIDTH, b"\0")
+
+
+def test_tails_read_behind_string_rows_get_them_and_a_mark_standing_for_what_went_before(
+) -> None:  # fmt: skip
+    w = mirror.WIDTH
+    files = []
+    for k, strings in enumerate((b"", bytes(range(1, w + 1)) * 2, b"\x07" * w)):
+        state = incremental._File(hour=0, ino=k, offset=1000 * (k + 1), rows=5 + k)
+        state.strings = strings
+        state.strings_sum = mirror.checksum(strings) if strings else 2**63 - 1  # (it wraps)
+        state.mark = _mark_row(7, 9 + k, 3, 11 * k)
+        files.append((state, [state.mark, b"\x05" * w]))  # each tail: its mark and a row
+    buf = bytearray()
+    behind = []
+    for state, tail in files:
+        behind.append((len(buf), state))
+        buf += b"\xee" * len(state.strings) + b"".join(tail)  # room, then the tail read
+    got = np.frombuffer(buf, np.uint8).copy()
+    incremental._put_behind(got, behind)
+    want = b""
+    for state, tail in files:
+        total = mirror.mark_checksum(state.strings_sum, 0, state.offset, 0)
+        want += state.strings + _mark_row(0, state.offset, 0, total) + tail[1]
+    assert got.tobytes() == want
+    # A tail that does not begin with the mark last read: the mirror was written again.
+    files[1][0].mark = _mark_row(7, 10, 4, 11)
+    with pytest.raises(incremental._Restart):
+        incremental._put_behind(np.frombuffer(buf, np.uint8).copy(), behind)
 
 
 def test_a_passs_records_are_put_in_the_order_of_their_minutes() -> None:
