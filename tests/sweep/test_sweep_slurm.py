@@ -75,8 +75,11 @@ def test_slow_node_is_repeated_once_then_drained_with_evidence(lab: Any, tmp_pat
     verdicts = {v["node"]: v for v in report["verdicts"]}
     assert verdicts["node2"]["verdict"] == "pass" and verdicts["node2"]["action"] == "released"
     assert verdicts["node3"]["verdict"] == "fail" and verdicts["node3"]["action"] == "drained"
-    attempts = {j["attempt"] for j in report["judgements"] if j["nodes"] == ["node3"]}
-    assert attempts == {2}  # the kept judgement is the repeat's
+    # The kept failures are the repeat's (the lab judges all-reduce loosely, see FAST_SWEEPS:
+    # node3's may pass at once, and a sweep that passed is not repeated).
+    node3 = {j["sweep"]: j for j in report["judgements"] if j["nodes"] == ["node3"]}
+    assert (node3["gemm"]["attempt"], node3["gemm"]["passed"]) == (2, False)
+    assert {j["attempt"] for j in node3.values() if not j["passed"]} == {2}
     assert "repeating" in proc.stderr
     state = lab.node_state("node3")
     assert "DRAIN" in state["state_flags"]
