@@ -121,6 +121,8 @@ _GUESS_BYTES = 16 << 10
 # lines, checksum (see guardctl.telemetry.mirror). The end's and the checksum's places, in
 # 8-byte words; a mark put in front of a tail has start 0 and no lines.
 _MARK_END, _MARK_SUM = mirror.HEAD.size // 8 + 1, mirror.HEAD.size // 8 + 3
+# A mirror's tail is read from its last mark read: byte _TAIL_FROM + rows consumed x WIDTH.
+_TAIL_FROM = mirror.PREAMBLE_SIZE - mirror.WIDTH
 
 
 _T = TypeVar("_T")
@@ -959,7 +961,6 @@ class Analyzer:
 
     def _items(self, helper: Helper, group: list[tuple[str, int, _File | None]]) -> list[Item]:
         items: list[Item] = []
-        at = mirror.PREAMBLE_SIZE - mirror.WIDTH  # (_tail_at, without a call a file)
         width = mirror.WIDTH
         for name, _, state in group:
             if state is None:  # a new file: its whole mirror, behind its preamble
@@ -969,8 +970,8 @@ class Analyzer:
                 state.number = helper.file_id(name, state.cols)
             if not state.rows:
                 items.append((state.number, state.offset, -1, 0))
-            else:  # its tail (from its last mark), behind room for its string rows
-                items.append((state.number, state.offset, at + state.rows * width,
+            else:  # its tail (_tail_at, without a call a file), behind its string rows' room
+                items.append((state.number, state.offset, _TAIL_FROM + state.rows * width,
                               len(state.strings)))  # fmt: skip
         return items
 
@@ -1335,7 +1336,7 @@ def _groups_of(todo: list[_T], sizes: Sequence[int], limit: int, most: int = 0) 
 
 def _tail_at(state: _File) -> int:
     """Where a mirror's tail is read from: its last mark read (which the tail must start with)."""
-    return mirror.PREAMBLE_SIZE + (state.rows - 1) * mirror.WIDTH
+    return _TAIL_FROM + state.rows * mirror.WIDTH
 
 
 def _put_behind(buf: np.ndarray, behind: list[tuple[int, _File]]) -> None:
