@@ -125,6 +125,10 @@ _MARK_END, _MARK_SUM = mirror.HEAD.size // 8 + 1, mirror.HEAD.size // 8 + 3
 _TAIL_FROM = mirror.PREAMBLE_SIZE - mirror.WIDTH
 
 
+# What a first pass keeps of the memory it freed (a daemon's, which keeps freed memory:
+# guardctl.analyze.allocator), for the next pass's temporaries: as much as is in use.
+KEEP_FREED = 1.0
+
 _T = TypeVar("_T")
 # What a pass counts of its reading (Analyzer.read): mirror rows decoded, JSON Lines bytes
 # parsed, step records placed again, window tables taken from earlier passes, files whose
@@ -350,13 +354,25 @@ class _Columns:
             col.reserve(room, self.start, self.n)
         self.start = 0
 
-    def fit(self) -> None:
+    @property
+    def fitted(self) -> bool:
+        """Whether a pass with records of this kind has fitted the ring (or tried to)."""
+        return bool(self._fitted)
+
+    def fit(self, per_pass: int = 0) -> None:
         """Once a pass: a ring far longer than its records and a pass more (a first pass
         reads whole hours) is made that long once the records stop growing (a store younger
         than the span a pass keeps), so that the pages let go are written again a pass
-        later; and what was added is counted afresh."""
+        later; and what was added is counted afresh.
+
+        *per_pass*: the records a pass is expected to add, where the caller can tell. The
+        first pass's fit then fits the ring at once: a copy of every column in the first
+        pass, not in the second, third or fourth (at 100k GPUs 0.45-0.5 s, which a steady
+        pass cannot spare and a first pass can)."""
         steady = self.n <= self._fitted
         added = max(self.added, self._pass)  # (a shorter pass than the last is no reason)
+        if per_pass and not self._fitted:
+            steady, added = True, per_pass
         if steady and self.room > self.n + _SPARE_PASSES * added + 2 * _SMALLEST:
             self._move(self.n + added + added // 4 + _SMALLEST)
         self.added, self._fitted, self._pass = 0, self.n, self.added
@@ -559,8 +575,8 @@ class Analyzer:
             try:
                 first = not any(cols.n for cols in self._kept.values())
                 result = self._pass(at, span, window_s)
-                if first:  # (it read whole hours: its temporaries are not the next pass's)
-                    give_back_freed_memory()
+                if first:  # (it read whole hours: its temporaries are not the next pass's,
+                    give_back_freed_memory(keep=KEEP_FREED)  # though some are like them)
                 return result
             except _Restart:
                 if attempt:
@@ -589,7 +605,7 @@ class Analyzer:
         for kind, cols in self._kept.items():
             cols.by_minute(before[kind])
         marks = {kind: cols.n for kind, cols in self._kept.items()}
-        placed: np.ndarray | None = None
+        placed = False  # (the step records' times are placed: see the finally clause)
         length = window_s or cfg.window_s
         try:
             self._parse(uncovered, keep=False, extra=extra)
@@ -609,11 +625,9 @@ class Analyzer:
             # hours, of which a pass judges a quarter of an hour).
             judged = end - history_needed(cfg, window_s)
             self._prune(self._steps_from(end, judged, length), judged, length, marks)
-            for cols in self._kept.values():
-                cols.fit()
             self._parts_from(end, judged, length)
             frame = self._frame()
-            ends = placed = self._place_steps(marks["step"])
+            ends, placed = self._place_steps(marks["step"]), True
             if not self._history_ready(end, length):
                 if at is not None:  # a time asked for, before what is kept
                     return self._cold(at, window_s)
@@ -628,17 +642,29 @@ class Analyzer:
                 self._parts[k].tables.get(name) is table
                 for k, tables in zip(mine, kept, strict=True)
                 for name, table in tables.items())  # fmt: skip
+            del frame, ends  # (views of the kept records, whose rings may move now)
+            self._settle(end, judged, length, marks)
         finally:
             # Windows figured with the tails read for this pass only are figured again.
             self._touched({kind: cols.data["end" if kind == "step" else "ts"][marks[kind] : cols.n]
                            for kind, cols in self._kept.items()
-                           if kind != "step" or placed is not None})  # fmt: skip
-            if placed is not None:  # the kept ones; the tails read for this pass only come
+                           if kind != "step" or placed})  # fmt: skip
+            if placed:  # the kept ones; the tails read for this pass only come
                 self._kept["step"].placed = marks["step"]  # again next pass, as new records
             for kind, cols in self._kept.items():
                 cols.n = marks[kind]  # the tails read for this pass only go
         files_n, records, bad = counts
         return dataclasses.replace(result, files=files_n, records=records, bad=bad)
+
+    def _settle(self, end: float, judged: float, length: float, marks: dict[str, int]) -> None:
+        """After judging: let go of the step records whose windows' rank rows this pass
+        figured ahead (a first pass reads the ranks' own history, 35 minutes of steps, of
+        which the passes after it keep 20), then fit each kind's ring to what it keeps.
+        Done here, not by the next pass, the next pass copies no ring (at 100k GPUs a
+        fit is a copy of 0.45-0.5 s: a first pass can spare it, a steady one cannot)."""
+        cutoffs = self._prune(self._steps_from(end, judged, length), judged, length, marks)
+        for kind, cols in self._kept.items():
+            cols.fit(self._per_pass(cols, cutoffs[kind], end))
 
     def _on_grid(self, newest: float | None) -> float | None:
         if newest is None or not self.grid_s:
@@ -1269,9 +1295,11 @@ class Analyzer:
         # but sorting all the kept records behind a rank's writer an hour late costs more.
         return first if kept - first <= max(2 * (kept - placed), kept // 4) else placed
 
-    def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int]) -> None:
+    def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int]
+               ) -> dict[str, float]:  # fmt: skip
         """Let go of records neither this pass nor a later one needs: every pass where they
         are the first kept (the usual case), else once they are a good share of the kept.
+        Return, per kind, the time from which its records are kept.
 
         Step records are kept from *start* (see _steps_from), the others only from
         *judged*, where the windows a pass judges begin. *marks* (per kind, where the
@@ -1292,6 +1320,22 @@ class Analyzer:
             self._kept[kind].keep(mask)
         if masks:
             self._floor = max(self._floor, start)
+        return cutoffs
+
+    def _per_pass(self, cols: _Columns, since: float, end: float) -> int:
+        """The records of *cols* a pass is expected to add, for its first fit: those kept
+        from *since* to *end*, per grid step (a pass a grid step), half as many again for
+        a busier minute. 0, not known, off the grid (no pass length), where the ring is
+        fitted already, or in a store younger than that span (its records still grow).
+
+        Half again at most: a ring longer than its records by less than two passes keeps
+        the pages let go for the next records (see _Columns.keep); one longer by three
+        passes is fitted again."""
+        if not self.grid_s or cols.fitted or not cols.n or not end - since >= self.grid_s:
+            return 0
+        if not float(np.fmin.reduce(cols.data["ts"][: cols.n])) <= since + self.grid_s:
+            return 0  # (a store younger than the span kept; NaN: no record has a time)
+        return math.ceil(1.5 * cols.n * self.grid_s / (end - since))
 
 
 def _has_history(part: WindowPart | None) -> bool:

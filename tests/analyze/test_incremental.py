@@ -588,20 +588,8 @@ def test_kept_columns_write_again_the_pages_let_go_and_give_back_a_first_passs_h
     """A first pass reads whole hours and keeps a few minutes: the rest is given back. A
     pass a minute later appends a minute and lets go of one: the ring is fitted to that,
     and once around, every page it holds is one written again (none fresh, none given back)."""
-    cols = incremental._Columns("host")
-    minute, clock = 40_000, 0.0
-
-    def minutes(k: int) -> None:
-        nonlocal clock
-        ts = clock + np.arange(k * minute) * (60.0 / minute)
-        clock += 60.0 * k
-        z = np.zeros(ts.size)
-        cols.append({"ts": ts, "node": z.astype(np.int32), "cpu_pct": z, "load1": ts,
-                     "mem_used_pct": z, "hour": z.astype(np.int32)})  # fmt: skip
-        view = cols.view()
-        cols.keep(~(view["ts"] < clock - 600.0))  # ten minutes kept
-        cols.fit()
-
+    cols, minute = incremental._Columns("host"), 40_000
+    minutes = _Minutes(cols, minute)
     minutes(60)
     # ts, node, the hour's tag; the figures packed: zeros in a byte each, load1 (the times,
     # not all of them decimals) as read
@@ -610,9 +598,48 @@ def test_kept_columns_write_again_the_pages_let_go_and_give_back_a_first_passs_h
     assert cols.n == 10 * minute and cols.held() <= 12 * minute * row_bytes
     for _ in range(20):
         minutes(1)
-        assert cols.view()["load1"][0] == clock - 600.0 and cols.n == 10 * minute
+        assert cols.view()["load1"][0] == minutes.clock - 600.0 and cols.n == 10 * minute
     assert cols.room <= 12 * minute + 2 * incremental._SMALLEST
     assert cols.held() == cols.room * row_bytes
+
+
+class _Minutes:
+    """Passes a minute apart over kept host records: each appends *k* minutes of *minute*
+    records, keeps the last ten minutes and fits the ring (told *per_pass*)."""
+
+    def __init__(self, cols: incremental._Columns, minute: int, per_pass: int = 0) -> None:
+        self.cols, self.minute, self.per_pass, self.clock = cols, minute, per_pass, 0.0
+
+    def __call__(self, k: int) -> None:
+        ts = self.clock + np.arange(k * self.minute) * (60.0 / self.minute)
+        self.clock += 60.0 * k
+        z = np.zeros(ts.size)
+        self.cols.append({"ts": ts, "node": z.astype(np.int32), "cpu_pct": z, "load1": ts,
+                          "mem_used_pct": z, "hour": z.astype(np.int32)})  # fmt: skip
+        self.cols.keep(~(self.cols.view()["ts"] < self.clock - 600.0))  # ten minutes kept
+        self.cols.fit(self.per_pass)
+
+
+@pytest.mark.parametrize("told", [True, False])
+def test_a_first_pass_told_what_a_pass_adds_fits_the_ring_then_not_later(told: bool) -> None:
+    """The analyzer tells the first fit what a pass will add (a minute's records and half
+    again): the ring is fitted in the first pass, and the passes after it neither copy it
+    nor take a fresh page (every page let go is written again). Not told, the ring is
+    fitted a pass or two later, a copy in a steady pass."""
+    cols, minute = incremental._Columns("host"), 40_000
+    minutes = _Minutes(cols, minute, per_pass=minute * 3 // 2 if told else 0)
+    minutes(60)
+    first_ring = cols._cols["ts"]._ring
+    assert (cols.room <= 12 * minute + 2 * incremental._SMALLEST) is told
+    rings = []
+    for _ in range(10):
+        minutes(1)
+        rings.append(cols._cols["ts"]._ring)
+        assert cols.n == 10 * minute and cols.view()["load1"][-1] == minutes.clock - 60 / minute
+    assert (rings == [first_ring] * 10) is told  # no copy after the first pass
+    assert rings[-1] is rings[-2]  # (and, not told, fitted since)
+    row_bytes = sum(col.dtype.itemsize for col in cols._cols.values())
+    assert cols.held() == cols.room * row_bytes  # nothing given back: every page used again
 
 
 def test_kept_columns_grow_by_a_copy_when_a_view_outlives_its_pass() -> None:
