@@ -858,23 +858,36 @@ class WindowPart:
     node_job: np.ndarray | None = None  # per node: the job it ran in the window, or NO_PEER
     # its rank rows as the ranks' own history (HISTORY_COLS), once a pass needed them so
     history: Table | None = None
+    # the jobs whose rank rows are stale in a rank table otherwise kept (see drop)
+    stale: set[int] = field(default_factory=set)
 
-    def drop(self, kind: str) -> None:
+    def drop(self, kind: str, jobs: np.ndarray | None = None) -> None:
         """Forget what records of *kind* make (their window's records changed; the jobs
-        go with the rank and GPU tables, see _figure)."""
+        go with the rank and GPU tables, see _figure).
+
+        *jobs*: the step records that changed are these jobs' only. The rank table is a
+        row per (job, rank), each made of its own job's records: only those jobs' rows
+        are stale, and figured again (a step record placed late, its job's ranks
+        straddling a minute, stales one job's rows, not a window of 3 million records)."""
+        if kind == "step":
+            self.history = None
+            if jobs is not None and "rank" in self.tables:
+                self.stale.update(np.unique(jobs).tolist())
+                return
+            self.stale.clear()
         for name, (of, _) in TABLES.items():
             if of == kind:
                 self.tables.pop(name, None)
-        if kind == "step":
-            self.history = None
 
     def keep_history_only(self) -> None:
         """Keep only the window's rank rows as history: no pass judges it again (one that
-        does figures its tables afresh), a later one may read it as history."""
-        if self.history is None and "rank" in self.tables:
+        does figures its tables afresh), a later one may read it as history (not rows
+        some of which are stale: those are figured again from the records)."""
+        if self.history is None and "rank" in self.tables and not self.stale:
             self.history = _history_of(self.tables["rank"])
         self.tables.clear()
         self.records.clear()
+        self.stale.clear()
         self.node_job = None
 
 
@@ -891,19 +904,22 @@ def _figure(
     """Give each window's part (newest first) the tables its records no longer match, and
     its jobs where its step or GPU tables are figured again (GPU records may name jobs)."""
     todo = [(w, name) for w, part in enumerate(parts) for name, (kind, _) in TABLES.items()
-            if name not in part.tables or part.records[name] != counts[kind][w]]  # fmt: skip
+            if name not in part.tables or part.records[name] != counts[kind][w]
+            or (name == "rank" and part.stale)]  # fmt: skip
     todo.sort(key=lambda item: _LONGEST_FIRST.index(item[1]))
     # The tables only read the frame: two at a time (numpy's sorts and copies let go of the
     # interpreter), the longest first.
     futures = {(w, name): pool.submit(_window_table, frame, name, wins[TABLES[name][0]], w,
-                                      hw_xids, low_q)
+                                      hw_xids, low_q, parts[w], int(counts[TABLES[name][0]][w]))
                for w, name in todo}  # fmt: skip
     redo = {w for w, name in todo if name in ("rank", "gpu")}
     redo |= {w for w, part in enumerate(parts) if part.node_job is None}
     jobs = {w: pool.submit(_window_jobs, frame, wins, w) for w in sorted(redo)}
     for (w, name), future in futures.items():
-        parts[w].tables[name] = _narrowed(future.result())
+        parts[w].tables[name] = future.result()
         parts[w].records[name] = int(counts[TABLES[name][0]][w])
+        if name == "rank":
+            parts[w].stale.clear()
     for w, job in jobs.items():
         parts[w].node_job = job.result()
 
@@ -934,15 +950,42 @@ def _window_jobs(frame: Frame, wins: dict[str, np.ndarray], w: int) -> np.ndarra
 
 
 def _window_table(frame: Frame, name: str, win: np.ndarray, w: int, hw_xids: np.ndarray,
-                  low_q: float) -> Table:  # fmt: skip
+                  low_q: float, part: WindowPart, records: int) -> Table:  # fmt: skip
+    """Window *w*'s table *name* (narrowed, as kept), of its *records*; a rank table whose
+    rows are stale for a few jobs only (*part*'s) gets theirs figured again."""
     rows = Rows.window(win, w)
     if name == "gpu":
-        return gpu_table(frame, rows, hw_xids, low_q)
+        return _narrowed(gpu_table(frame, rows, hw_xids, low_q))
     if name == "host":
-        return host_table(frame, rows, low_q)
+        return _narrowed(host_table(frame, rows, low_q))
     if name == "nic":
-        return nic_table(frame, rows, low_q)
-    return rank_table(frame, rows, low_q)
+        return _narrowed(nic_table(frame, rows, low_q))
+    old = part.tables.get("rank")
+    if part.stale and old is not None:
+        jobs = np.fromiter(part.stale, np.int64, len(part.stale))
+        redone = _rank_rows_again(frame, rows, old, jobs, low_q)
+        if int(redone["n"].sum()) == records:  # (else a record left or joined unseen)
+            return redone
+    return _narrowed(rank_table(frame, rows, low_q))
+
+
+def _rank_rows_again(frame: Frame, rows: Rows, old: Table, jobs: np.ndarray, low_q: float
+                     ) -> Table:  # fmt: skip
+    """Rank table *old* (narrowed) of one window (*rows*) with the rows of *jobs* figured
+    again from the window's records: what the whole table figured anew is. Its rows are
+    one per (job, rank), in that order, each figured from its own job's records only (the
+    local rank too: per job and node), and narrowing depends only on the values."""
+    keep = rows.keep.copy()
+    where = np.flatnonzero(keep)
+    keep[where[~np.isin(_picked(frame.cols["step"], "job", keep), jobs)]] = False
+    count = int(np.count_nonzero(keep))
+    fresh = rank_table(frame, Rows(keep, np.zeros(count, np.int8), 1), low_q)
+    stays = ~np.isin(old["job"], jobs)
+    cols = {name: np.concatenate((old[name][stays].astype(fresh[name].dtype, copy=False),
+                                  fresh[name]))
+            for name in fresh.cols}  # fmt: skip
+    order = np.lexsort((cols["rank"], cols["job"]))
+    return _narrowed(Table({name: values[order] for name, values in cols.items()}))
 
 
 def _join(

@@ -648,7 +648,8 @@ class Analyzer:
             # Windows figured with the tails read for this pass only are figured again.
             self._touched({kind: cols.data["end" if kind == "step" else "ts"][marks[kind] : cols.n]
                            for kind, cols in self._kept.items()
-                           if kind != "step" or placed})  # fmt: skip
+                           if kind != "step" or placed},
+                          self._kept["step"].data["job"][marks["step"] : self._kept["step"].n])
             if placed:  # the kept ones; the tails read for this pass only come
                 self._kept["step"].placed = marks["step"]  # again next pass, as new records
             for kind, cols in self._kept.items():
@@ -671,8 +672,10 @@ class Analyzer:
             return newest
         return math.floor(newest / self.grid_s) * self.grid_s
 
-    def _touched(self, times: dict[str, np.ndarray]) -> None:
-        """Forget the kept tables that records at *times* (per kind) joined or left.
+    def _touched(self, times: dict[str, np.ndarray], jobs: np.ndarray | None = None) -> None:
+        """Forget the kept tables that records at *times* (per kind) joined or left; with
+        *jobs* (the step records' jobs, in the order of their times), only those jobs' rows
+        of a window's rank table (see WindowPart.drop).
 
         A little wider than the window (a millionth of its length each side): a window's
         records are found by dividing, which may put one at an edge on either side. Only
@@ -686,8 +689,11 @@ class Analyzer:
             first, last = float(np.fmin.reduce(ts)), float(np.fmax.reduce(ts))
             for (end, length), part in self._parts.items():
                 lo, hi = end - length * (1 + 1e-6), end + length * 1e-6
-                if last > lo and first <= hi and np.count_nonzero((ts > lo) & (ts <= hi)):
-                    part.drop(kind)
+                if not (last > lo and first <= hi):
+                    continue
+                joined = (ts > lo) & (ts <= hi)
+                if np.count_nonzero(joined):
+                    part.drop(kind, jobs[joined] if jobs is not None and kind == "step" else None)
 
     def _parts_from(self, end: float, judged: float, length: float) -> None:
         """Forget the kept windows that begin before *judged*: no later pass judges them,
@@ -1273,7 +1279,9 @@ class Analyzer:
         self.read["steps_placed"] = int(redo.size)
         # A record that moved leaves one window and joins another; a new one joins one.
         moved = (old != ends[redo]) & (redo < placed)
-        self._touched({"step": np.concatenate((old[moved], ends[redo][moved | (redo >= placed)]))})
+        joined = moved | (redo >= placed)
+        self._touched({"step": np.concatenate((old[moved], ends[redo][joined]))},
+                      np.concatenate((job[redo][moved], job[redo][joined])))
         cols.by_minute(self._reordered_from(redo[moved], old[moved], placed, kept), kept,
                        time="end")  # fmt: skip
         return ends
@@ -1339,7 +1347,8 @@ class Analyzer:
 
 
 def _has_history(part: WindowPart | None) -> bool:
-    return part is not None and (part.history is not None or "rank" in part.tables)
+    return part is not None and (part.history is not None
+                                 or ("rank" in part.tables and not part.stale))  # fmt: skip
 
 
 def _times_of(kind: str, cols: _Columns, which: np.ndarray) -> np.ndarray:

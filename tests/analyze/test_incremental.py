@@ -26,8 +26,9 @@ import numpy as np
 import pytest
 
 from guardctl import tails
-from guardctl.analyze import analyze, incremental
+from guardctl.analyze import analyze, features, incremental
 from guardctl.analyze.features import Table, WindowPart
+from guardctl.analyze.frame import Frame
 from guardctl.analyze.incremental import Analyzer
 from guardctl.analyze.load import Listing, source_files
 from guardctl.analyze.ring import Ring
@@ -238,6 +239,43 @@ def test_passes_a_minute_apart_equal_cold_passes(
         assert all(0 < h == n for h, n in helped), helped
     inc.close()
     assert inc._helper is None
+
+
+def test_a_rank_table_stale_for_a_few_jobs_gets_their_rows_again_as_whole_ones_are_figured(
+    trace: Path, tmp_path: Path, replays: Replays, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step records placed into a kept window late (a job's ranks straddle a minute; a
+    file without a mirror, whose tails are read for one pass only) stale only their jobs'
+    rows of its rank table: those are figured again, and the table is, column for column
+    and bit for bit, the one figured whole; the passes give what cold passes give."""
+    redone: list[int] = []
+    again = features._rank_rows_again
+
+    def checked(frame: Frame, rows: features.Rows, old: Table, jobs: np.ndarray, low_q: float
+                ) -> Table:  # fmt: skip
+        got = again(frame, rows, old, jobs, low_q)
+        whole = features._narrowed(features.rank_table(frame, rows, low_q))
+        assert got.narrowed == whole.narrowed and list(got.cols) == list(whole.cols)
+        for name, values in whole.cols.items():
+            assert got[name].dtype == values.dtype and got[name].tobytes() == values.tobytes()
+        redone.append(len(jobs))
+        return got
+
+    monkeypatch.setattr(features, "_rank_rows_again", checked)
+    store, replay, settings, _ = _start(replays, trace, tmp_path, unmirrored=3)
+    grid = Analyzer(settings, store, grid_s=60.0)
+    # One rank's steps (its file in each hour) written two minutes late, now and then.
+    rank = min(r for r in replay.lines if r.startswith("steps/")).rsplit(".", 2)[0] + "."
+    for minute in range(5, 25):
+        if minute % 4 == 0:
+            replay.held.update(dict.fromkeys([r for r in replay.lines if r.startswith(rank)],
+                                             START + 60 * (minute + 2) + 1))  # fmt: skip
+        replay.advance(START + 60 * minute)
+        aligned = grid.analyze().to_dict()
+        want = analyze(store, settings, aligned["window"]["end"]).to_dict()
+        assert _without_records(aligned) == _without_records(want)
+    assert redone and len(redone) >= 3, redone  # (the fleet's jobs: some of them each time)
+    assert grid.restarts == 0
 
 
 def test_a_pass_before_what_is_kept_runs_cold(
