@@ -661,8 +661,9 @@ class Analyzer:
         """After judging: let go of the step records whose windows' rank rows this pass
         figured ahead (a first pass reads the ranks' own history, 35 minutes of steps, of
         which the passes after it keep 20), then fit each kind's ring to what it keeps.
-        Done here, not by the next pass, the next pass copies no ring (at 100k GPUs a
-        fit is a copy of 0.45-0.5 s: a first pass can spare it, a steady one cannot)."""
+        Done here rather than by the next pass, so that no later pass copies a ring (at
+        100k GPUs a fit is a copy of 0.45-0.5 s: a first pass can spare it, a steady one
+        cannot)."""
         cutoffs = self._prune(self._steps_from(end, judged, length), judged, length, marks)
         for kind, cols in self._kept.items():
             cols.fit(self._per_pass(cols, cutoffs[kind], end))
