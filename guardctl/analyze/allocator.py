@@ -30,10 +30,13 @@ _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
 _M_MMAP_MAX = -4
 _M_ARENA_MAX = -8
+_INT_MOST = 2**31 - 1  # (mallopt's values are C ints)
+_PAGE = 4096
+_LARGE_BLOCK = 256 << 10  # above glibc's FASTBIN_CONSOLIDATION_THRESHOLD (64 KiB)
 _POLICY = (
     (_M_ARENA_MAX, 1),  # the tables' threads allocate from the heap the main thread frees to
     (_M_MMAP_MAX, 0),  # large blocks from the heap too: freed, they stay for the next pass
-    (_M_TRIM_THRESHOLD, 2**31 - 1),  # the heap's free top is kept (up to 2 GiB)
+    (_M_TRIM_THRESHOLD, _INT_MOST),  # the heap's free top is kept (up to 2 GiB)
     (_M_TOP_PAD, 64 << 20),  # and grown 64 MiB at a time, not page by page
 )
 
@@ -69,7 +72,7 @@ def give_back_freed_memory(keep: float = 0.0) -> bool:
     heap = _heap(libc) if keep > 0 and _policy["taken"] else None
     if heap is not None and heap.fordblks - heap.keepcost <= keep * heap.uordblks:
         room = int(keep * heap.uordblks) - (heap.fordblks - heap.keepcost)
-        return _trim_top(libc, min(room, _TOP_PAD_MOST), heap.arena)
+        return _trim_top(libc, min(room, _INT_MOST - _PAGE), heap.arena)
     trim = libc.malloc_trim
     trim.argtypes = (ctypes.c_size_t,)
     trim.restype = ctypes.c_int
@@ -77,7 +80,6 @@ def give_back_freed_memory(keep: float = 0.0) -> bool:
 
 
 _policy = {"taken": False}  # whether this process asked for the policy and glibc took it
-_TOP_PAD_MOST = 2**31 - 1  # (mallopt's values are C ints)
 
 
 class _Heap(ctypes.Structure):
@@ -138,6 +140,3 @@ def _trim_top(libc: ctypes.CDLL, pad: int, arena: int) -> bool:
     after = _heap(libc)
     return after is not None and after.arena < arena
 
-
-_PAGE = 4096
-_LARGE_BLOCK = 256 << 10  # above glibc's FASTBIN_CONSOLIDATION_THRESHOLD (64 KiB)

@@ -624,7 +624,8 @@ class Analyzer:
             # neither holds nor copies the records it would skip (a first pass reads whole
             # hours, of which a pass judges a quarter of an hour).
             judged = end - history_needed(cfg, window_s)
-            self._prune(self._steps_from(end, judged, length), judged, length, marks)
+            start = self._steps_from(end, judged, length)
+            self._prune(start, judged, length, marks)
             self._parts_from(end, judged, length)
             frame = self._frame()
             ends, placed = self._place_steps(marks["step"]), True
@@ -643,7 +644,7 @@ class Analyzer:
                 for k, tables in zip(mine, kept, strict=True)
                 for name, table in tables.items())  # fmt: skip
             del frame, ends  # (views of the kept records, whose rings may move now)
-            self._settle(end, judged, length, marks)
+            self._settle(start, end, judged, length, marks)
         finally:
             # Windows figured with the tails read for this pass only are figured again.
             self._touched({kind: cols.data["end" if kind == "step" else "ts"][marks[kind] : cols.n]
@@ -657,14 +658,19 @@ class Analyzer:
         files_n, records, bad = counts
         return dataclasses.replace(result, files=files_n, records=records, bad=bad)
 
-    def _settle(self, end: float, judged: float, length: float, marks: dict[str, int]) -> None:
+    def _settle(self, start: float, end: float, judged: float, length: float,
+                marks: dict[str, int]) -> None:  # fmt: skip
         """After judging: let go of the step records whose windows' rank rows this pass
         figured ahead (a first pass reads the ranks' own history, 35 minutes of steps, of
-        which the passes after it keep 20), then fit each kind's ring to what it keeps.
+        which the passes after it keep 20; *start*: where the pass's own step records
+        began), then fit each kind's ring to what it keeps.
         Done here rather than by the next pass, so that no later pass copies a ring (at
         100k GPUs a fit is a copy of 0.45-0.5 s: a first pass can spare it, a steady one
         cannot)."""
-        cutoffs = self._prune(self._steps_from(end, judged, length), judged, length, marks)
+        later = self._steps_from(end, judged, length)
+        if later > start:  # (else nothing more goes: no kind's records looked at again)
+            self._prune(later, judged, length, marks, kinds=("step",))
+        cutoffs = _cutoffs(max(start, later), judged, length)
         for kind, cols in self._kept.items():
             cols.fit(self._per_pass(cols, cutoffs[kind], end))
 
@@ -1304,20 +1310,20 @@ class Analyzer:
         # but sorting all the kept records behind a rank's writer an hour late costs more.
         return first if kept - first <= max(2 * (kept - placed), kept // 4) else placed
 
-    def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int]
-               ) -> dict[str, float]:  # fmt: skip
-        """Let go of records neither this pass nor a later one needs: every pass where they
-        are the first kept (the usual case), else once they are a good share of the kept.
-        Return, per kind, the time from which its records are kept.
+    def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int],
+               kinds: Sequence[str] = schema.KINDS) -> None:  # fmt: skip
+        """Let go of records (of *kinds*) neither this pass nor a later one needs: every pass
+        where they are the first kept (the usual case), else once they are a good share of
+        the kept.
 
         Step records are kept from *start* (see _steps_from), the others only from
         *judged*, where the windows a pass judges begin. *marks* (per kind, where the
         tails read for this pass only begin) are moved with the records they follow.
         """
-        cutoffs = {kind: judged for kind in schema.KINDS}
-        cutoffs["step"] = start - window_s  # steps are placed by their job's median time
+        cutoffs = _cutoffs(start, judged, window_s)
         masks = {}
-        for kind, cols in self._kept.items():
+        for kind in kinds:
+            cols = self._kept[kind]
             keep = ~(cols.data["ts"][: cols.n] < cutoffs[kind])  # (a record without a time stays)
             # Old records are mostly the first (a pass appends what is new): letting go
             # of them moves the few kept among them; else it waits until they are many.
@@ -1329,7 +1335,6 @@ class Analyzer:
             self._kept[kind].keep(mask)
         if masks:
             self._floor = max(self._floor, start)
-        return cutoffs
 
     def _per_pass(self, cols: _Columns, since: float, end: float) -> int:
         """The records of *cols* a pass is expected to add, for its first fit: those kept
@@ -1345,6 +1350,13 @@ class Analyzer:
         if not float(np.fmin.reduce(cols.data["ts"][: cols.n])) <= since + self.grid_s:
             return 0  # (a store younger than the span kept; NaN: no record has a time)
         return math.ceil(1.5 * cols.n * self.grid_s / (end - since))
+
+
+def _cutoffs(start: float, judged: float, window_s: float) -> dict[str, float]:
+    """Per kind, the time from which its records are kept (see Analyzer._prune)."""
+    cutoffs = {kind: judged for kind in schema.KINDS}
+    cutoffs["step"] = start - window_s  # steps are placed by their job's median time
+    return cutoffs
 
 
 def _has_history(part: WindowPart | None) -> bool:
