@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from guardctl.analyze.allocator import give_back_freed_memory
+from guardctl.analyze.allocator import cycle_collection_paused, give_back_freed_memory
 from guardctl.analyze.engine import (
     Analysis,
     analyze,
@@ -567,6 +567,10 @@ class Analyzer:
 
     def analyze(self, at: float | None = None, *, window_s: float | None = None) -> Analysis:
         """One analysis pass: the windows ending at *at* (default: the newest records)."""
+        with cycle_collection_paused():  # (a pass's own containers would start full ones)
+            return self._analyze(at, window_s)
+
+    def _analyze(self, at: float | None, window_s: float | None) -> Analysis:
         cfg = self.settings.analyze
         span = steps_needed(cfg, window_s)
         if at is not None and at - self._reach(window_s) < self._floor:

@@ -12,6 +12,7 @@ mirrors, a file cut short and one replaced, and a new hour's files.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import math
 import os
@@ -239,6 +240,45 @@ def test_passes_a_minute_apart_equal_cold_passes(
         assert all(0 < h == n for h, n in helped), helped
     inc.close()
     assert inc._helper is None
+
+
+def test_no_cycle_collection_runs_in_a_pass_and_a_pass_leaves_no_cycles(
+    trace: Path, tmp_path: Path, replays: Replays
+) -> None:
+    """A pass holds the cycle collector off (at 100k GPUs its own containers started three
+    full collections a pass, a tenth of it) and gives it back as it found it; the pass
+    leaves no garbage only the collector could free (none was held off for it)."""
+    _, replay, _, inc = _start(replays, trace, tmp_path)
+    runs: list[tuple[int, int]] = []  # per collection: its generation, the young ones then
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            runs.append((info["generation"], gc.get_count()[0]))
+
+    young = gc.get_threshold()[0]
+    gc.callbacks.append(count)
+    try:
+        for minute in range(5, 9):
+            replay.advance(START + 60 * minute)
+            gc.collect()
+            runs.clear()
+            inc.analyze()
+            # Only the one young collection that the pass's end starts (the collector on
+            # again, its count past the threshold): not one per *young* containers made.
+            assert len(runs) == 1 and runs[0][0] == 0, runs
+            assert runs[0][1] > 2 * young  # (the pass made enough to start two)
+            assert gc.isenabled()
+            assert gc.collect() == 0, "a pass left reference cycles"
+        gc.disable()
+        try:
+            runs.clear()
+            inc.analyze()
+            assert runs == [] and not gc.isenabled()  # (a caller's choice stays)
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(count)
+    inc.close()
 
 
 def test_a_rank_table_stale_for_a_few_jobs_gets_their_rows_again_as_whole_ones_are_figured(
