@@ -55,6 +55,7 @@ import os
 import resource
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -134,7 +135,7 @@ _T = TypeVar("_T")
 # parsed, step records placed again, window tables taken from earlier passes, files whose
 # mirror rows were decoded and, of those, files the reading helper read.
 _READ = ("mirror_rows", "parsed_bytes", "steps_placed", "tables_kept", "mirror_files",
-         "helper_files")  # fmt: skip
+         "helper_files", "helper_groups")  # fmt: skip
 
 
 class _Restart(Exception):
@@ -156,7 +157,7 @@ class _File:
     pending: bool = False  # parsed file: a last line still being written
     cols: str = ""  # its column mirror's path
     fd: int = -1  # the mirror, kept open from pass to pass (within the analyzer's budget)
-    last: int = 0  # bytes of its rows the last read decoded (string rows included)
+    last: int = 0  # bytes of its rows the last read decoded (string rows included; 0: whole)
     number: int = -1  # the number the reading helper knows it by (-1: not asked yet)
 
 
@@ -498,6 +499,9 @@ class Analyzer:
         self._helper: Helper | None = None
         self._helper_failed = False  # a helper that could not start or died is not tried again
         self._helper_used = 0  # the most of a helper's buffer a group of this pass filled
+        # Two threads for decoding the helper's groups, kept while a pass reads through it
+        # (started per group, they cost the first pass after a daemon's first 0.12 s).
+        self._threads: ThreadPoolExecutor | None = None
         self._reset()
 
     @property
@@ -971,15 +975,22 @@ class Analyzer:
         """Read *todo* through the helper, a group at a time: the helper reads one group into
         one buffer while this decodes the group before from the other."""
         # (Half a buffer: a file's rows may grow from pass to pass.)
-        # The bytes a file's read brings, by its last (a file not read before: a guess).
-        width, new = mirror.WIDTH, _GUESS_BYTES
-        guesses = [state.last + width if state is not None and state.rows else new
+        # The bytes a file's read brings, by its last (a file not read before: a guess). A
+        # file read whole last (a first pass reads whole hours, which say little of what a
+        # minute brings) is taken to bring its share of a full group: the first pass after
+        # a daemon's first read in 133 groups, not 15, at 100k GPUs; what overflows a group
+        # the analyzer reads itself.
+        width, new, share = mirror.WIDTH, _GUESS_BYTES, helper.room // 2 // HELPER_GROUP
+        guesses = [(state.last + width if state.last else share)
+                   if state is not None and state.rows else new
                    for _, _, state in todo]  # fmt: skip
         groups = _groups_of(todo, guesses, helper.room // 2, HELPER_GROUP)
+        self.read["helper_groups"] = len(groups)
         self._buffer = None  # (this process's read buffer: for what the helper has no room for)
         self._helper_used = 0
         uncovered: list[tuple[str, _File, int]] = []
         done = 0
+        self._threads = ThreadPoolExecutor(2, thread_name_prefix="guardctl-decode")
         try:
             for k in range(min(2, len(groups))):
                 helper.send(k, self._items(helper, groups[k]))
@@ -994,6 +1005,8 @@ class Analyzer:
             for group in groups[done:]:
                 uncovered += self._read_rest(group, extra, parsed)
         finally:
+            self._threads.shutdown()
+            self._threads = None
             if self._helper is helper:
                 try:
                     helper.drain()  # a pass stopped half way (a restart) leaves nothing behind
@@ -1124,7 +1137,7 @@ class Analyzer:
         buf = box.pop()
         self.read["mirror_rows"] += sum(counts)
         self.read["mirror_files"] += len(files)
-        decoded = decode(buf, counts, [f[2] for f in files])
+        decoded = decode(buf, counts, [f[2] for f in files], self._threads)
         rows = buf.view(_ROW)
         first = np.zeros(len(files), np.int64)
         np.cumsum(counts[:-1], out=first[1:])
@@ -1160,7 +1173,7 @@ class Analyzer:
                 added = b"".join(raw[r * width : (r + 1) * width] for r in new_strings[j])
                 state.strings += added
                 state.strings_sum = mirror.checksum(state.strings)
-            state.last = (hi - lo) * width
+            state.last = (hi - lo) * width if state.rows else 0  # (0: read whole)
             consumed = hi - lo - prefix  # rows of the mirror from where this read began
             if consumed > (1 if state.rows else 0):
                 state.mark = bytes(raw[(hi - 1) * width : hi * width])

@@ -10,6 +10,7 @@ misread: its file is parsed instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -74,10 +75,17 @@ class Decoded:
     lines: int
 
 
-def decode(buf: np.ndarray, counts_per_file: Sequence[int], sizes: Sequence[int]) -> Decoded:
+def decode(
+    buf: np.ndarray,
+    counts_per_file: Sequence[int],
+    sizes: Sequence[int],
+    threads: ThreadPoolExecutor | None = None,
+) -> Decoded:
     """Decode the rows of several mirrors, laid end to end in *buf* (bytes, preambles left out).
 
-    *counts_per_file* gives each file's rows and *sizes* its JSON Lines file's size.
+    *counts_per_file* gives each file's rows and *sizes* its JSON Lines file's size;
+    *threads*: two threads of the caller's to gather the columns with (None: two started
+    for this call; a caller decoding group after group keeps two for all of them).
     The incremental analyzer hands in, per file, the rows read before (string rows and
     a mark standing for all of them) followed by the rows new since, so that a tail
     is checked and decoded exactly as the whole file would be.
@@ -100,7 +108,7 @@ def decode(buf: np.ndarray, counts_per_file: Sequence[int], sizes: Sequence[int]
     )
     used = pos < used_end[file_of]
     strings = _strings(rows, kind, file_of, used, usable)
-    cols, tables = _columns(rows, kind, file_of, used, strings, usable)
+    cols, tables = _columns(rows, kind, file_of, used, strings, usable, threads)
     covered[~usable] = 0
     return Decoded(cols, tables, usable, covered, stopped, used_end - first,
                    int(lines[usable].sum()))  # fmt: skip
@@ -339,6 +347,7 @@ def _columns(
     used: np.ndarray,
     strings: _Strings,
     usable: np.ndarray,
+    threads: ThreadPoolExecutor | None,
 ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, list[str]]]:
     """Columns per kind with string indices into the merged tables."""
     # Rows as 8-byte words: word 0 holds kind and (upper half) the node, 1 the
@@ -367,7 +376,7 @@ def _columns(
     # Two kinds at a time: numpy lets go of the interpreter while it copies, and most of
     # the time is the kernel handing out (zeroing) fresh memory, which both cores can do.
     # (Marking a file unusable from either thread is the same write: no race to lose.)
-    with ThreadPoolExecutor(2) as pool:
+    with contextlib.nullcontext(threads) if threads else ThreadPoolExecutor(2) as pool:
         found = dict(zip(KIND_CODE, pool.map(pick, KIND_CODE), strict=True))
     picked = {name: got for name, got in found.items() if got is not None}
     cols: dict[str, dict[str, np.ndarray]] = {}

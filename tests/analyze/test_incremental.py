@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -278,6 +279,41 @@ def test_no_cycle_collection_runs_in_a_pass_and_a_pass_leaves_no_cycles(
             gc.enable()
     finally:
         gc.callbacks.remove(count)
+    inc.close()
+
+
+def test_the_pass_after_a_first_reads_in_groups_cut_by_their_files_not_by_whole_reads(
+    trace: Path, tmp_path: Path, replays: Replays, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first pass reads whole files, which say little of what a minute brings: the pass
+    after it takes each to bring its share of a full group, so its groups are as many as
+    their files make (at 100k GPUs 15, where whole reads cut 133), the analyzer reads what
+    overflows a group itself, two threads decode every group, and the passes give what
+    cold passes give."""
+    _with_helper(monkeypatch, group=8, room=40_000)  # (half a buffer: a few whole reads)
+    store, replay, settings, inc = _start(replays, trace, tmp_path)
+    replay.advance(START + 300)
+    _same(inc, store, settings)
+    assert inc.read["helper_groups"] > inc.read["mirror_files"] // 2  # (cut by whole reads)
+    replay.advance(START + 360)
+    started: list[str] = []  # the threads the pass starts
+    start = threading.Thread.start
+
+    def counted(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    got = inc.analyze().to_dict()
+    monkeypatch.setattr(threading.Thread, "start", start)
+    assert got == analyze(store, settings).to_dict()
+    read = dict(inc.read)
+    assert read["helper_groups"] * 8 < read["mirror_files"] + 8, read  # as many as 8s make
+    # Two threads decode all its groups (started per group, they were two a group).
+    assert len(started) < read["helper_groups"], started
+    assert 0 < read["helper_files"] < read["mirror_files"], read  # (some overflowed)
+    replay.advance(START + 420)
+    _same(inc, store, settings)
     inc.close()
 
 
