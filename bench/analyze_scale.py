@@ -136,7 +136,7 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
     t0 = time.perf_counter()
     analyzer.analyze()
     first = time.perf_counter() - t0
-    passes, kept, unmapped, helped, helper = [], [], 0, [], 0
+    passes, kept, unmapped, helped, helper, groups = [], [], 0, [], 0, []
     peaks: list[float] = []  # per pass, its own peak resident size (MiB), where it can be told
     first_peak = _peak_mib()  # (before a pass's peak is started over)
     cpu: list[tuple[float, float]] = []  # per pass: this process's processor time, the helper's
@@ -153,6 +153,7 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
         cpu.append((_cpu_s() - c0, _cpu_s(analyzer.helper_pid) - since))
         kept.append(analyzer.read["tables_kept"])
         helped.append(analyzer.read["helper_files"])
+        groups.append(analyzer.read["helper_groups"])
         unmapped = max(unmapped, analyzer.held_bytes() - _status_kib("RssShmem") * 1024)
         helper = max(helper, _private_kib(analyzer.helper_pid))
     # The kept records' rings hold pages let go for the next pass's records without mapping
@@ -165,7 +166,8 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
             "passes_peak_mib": passes_peak + extra,
             "passes_mib": peaks,
             "unmapped_mib": unmapped / 2**20, "helper_mib": helper / 1024,
-            "helper_files": helped, "digest": _digest(result.to_dict()),
+            "helper_files": helped, "helper_groups": groups,
+            "digest": _digest(result.to_dict()),
             "restarts": analyzer.restarts, "tables_kept": kept,
             "kept": analyzer.kept_records(), "end": result.window_end}  # fmt: skip
 

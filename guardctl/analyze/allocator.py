@@ -93,12 +93,12 @@ def cycle_collection_paused() -> Iterator[None]:
     the pass (a tuple per file and stage: some 97,500 files). Each 700 of them start a
     young collection; the survivors of those go to the old generation, and once they are a
     quarter of it the collector walks the whole heap: the analyzer's per-file states, its
-    name tables, everything the process holds (about 190,000 objects). Measured on the
-    benchmark store: three full collections and some 700 young ones a steady pass, 0.23-0.37 s
+    name tables, everything the process holds (some 184,000 objects). Measured on the
+    benchmark store: three full collections and some 640 young ones a steady pass, 0.23-0.37 s
     of a 2.6-3.1 s pass (docs/analyzer.md, twentieth round). None of that finds garbage a
-    pass would miss: what a pass frees goes by reference counting, and what cycles it
-    leaves (few: see tests/analyze/test_allocator.py) are collected by the collector's
-    first run after it, outside the pass."""
+    pass would miss: what a pass frees goes by reference counting, and a pass leaves no
+    reference cycle (tests/analyze/test_incremental.py collects after passes and finds
+    none); were there one, the collector's first run after the pass would free it."""
     was = gc.isenabled()
     gc.disable()
     try:
