@@ -265,7 +265,7 @@ def test_no_cycle_collection_runs_in_a_pass_and_a_pass_leaves_no_cycles(
             runs.clear()
             inc.analyze()
             # Only the one young collection that the pass's end starts (the collector on
-            # again, its count past the threshold): not one per *young* containers made.
+            # again, its count past the threshold), not one per `young` containers made.
             assert len(runs) == 1 and runs[0][0] == 0, runs
             assert runs[0][1] > 2 * young  # (the pass made enough to start two)
             assert gc.isenabled()
