@@ -17,6 +17,7 @@ and the key that are wrong. The schema is the set of section dataclasses in
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -31,6 +32,7 @@ from guardctl.sections.agent import AgentSettings
 from guardctl.sections.analyze import AnalyzeSettings
 from guardctl.sections.control import ControlSettings
 from guardctl.sections.dds import DdsSettings
+from guardctl.sections.hooks import HooksSettings
 from guardctl.sections.quarantine import QuarantineSettings
 from guardctl.sections.safety import SafetySettings
 from guardctl.sections.slurm import SlurmSettings
@@ -58,6 +60,7 @@ class Settings:
     dds: DdsSettings = field(default_factory=DdsSettings)
     source: SourceSettings = field(default_factory=SourceSettings)
     control: ControlSettings = field(default_factory=ControlSettings)
+    hooks: HooksSettings = field(default_factory=HooksSettings)
     sources: tuple[str, ...] = ()  # the layers that were read, for `guardctl config`
 
 
@@ -120,6 +123,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):  # TOML reads nan and inf: a NaN lease would never expire
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -224,11 +229,31 @@ def build_settings(layers: Iterable[Layer]) -> Settings:
         sources.append(layer.origin)
     try:
         built = _build(Settings, merged, "")
+        _check_across_sections(built)
     except ConfigError as exc:  # a cross-field check failed only after merging
         raise ConfigError(
             f"merged configuration ({', '.join(sources) or 'defaults'}): {exc}"
         ) from None
     return dataclasses.replace(built, sources=tuple(sources))
+
+
+# The daemon renews its lease every lease_s / 3 between passes, not inside one, so a pass must
+# end well within the lease; a healthy pass takes less than the pause between passes.
+LEASE_PER_INTERVAL = 3.0
+
+
+def _check_across_sections(settings: Settings) -> None:
+    """Checks between settings that several layers may set (so only on the merged result)."""
+    check_lease(settings.control.lease_s, settings.control.interval_s, "control.interval_s")
+
+
+def check_lease(lease_s: float, interval_s: float, interval_from: str) -> None:
+    """The lease must outlast a pass by far: ``lease_s >= 3 x`` the pass interval."""
+    if lease_s < LEASE_PER_INTERVAL * interval_s:
+        raise ConfigError(
+            f"control.lease_s = {lease_s:g}: must be at least {LEASE_PER_INTERVAL:g} x the "
+            f"pass interval ({interval_from} = {interval_s:g} s), or a leader's lease runs out "
+            "inside its own pass")
 
 
 def load_settings(

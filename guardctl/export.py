@@ -21,12 +21,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from guardctl.analyze import SUSPECT, UNKNOWN, Analysis, analyze_frame, health
+from guardctl.analyze import SUSPECT, UNKNOWN, WATCH, Analysis, analyze_frame, health
 from guardctl.analyze.engine import load_recent, steps_needed
 from guardctl.fileio import atomic_write
 from guardctl.sources import Source, prometheus_frame
 
-_VERDICTS = ("healthy", UNKNOWN, SUSPECT)
+_VERDICTS = ("healthy", UNKNOWN, SUSPECT, WATCH)
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,11 @@ def _verdicts(result: Analysis) -> Iterator[GaugeMetricFamily]:
         ("guardctl_node_suspect", "1 when the analyzer holds the node suspect.",
          lambda n: float(n.verdict == SUSPECT)),
         ("guardctl_node_unknown",
-         "1 when the node had too little telemetry in the newest window, or a failing collector.",
+         "1 when the node's telemetry cannot support a verdict (too little of it, too short a "
+         "run, ranks with nothing to compare with) or a collector fails.",
          lambda n: float(n.verdict == UNKNOWN)),
+        ("guardctl_node_watch", "1 when the node is flagged but not yet in enough windows.",
+         lambda n: float(n.verdict == WATCH)),
         ("guardctl_node_score",
          "Largest severity among the node's findings (1 = at a detector threshold).",
          lambda n: n.score),

@@ -10,6 +10,8 @@
     <root>/baselines/                                learnt sweep baselines
     <root>/dds/<job>/                                the data-sharding service of one job
     <root>/cache/                                    derived, rebuildable data (analyzer summaries)
+    <root>/control/lease.json                        the controller's leader lease
+    <root>/clocks/<role>.<name>.json                 each writer's clock heartbeat (guardctl.clock)
 
 Hourly files (UTC) keep each file small, make retention a matter of deleting
 whole files, and keep one writer per file so that no locking is needed.
@@ -74,6 +76,10 @@ def dds_dir(root: Path, job: str) -> Path:
 
 def cache_dir(root: Path) -> Path:
     return root / "cache"
+
+
+def clocks_dir(root: Path) -> Path:
+    return root / "clocks"
 
 
 def telemetry_inputs(root: Path) -> list[Path]:

@@ -182,8 +182,11 @@ def guardctl_toml_5() -> str:
         ".SH DESCRIPTION",
         esc("guardctl reads its settings from layers; later layers win key by key:"),
         *[item for n, text in enumerate(LAYERS, 1) for item in (".IP", f"{n}.", esc(text))],
-        ".PP", esc("Every key is optional; an unknown key or a value of the wrong type is an "
-                   "error (exit 3) that names the file and the key."),
+        ".PP", esc("Every key is optional; an unknown key, a value of the wrong type or a "
+                   "number that is not finite (nan, inf) is an error (exit 3) that names the "
+                   "file and the key. So is a control.racks or control.models hostlist that "
+                   "does not expand, and a control.lease_s shorter than 3 x control.interval_s "
+                   "(the lease must outlast a pass by far)."),
     ]
     defaults = Settings()
     hints = typing.get_type_hints(Settings)

@@ -1,5 +1,9 @@
-"""The shared store's read side: checking files against schema v1, and retention.
+"""The shared store: its marker, checking files against schema v1, and retention.
 
+:func:`init` marks a directory as the site's shared store (the administrator, once, with the
+shared filesystem mounted); :func:`require_marked` is what every long-running writer (the node
+agent, the controller, a hook that drains) checks before it writes, so that a store that is not
+mounted is refused rather than silently replaced by a directory on local disk.
 :func:`check` tells an operator what a file or directory of records holds
 (good records per kind, bad lines per reason); :func:`prune` deletes the
 hourly telemetry and step files that are older than the retention. Writing
@@ -10,7 +14,10 @@ from __future__ import annotations
 
 import calendar
 import contextlib
+import errno
+import os
 import re
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -19,6 +26,8 @@ from typing import Any
 
 from guardctl import layout
 from guardctl.errors import InputError, StoreError, UsageError
+from guardctl.fileio import atomic_write
+from guardctl.sections.store import StoreSettings
 from guardctl.telemetry.schema import input_files, iter_file
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -33,6 +42,50 @@ def parse_duration(text: str) -> float:
         raise UsageError(f"invalid duration {text!r}: expected a positive number and a unit "
                          "(s, m, h, d, w), e.g. 7d or 12h")
     return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+# -- the marker ---------------------------------------------------------------
+
+# A file at the store's root that only `guardctl store init` writes. Where the shared filesystem
+# is not mounted, the mount point is an empty local directory: no marker, so nothing is written.
+MARKER = ".guardctl-store"
+
+
+def init(root: Path) -> Path:
+    """Mark *root* as the site's shared store (creating it if needed); returns the marker."""
+    marker = root / MARKER
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if not marker.is_file():
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            atomic_write(marker, f"guardctl shared store, marked {when} on "
+                                 f"{socket.gethostname()}\n")
+    except OSError as exc:
+        raise StoreError(f"cannot mark {root} as the store: {exc.strerror or exc}") from None
+    return marker
+
+
+def unmarked(root: Path) -> str:
+    """Why *root* is not the store `guardctl store init` marked ("" when it is)."""
+    try:
+        os.stat(root / MARKER)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            where = ("store.root is not set and the default is a local directory"
+                     if root == StoreSettings().root
+                     else "the shared filesystem is not mounted there, or store.root is wrong")
+            return (f"store {root} is not guardctl's shared store: {MARKER} is missing ({where});"
+                    " set [store] root or GUARDCTL_STORE to the mounted store, or mark it once "
+                    f"with 'guardctl store init {root}'; nothing was written")
+        return f"store {root}: cannot read {MARKER}: {exc.strerror or exc}; nothing was written"
+    return ""
+
+
+def require_marked(root: Path) -> None:
+    """Raise :class:`StoreError` (exit 8) unless *root* carries the store's marker."""
+    why = unmarked(root)
+    if why:
+        raise StoreError(why)
 
 
 # -- check --------------------------------------------------------------------

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Slurm Prolog (slurm.conf: Prolog=...): guardctl's quick node checks before a job starts.
 # On a failure guardctl drains the node with a 'guardctl: prolog: ...' reason, writes it to
-# the job's stderr file, and this script exits 1: Slurm requeues the job (held) elsewhere.
+# the job's stderr file (as the job's user), and this script exits 1: Slurm requeues the job
+# (held). Where guardctl does not drain the node (hook.sh says when) it passes with an alert.
 # The checks and their environment are described in hook.sh beside this file.
 exec /bin/bash "${BASH_SOURCE[0]%/*}/hook.sh" prolog

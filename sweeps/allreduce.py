@@ -14,7 +14,10 @@ defines it: algbw = bytes / time, busbw = algbw * 2(n-1)/n, in GB/s (1e9).
 Ranks meet through a rendezvous directory on the shared filesystem (each rank
 writes its address there), authenticated with ``GUARDCTL_SWEEP_AUTHKEY``. Rank 0
 prints JSON lines: ``allreduce_sample`` per message size and one
-``allreduce_result``. ``GUARDCTL_SWEEP_INJECT="node3=0.5"`` (on a lab cluster only, see
+``allreduce_result``. On a node with GPUs (as gemm_burn.py tells) and no torch that
+can use them, rank 0 prints a ``sweep_undetermined`` record ("no GPU backend") and
+every rank exits 3: a CPU ring's figure would pass a GPU node.
+``GUARDCTL_SWEEP_INJECT="node3=0.5"`` (on a lab cluster only, see
 gemm_burn.py) slows the ranks on node3 so that the measured bandwidth drops (tests and demos).
 """
 
@@ -37,7 +40,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemm_burn import cpu_count, cpu_model, injected_factor, node_name
+from gemm_burn import NO_BACKEND, cpu_count, cpu_model, injected_factor, node_gpus, node_name
 
 
 def env_int(*names: str, default: int) -> int:
@@ -155,6 +158,15 @@ def torch_backend(args: argparse.Namespace, rank: int, world: int
         dist.destroy_process_group
 
 
+def torch_gpus() -> str:
+    """Empty when torch can use this node's GPUs, else why not."""
+    try:
+        import torch
+    except ImportError as exc:
+        return f"torch: {exc}"
+    return "" if torch.cuda.is_available() else "torch: CUDA is not available"
+
+
 def sizes(min_bytes: int, max_bytes: int) -> list[int]:
     out, size = [], min_bytes
     while size <= max_bytes:
@@ -222,6 +234,15 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             backend = "ring"
     factor = injected_factor(node_name())  # first: a refused test hook does nothing at all
+    gpus = node_gpus()
+    unusable = torch_gpus() if args.backend == "auto" and gpus else ""
+    if unusable:
+        if rank == 0:
+            print(json.dumps({"node": node_name(), "kind": "sweep_undetermined",
+                              "why": f"no GPU backend: the node has {gpus} GPU(s) and "
+                                     f"{sys.executable} cannot use them ({unusable})"}),
+                  flush=True)
+        return NO_BACKEND
     make = torch_backend if backend == "torch" else ring_backend
     allreduce, nodes, name, close = make(args, rank, world)
     results = []

@@ -6,6 +6,12 @@ reports a figure per interval; the *sustained* figure (median of the second
 half of the run) is what a sweep judges. Backends: torch (CUDA), cupy, and
 numpy on CPU-only nodes so that the whole path also runs on a test cluster.
 
+A node with GPUs (guardctl's ``GUARDCTL_NODE_GPUS`` from Slurm's Gres, Slurm's
+``SLURM_GPUS_ON_NODE``, or the NVIDIA driver's files) is never burnt on its CPU:
+without a usable torch or cupy the program prints a ``sweep_undetermined``
+record ("no GPU backend") and exits 3, and the sweep is undetermined, not a
+pass. ``--backend numpy`` asks for the CPU on purpose.
+
 Output: JSON lines on stdout, ``gemm_sample`` per interval and ``gemm_result``
 per device at the end. Standalone on purpose (only numpy/torch/cupy): it runs
 inside Slurm jobs and on machines without guardctl.
@@ -20,6 +26,7 @@ slurm.conf in use); anywhere else the program refuses to run (exit 6).
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import platform
@@ -151,9 +158,34 @@ def numpy_devices(size: int) -> list[Device]:
     return [Device(0, name, multiply, 2.0 * size**3)]
 
 
-def pick_devices(backend: str, size: int | None) -> tuple[str, list[Device]]:
-    """The first backend that works, in the order torch, cupy, numpy (or the one asked for)."""
+NO_BACKEND = 3  # exit code: the node has GPUs and no library here can use them
+
+
+def node_gpus() -> int:
+    """The GPUs this node has, as far as the job can tell (0: none seen)."""
+    for name in ("GUARDCTL_NODE_GPUS", "SLURM_GPUS_ON_NODE"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    try:
+        listed = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        listed = 0
+    return listed or len(glob.glob("/dev/nvidia[0-9]*"))
+
+
+class NoGpuBackend(Exception):
+    """The node has GPUs, and neither torch nor cupy can use them."""
+
+
+def pick_devices(backend: str, size: int | None, gpus: int = 0) -> tuple[str, list[Device]]:
+    """The first backend that works, in the order torch, cupy, numpy (or the one asked for).
+
+    On a node with *gpus*, numpy is not tried: a CPU figure would pass a GPU node."""
     order = ["torch", "cupy", "numpy"] if backend == "auto" else [backend]
+    if backend == "auto" and gpus:
+        order.remove("numpy")
+    failures: list[str] = []
     for name in order:
         try:
             if name == "torch":
@@ -165,9 +197,14 @@ def pick_devices(backend: str, size: int | None) -> tuple[str, list[Device]]:
         except Exception as exc:  # a missing library or driver: try the next backend
             if backend != "auto":
                 raise SystemExit(f"gemm_burn: backend {name} unusable: {exc}") from None
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
             continue
         if devices:
             return name, devices
+        failures.append(f"{name}: no device")
+    if gpus:
+        raise NoGpuBackend(f"no GPU backend: the node has {gpus} GPU(s) and {sys.executable} "
+                           f"cannot use them ({'; '.join(failures)})")
     raise SystemExit("gemm_burn: no usable backend")
 
 
@@ -222,12 +259,18 @@ def main(argv: list[str] | None = None) -> int:
     interval = args.interval or max(0.5, args.duration / 20)
     node = node_name()
     factor = injected_factor(node)
-    backend, devices = pick_devices(args.backend, args.size)
     lock = threading.Lock()
 
     def emit(record: dict[str, Any]) -> None:
         with lock:
             print(json.dumps({"node": node, **record}), flush=True)
+
+    try:
+        backend, devices = pick_devices(args.backend, args.size, node_gpus())
+    except NoGpuBackend as exc:
+        emit({"kind": "sweep_undetermined", "why": str(exc)})
+        sys.stderr.write(f"gemm_burn: {exc}\n")
+        return NO_BACKEND
 
     shape = f"{len(devices)}x" if backend != "numpy" else "cpu"
     emit({"kind": "gemm_start", "backend": backend, "devices": len(devices), "shape": shape,

@@ -5,12 +5,18 @@ The agent is a foreground process (systemd runs it; see
 own thread, wait for each until its timeout, write what came back, and one health
 record (kind ``agent``) per collector, as one batch
 to ``<store>/telemetry/<node>/<hour>.jsonl`` and rewrite the local status file
-with each collector's health. SIGTERM or SIGINT ends it after the sample in
+with each collector's health; at most once a minute, after a batch the store took, the node's
+clock heartbeat (:mod:`guardctl.clock`). SIGTERM or SIGINT ends it after the sample in
 progress, writing what is buffered if the store lets it.
+
+The agent writes only into the store that ``guardctl store init`` marked: where the marker is
+missing (the shared filesystem is not mounted, so its mount point is a local directory) the
+batch is buffered and the status says why, and nothing is created on local disk.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import signal
@@ -22,7 +28,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from guardctl import collectors, layout
+from guardctl import clock, collectors, layout, store
 from guardctl.agent.slot import CollectorSlot
 from guardctl.collectors import Collector, Record
 from guardctl.errors import StoreError
@@ -34,6 +40,7 @@ from guardctl.telemetry.schema import dumps
 from guardctl.telemetry.writer import BufferedStore, LineWriter
 
 log = logging.getLogger("guardctl.agent")
+BEAT_EVERY_S = 60.0  # the clock heartbeat's period (well inside guardctl.clock.FRESH_S)
 
 
 def node_name(configured: str = "") -> str:
@@ -58,6 +65,8 @@ class Agent:
         self.node = validate_name(node)
         if writer is None:
             writer = LineWriter(mirror=Mirror() if settings.column_files else None)
+        if writer.guard is None:
+            writer.guard = self.check_mounted
         self.store = BufferedStore(settings.buffer_records, log, writer)
         self.slots = [
             CollectorSlot(
@@ -71,7 +80,14 @@ class Agent:
         self.samples = 0
         self.last_ts = 0.0
         self._status_error = ""
+        self._beat_at = float("-inf")
         self._states: tuple[object, ...] = ()
+
+    def check_mounted(self) -> None:
+        """Raise OSError unless the store root carries the marker of the site's shared store."""
+        why = store.unmarked(self.root)
+        if why:
+            raise OSError(errno.ENOENT, why)
 
     def collect(self, ts: float) -> list[Record]:
         """One sample of every collector, run side by side, each under its timeout.
@@ -95,6 +111,8 @@ class Agent:
         records = self.collect(ts)
         path = layout.node_telemetry_file(self.root, self.node, ts)
         written = self.store.write((path, dumps(record)) for record in records)
+        if written:
+            self.beat()
         self.samples += 1
         self.last_ts = ts
         states = (self.store.state.writable, *(slot.health.state for slot in self.slots))
@@ -102,6 +120,18 @@ class Agent:
             self.write_status()
             self._states = states
         return written
+
+    def beat(self) -> None:
+        """Write this host's clock heartbeat (guardctl.clock) now and then; never fatal: the
+        controller judges the skew of the agents it hears from."""
+        now = time.monotonic()
+        if now - self._beat_at < BEAT_EVERY_S:
+            return
+        self._beat_at = now
+        try:
+            clock.beat(self.root, "agent", self.node)
+        except StoreError as exc:
+            log.warning("%s", exc)
 
     def status(self) -> dict[str, Any]:
         """The agent's health: each collector's last sample and the store's state."""

@@ -2,16 +2,21 @@
 
 A node is ``suspect`` when some detector flagged it in at least ``persist_k``
 of the last ``persist_n`` windows (windows without enough of its data do not
-count), ``unknown`` when the newest window holds too little of its data or
-one of its agent's collectors fails there (:mod:`guardctl.analyze.health`), and
-``healthy`` otherwise. Its ``score`` is the largest severity among its flags
-(>= 1 means past a threshold), so reports can rank nodes.
+count), ``watch`` when flagged in fewer (not persistent yet), ``unknown`` when
+its telemetry cannot support a verdict: the newest window holds too little of
+its data, one of its agent's collectors fails there
+(:mod:`guardctl.analyze.health`), fewer than ``persist_k`` windows hold enough
+of its data (too short a run to judge), or its ranks had no peers to compare
+with and no history of their own; ``healthy`` otherwise. Its ``score`` is the
+largest severity among its flags (>= 1 means past a threshold), so reports can
+rank nodes.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,7 +45,8 @@ from guardctl.controller.impact import job_impact
 from guardctl.errors import ConfigError, InputError
 from guardctl.sections.analyze import AnalyzeSettings
 
-HEALTHY, SUSPECT, UNKNOWN = "healthy", "suspect", "unknown"
+HEALTHY, SUSPECT, UNKNOWN, WATCH = "healthy", "suspect", "unknown", "watch"
+VERDICTS = (SUSPECT, WATCH, UNKNOWN, HEALTHY)  # the order summaries count them in
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,14 @@ class Analysis:
     persist: tuple[int, int] = (2, 3)
     # Job-level findings: a pipeline stage heavier on every replica (never a node's fault).
     stages: tuple[stages.StageImbalance, ...] = ()
+    # Nodes whose newest record is stamped after now plus ``control.max_clock_skew_s`` (a
+    # clock ahead): node -> that record's time. Ignored for where the window ends.
+    ahead: dict[str, float] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        """Nodes per verdict, every verdict present (in ``VERDICTS`` order)."""
+        found = Counter(n.verdict for n in self.nodes)
+        return {v: found[v] for v in VERDICTS}
 
     @property
     def suspects(self) -> list[NodeVerdict]:
@@ -135,8 +149,10 @@ class Analysis:
             "window": {"start": self.window_start, "end": self.window_end},
             "persist": {"k": self.persist[0], "n": self.persist[1]},
             "nodes": [n.to_dict() for n in self.nodes],
+            "summary": self.counts(),
             "input": {"files": self.files, "records": self.records, "bad": dict(self.bad)},
             "stages": [s.to_dict() for s in self.stages],
+            "ahead": dict(self.ahead),
         }
 
 
@@ -182,12 +198,8 @@ def run_detectors(f: feat.Features, cfg: AnalyzeSettings) -> list[Flags]:
     return [fl for flags in found for fl in flags if len(fl)]
 
 
-def default_at(frame: Frame, window_s: float) -> float | None:
-    """Where the newest window ends: the newest record, ignoring a node far ahead of the rest.
-
-    A node whose clock (or a corrupt record) lies far in the future must not
-    move everyone's window past their data.
-    """
+def _newest_per_node(frame: Frame) -> np.ndarray | None:
+    """Each node's newest record time (-inf: none), or None for a frame without records."""
     newest = []
     for cols in frame.cols.values():
         if cols["ts"].size:
@@ -196,10 +208,85 @@ def default_at(frame: Frame, window_s: float) -> float | None:
             newest.append(per)
     if not newest:
         return None
-    per_node = np.max(np.vstack(newest), axis=0)
+    return np.max(np.vstack(newest), axis=0)
+
+
+def default_at(frame: Frame, window_s: float, until: float | None = None) -> float | None:
+    """Where the newest window ends: the newest record, ignoring a node far ahead of the rest.
+
+    A node whose clock (or a corrupt record) lies far in the future must not
+    move everyone's window past their data: neither one far ahead of the other
+    nodes, nor one whose newest record is after *until* (now plus the tolerance).
+    """
+    return _end_of(_newest_per_node(frame), window_s, until)
+
+
+def _end_of(per_node: np.ndarray | None, window_s: float, until: float | None) -> float | None:
+    if per_node is None:
+        return None
     per_node = per_node[np.isfinite(per_node)]
+    if until is not None:
+        per_node = per_node[per_node <= until]
+        if not per_node.size:
+            return None
     limit = float(np.median(per_node)) + window_s
     return float(per_node[per_node <= limit].max())
+
+
+def ahead_of(frame: Frame, until: float) -> dict[str, float]:
+    """The nodes whose newest record is stamped after *until*: node -> that record's time."""
+    return _ahead_of(frame.nodes, _newest_per_node(frame), until)
+
+
+def _ahead_of(nodes: list[str], per_node: np.ndarray | None, until: float) -> dict[str, float]:
+    if per_node is None:
+        return {}
+    return {nodes[i]: float(per_node[i]) for i in np.flatnonzero(per_node > until)}
+
+
+def until_now(settings: Settings, now: float | None = None) -> float:
+    """The newest time a record may be stamped and still count: now (this host's clock, or
+    *now*) plus the clock skew tolerated between hosts, ``control.max_clock_skew_s``."""
+    return (time.time() if now is None else now) + settings.control.max_clock_skew_s
+
+
+# A window that ended more than this many window lengths ago is stale: the telemetry stopped.
+STALE_WINDOWS = 2
+
+
+def out_of_date(analysis: Analysis, now: float, tolerance_s: float) -> str | None:
+    """Why nothing may be done on *analysis* at *now*, in one line: its newest window ended
+    more than ``STALE_WINDOWS`` window lengths (and the tolerance) ago, or ends after now plus
+    the tolerance; None when it is current, or when there is no window at all."""
+    end, length = analysis.window_end, analysis.window_end - analysis.window_start
+    if not math.isfinite(end):
+        return None
+    if end > now + tolerance_s:
+        return (f"the newest window ends {end - now:.0f} s after this host's clock (beyond "
+                f"control.max_clock_skew_s={tolerance_s:g}): its data cannot be current")
+    if now - end > STALE_WINDOWS * length + tolerance_s:
+        return (f"stale telemetry: the newest window ended {_span(now - end)} ago (more than "
+                f"{STALE_WINDOWS} windows of {length:g} s)")
+    return None
+
+
+def ahead_line(analysis: Analysis, now: float) -> str | None:
+    """One line on the nodes stamping records ahead of this host's clock, or None."""
+    if not analysis.ahead:
+        return None
+    names = sorted(analysis.ahead)
+    most = max(analysis.ahead.values()) - now
+    listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (f"{len(names)} node(s) stamp records up to {_span(most)} ahead of this host's "
+            f"clock, ignored for where the window ends: {listed}")
+
+
+def _span(seconds: float) -> str:
+    if abs(seconds) >= 72000:
+        return f"{seconds / 86400:.1f} days"
+    if abs(seconds) >= 1000:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds:.0f} s"
 
 
 def _node_flags(
@@ -221,8 +308,10 @@ def analyze_frame(
     step_ends: np.ndarray | None = None,
     parts: feat.Parts | None = None,
     keep_history: bool = False,
+    until: float | None = None,
 ) -> Analysis:
-    """Judge every node seen in *frame* over the windows ending at *at* (default: newest data).
+    """Judge every node seen in *frame* over the windows ending at *at* (default: newest data,
+    none after *until*, whose nodes are reported in ``ahead``).
 
     *step_ends*: the step records' times as :func:`features.step_times` gives them, kept by
     a caller that carries them from pass to pass; *parts*: windows' figures such a caller
@@ -231,12 +320,14 @@ def analyze_frame(
     """
     window_s = window_s or cfg.window_s
     n = cfg.persist_n
+    ahead: dict[str, float] = {}
+    if at is None:  # (each node's newest record: found once, for both)
+        newest = _newest_per_node(frame)
+        ahead = _ahead_of(frame.nodes, newest, until) if until is not None else {}
+        at = _end_of(newest, window_s, until)
     if at is None:
-        at = default_at(frame, window_s)
-    if at is None:
-        return Analysis(
-            math.nan, math.nan, (), frame.files, frame.records, dict(frame.bad), (cfg.persist_k, n)
-        )
+        return Analysis(math.nan, math.nan, (), frame.files, frame.records, dict(frame.bad),
+                        (cfg.persist_k, n), ahead=ahead)
     f = feat.extract(
         frame,
         at,
@@ -276,6 +367,7 @@ def analyze_frame(
         dict(frame.bad),
         (cfg.persist_k, n),
         stages.find(f, cfg.stage_imbalance, cfg.persist_k),
+        ahead,
     )
 
 
@@ -301,20 +393,35 @@ def _verdict(
             flagged_windows=count,
             job=job,
         )
+    short = _too_short(f, node, cfg)
     if not hit[:, node].any():
+        unjudged = bool(not_compared) and not_compared[0].startswith(NOT_COMPARED)
+        if unjudged or short:
+            return NodeVerdict(name, UNKNOWN, 0.0, (*short, *not_compared), job=job)
         return NodeVerdict(name, HEALTHY, 0.0, not_compared, job=job)
     evidence = _evidence(f, flags, hit, node, cfg.evidence_per_node)
     score = round(max(e.severity for e in evidence), 2) if evidence else 0.0
-    verdict = SUSPECT if count >= cfg.persist_k else HEALTHY
+    verdict = SUSPECT if count >= cfg.persist_k else WATCH
     reasons = _reasons(evidence)
-    if verdict == HEALTHY:
+    if verdict == WATCH:
         reasons = (
-            f"flagged in {count} of {f.n_windows} windows (needs {cfg.persist_k}): not persistent",
+            f"flagged in {count} of {f.n_windows} windows (needs {cfg.persist_k}): "
+            "not persistent yet",
+            *short,
             *reasons,
         )
     gpus = tuple(sorted({e.gpu for e in evidence if e.gpu is not None}))
     impact = _impact(f, node, job_idx, job) if verdict == SUSPECT else None
     return NodeVerdict(name, verdict, score, reasons, gpus, tuple(evidence), count, job, impact)
+
+
+def _too_short(f: feat.Features, node: int, cfg: AnalyzeSettings) -> tuple[str, ...]:
+    """Why the node's telemetry is too short for persistence to decide, or nothing."""
+    windows = int((f.has_data[:, node] & f.seen[:, node]).sum())  # (a window never seen: none)
+    if windows >= cfg.persist_k:
+        return ()
+    return (f"too short to judge: {windows} of the last {f.n_windows} windows hold enough of "
+            f"its data, a verdict needs {cfg.persist_k} (analyze.persist_k x window_s)",)
 
 
 def _impact(f: feat.Features, node: int, job_idx: int, job: str | None) -> dict[str, Any] | None:
@@ -494,22 +601,31 @@ def analyze(
     at: float | None = None,
     *,
     window_s: float | None = None,
+    until: float | None = None,
 ) -> Analysis:
-    """One analysis pass over the store (or *path*): the entry point for CLI, sweep and report."""
+    """One analysis pass over the store (or *path*): the entry point for CLI, sweep and report.
+
+    Without *at*, the windows end at the newest record stamped before *until* (default:
+    :func:`until_now`); the nodes stamping records after it are reported (``ahead``).
+    """
     cfg = settings.analyze
     span = steps_needed(cfg, window_s)
     if at is not None:
         frame = load(path, settings, since=at - span, until=at)
-    else:
-        frame = load_recent(path, settings, span)
-    return analyze_frame(frame, cfg, at=at, window_s=window_s)
+        return analyze_frame(frame, cfg, at=at, window_s=window_s)
+    until = until_now(settings) if until is None else until
+    frame = load_recent(path, settings, span, until)
+    return analyze_frame(frame, cfg, window_s=window_s, until=until)
 
 
-def load_recent(path: Path | None, settings: Settings, span: float) -> Frame:
-    """Read only the newest hours' files that can hold the last *span* seconds."""
+def load_recent(path: Path | None, settings: Settings, span: float,
+                until: float | None = None) -> Frame:
+    """Read only the newest hours' files that can hold the last *span* seconds (the newest
+    before *until*: an hour's file of a clock ahead does not count; it is read, though, so
+    that the analysis can name its nodes)."""
     root = path if path is not None else settings.store.root
     groups = group_by_hour(source_files(root))
-    end = latest_hour_end(list(groups))
+    end = latest_hour_end(list(groups), until)
     if end is None:
         return load(path, settings, files=[f for g in groups.values() for f in g])
     wanted = hours_needed(list(groups), end - 3600 - span, None)

@@ -53,8 +53,9 @@ import logging
 import math
 import os
 import resource
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,11 +66,13 @@ import numpy as np
 from guardctl.analyze.allocator import cycle_collection_paused, give_back_freed_memory
 from guardctl.analyze.engine import (
     Analysis,
+    ahead_of,
     analyze,
     analyze_frame,
     default_at,
     history_needed,
     steps_needed,
+    until_now,
 )
 from guardctl.analyze.features import (
     CHUNK,
@@ -476,13 +479,15 @@ class Analyzer:
     what was written since the previous pass. Not thread-safe: one pass at a time.
     """
 
-    def __init__(self, settings: Settings, path: Path | None = None, *, grid_s: float = 0.0
-                 ) -> None:  # fmt: skip
+    def __init__(self, settings: Settings, path: Path | None = None, *, grid_s: float = 0.0,
+                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
         """*grid_s*: a pass without a time judges the windows ending at the newest whole
         multiple of it (0: at the newest record), so that a window judged once is judged
         again, its records unchanged, by the pass a window length later, which keeps its
-        figures (the controller passes its pass interval)."""
+        figures (the controller passes its pass interval). *clock*: now, for the records
+        stamped after it (:func:`~guardctl.analyze.engine.until_now`)."""
         self.settings = settings
+        self.clock = clock
         self.grid_s = float(grid_s)  # (an int would give windows an int end)
         self.path = path
         self.root = path if path is not None else settings.store.root
@@ -577,12 +582,13 @@ class Analyzer:
     def _analyze(self, at: float | None, window_s: float | None) -> Analysis:
         cfg = self.settings.analyze
         span = steps_needed(cfg, window_s)
+        until = until_now(self.settings, self.clock())
         if at is not None and at - self._reach(window_s) < self._floor:
-            return self._cold(at, window_s)
+            return self._cold(at, window_s, until)
         for attempt in range(2):
             try:
                 first = not any(cols.n for cols in self._kept.values())
-                result = self._pass(at, span, window_s)
+                result = self._pass(at, span, window_s, until)
                 if first:  # (it read whole hours: its temporaries are not the next pass's,
                     give_back_freed_memory(keep=KEEP_FREED)  # though some are like them)
                 return result
@@ -593,13 +599,14 @@ class Analyzer:
                 self._reset()
         raise AssertionError("unreachable")
 
-    def _cold(self, at: float | None, window_s: float | None) -> Analysis:
+    def _cold(self, at: float | None, window_s: float | None, until: float) -> Analysis:
         self.cold_passes += 1
-        return analyze(self.path, self.settings, at, window_s=window_s)
+        return analyze(self.path, self.settings, at, window_s=window_s, until=until)
 
-    def _pass(self, at: float | None, span: float, window_s: float | None) -> Analysis:
+    def _pass(self, at: float | None, span: float, window_s: float | None, until: float
+              ) -> Analysis:  # fmt: skip
         cfg = self.settings.analyze
-        wanted = self._wanted(at, span)
+        wanted = self._wanted(at, span, until)
         ids = {hour: self._hour_id(hour) for hour in wanted}  # (per hour: 97,500 files a pass)
         files = [(name, ids[hour]) for hour, names in wanted.items() for name in names]
         seen = (self._listing.version, tuple(wanted))
@@ -621,13 +628,17 @@ class Analyzer:
             self._touched({kind: cols.data["ts"][before[kind] : cols.n]
                            for kind, cols in self._kept.items() if kind != "step"})  # fmt: skip
             hours = [self._hours[h] for h in wanted]
-            newest = default_at(self._newest_frame(hours, extra), length)
+            newest_frame = self._newest_frame(hours, extra)
+            newest = default_at(newest_frame, length, until)
+            ahead = ahead_of(newest_frame, until) if at is None else {}
             end = at if at is not None else self._on_grid(newest)
             counts = self._input(hours, extra)
             if end is None:
-                return Analysis(math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n))
+                return Analysis(math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n),
+                                ahead=ahead)
             if end - self._reach(window_s) < self._floor:  # the newest window moved back
-                return self._cold(end if self.grid_s else at, window_s)  # past what is kept
+                cold = self._cold(end if self.grid_s else at, window_s, until)  # past the kept
+                return dataclasses.replace(cold, ahead=ahead)
             # Let go of what no window needs before judging, not after: the judging then
             # neither holds nor copies the records it would skip (a first pass reads whole
             # hours, of which a pass judges a quarter of an hour).
@@ -639,7 +650,7 @@ class Analyzer:
             ends, placed = self._place_steps(marks["step"]), True
             if not self._history_ready(end, length):
                 if at is not None:  # a time asked for, before what is kept
-                    return self._cold(at, window_s)
+                    return self._cold(at, window_s, until)
                 raise _Restart("a history window's steps changed after they were let go")
             mine = [(end - w * length, length) for w in range(cfg.persist_n)]
             kept = [dict(self._parts[k].tables) if k in self._parts else {} for k in mine]
@@ -664,7 +675,7 @@ class Analyzer:
             for kind, cols in self._kept.items():
                 cols.n = marks[kind]  # the tails read for this pass only go
         files_n, records, bad = counts
-        return dataclasses.replace(result, files=files_n, records=records, bad=bad)
+        return dataclasses.replace(result, files=files_n, records=records, bad=bad, ahead=ahead)
 
     def _settle(self, start: float, end: float, judged: float, length: float,
                 marks: dict[str, int]) -> None:  # fmt: skip
@@ -803,8 +814,9 @@ class Analyzer:
                 return False
         return True
 
-    def _wanted(self, at: float | None, span: float) -> dict[str, list[str]]:
-        """The hourly buckets (and their files) a cold pass at *at* would read."""
+    def _wanted(self, at: float | None, span: float, until: float) -> dict[str, list[str]]:
+        """The hourly buckets (and their files) a cold pass at *at* (or before *until*) would
+        read."""
         files = self._listing.files(self.root)
         if self._groups[0] != self._listing.version:
             self._groups = (self._listing.version, group_by_hour(files))
@@ -812,7 +824,7 @@ class Analyzer:
         if at is not None:
             hours = hours_needed(list(groups), at - span, at)
         else:
-            end = latest_hour_end(list(groups))
+            end = latest_hour_end(list(groups), until)
             hours = (
                 sorted(groups)
                 if end is None

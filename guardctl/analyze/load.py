@@ -254,9 +254,12 @@ def hours_needed(hours: Sequence[str], since: float | None, until: float | None)
     return keep
 
 
-def latest_hour_end(hours: Sequence[str]) -> float | None:
-    """The end of the newest dated bucket (to pick files before reading any)."""
-    starts = [s for s in map(hour_start, hours) if s is not None]
+def latest_hour_end(hours: Sequence[str], until: float | None = None) -> float | None:
+    """The end of the newest dated bucket (to pick files before reading any), leaving out the
+    buckets that start after *until* (now plus the tolerance): one record from a clock hours
+    ahead must not move the window hours into the future, past everyone's data."""
+    starts = [s for s in map(hour_start, hours)
+              if s is not None and (until is None or s <= until)]
     return max(starts) + 3600 if starts else None
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import click
 
+from guardctl import store
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -37,6 +38,7 @@ def _act(
     call: Callable[[NodeOps, list[str], bool], list[Action]],
 ) -> None:
     names = expand_all(nodes)
+    store.require_marked(app.settings.store.root)  # the action log and the cap count live there
     ops = NodeOps(app.settings)
     dry = dry_run or app.settings.safety.observe_only
     _show(call(ops, names, dry), as_json, dry)

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from guardctl import store
 from guardctl.agent.daemon import Agent, node_name, run_forever
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
 from guardctl.errors import StoreError, UsageError
@@ -64,13 +65,18 @@ def agent_command(
 
     Runs in the foreground until SIGTERM. With --once, prints each collector's
     state, duration and record count (--json for the full status) and exits 8
-    if the store could not be written.
+    if the store could not be written. The store must carry the marker that
+    'guardctl store init' wrote (exit 8 otherwise: the shared filesystem is not mounted).
     """
     if as_json and not once:
         raise UsageError("--json needs --once (the running agent reports in agent.status_file)")
     settings = _agent_settings(app, interval, node)
+    root = store_root or app.settings.store.root
+    # At start the agent refuses a store that is not mounted (exit 8, one line), so that systemd
+    # shows the unit failed; later it buffers while the marker is missing (a mount gone away).
+    store.require_marked(root)
     logging.basicConfig(level=logging.INFO, format="guardctl agent: %(message)s")
-    agent = Agent(settings, store_root or app.settings.store.root, node_name(settings.node))
+    agent = Agent(settings, root, node_name(settings.node))
     if not once:
         run_forever(agent)
         return

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
 
-from guardctl.analyze import SUSPECT, Analysis
-from guardctl.analyze.engine import NOT_COMPARED, OWN_HISTORY, bad_summary, build_cache
+from guardctl.analyze import Analysis
+from guardctl.analyze.engine import (
+    NOT_COMPARED,
+    OWN_HISTORY,
+    ahead_line,
+    bad_summary,
+    build_cache,
+    out_of_date,
+)
 from guardctl.analyze.timespec import iso, parse_duration, parse_time
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
 from guardctl.controller.impact import describe
@@ -60,11 +68,17 @@ def analyze_cmd(
     as_json: bool,
     from_opt: tuple[str, str] | None = None,
 ) -> None:
-    """Judge every node seen in the telemetry: healthy, suspect or unknown.
+    """Judge every node seen in the telemetry: healthy, watch, suspect or unknown.
 
     Exits 1 when a node is suspect. Nodes are compared with their peers in the
     same job and window; a node must be flagged in persist_k of the last
-    persist_n windows to become suspect.
+    persist_n windows to become suspect (flagged fewer times: watch); one whose
+    telemetry is too short to judge, or whose ranks had no peers and no history of
+    their own, is unknown. With --from prometheus, a store (or directory) given by
+    --input without any record of source.store_kinds is said in a warning line.
+    Without --at, a newest window that is stale (telemetry stopped) or after now, and
+    nodes stamping records ahead of this host's clock, are said in a warning line; the
+    verdicts are reported all the same.
     """
     settings = app.settings
     if build_cache:
@@ -78,11 +92,16 @@ def analyze_cmd(
     at_ts = parse_time(at, "--at") if at else None
     source = open_source(settings, from_opt, input_path)
     result = analyze_source(source, at_ts, window_s=window_s)
+    missing = source.coverage.store_warning() if source.coverage is not None else None
+    if missing:  # loud: the busy-time signal is the one no exporter has
+        click.echo(f"guardctl: warning: {missing}", err=True)
     if not result.records:
         raise InputError(
             f"{source.describe()}: no valid telemetry records "
             f"({result.files} files; bad lines: {bad_summary(result.bad)})"
         )
+    if at_ts is None:  # a time asked for is the caller's to judge
+        _warn_when_not_current(result, settings.control.max_clock_skew_s)
     if as_json:
         echo_json(_with_source(result.to_dict(), source))
     else:
@@ -91,6 +110,13 @@ def analyze_cmd(
             click.echo(source.coverage.summary())
     if result.suspects:
         sys.exit(int(ExitCode.FINDINGS))
+
+
+def _warn_when_not_current(result: Analysis, tolerance_s: float) -> None:
+    now = time.time()
+    for line in (ahead_line(result, now), out_of_date(result, now, tolerance_s)):
+        if line:
+            click.echo(f"guardctl: warning: {line}", err=True)
 
 
 def _with_source(out: dict[str, object], source: Source) -> dict[str, object]:
@@ -120,15 +146,12 @@ def _print_table(result: object) -> None:
         click.echo("\nimpact: " + "; ".join(costs))
     for stage in result.stages:  # job-level: no node is to blame
         click.echo(f"\njob {stage.job}: {stage.why} (nodes {fold(stage.nodes)})")
-    counts = {
-        v: sum(1 for n in result.nodes if n.verdict == v) for v in (SUSPECT, "unknown", "healthy")
-    }
+    counted = ", ".join(f"{count} {verdict}" for verdict, count in result.counts().items())
     # A job too small to compare its ranks is not a healthy finding: say how many were not.
     not_compared = _small_jobs(result)
     click.echo(
         f"\nwindow {iso(result.window_start)} .. {iso(result.window_end)}; "
-        f"{counts[SUSPECT]} suspect, {counts['unknown']} unknown, {counts['healthy']} healthy"
-        f"{not_compared}; "
+        f"{counted}{not_compared}; "
         f"read {result.records} records from {result.files} files; "
         f"bad lines: {bad_summary(result.bad)}"
     )

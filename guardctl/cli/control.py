@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from guardctl import store
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -34,6 +35,8 @@ def _print(report: PassReport) -> None:
         click.echo(holder_line(report))
         return
     mode = "acting" if report.acting else "observe only (control.act = false): nothing changed"
+    if report.held_back:
+        mode = f"observing only this pass, nothing changed: {report.held_back}"
     click.echo(f"controller pass: {mode}; {len(report.findings)} flagged, "
                f"{len(report.fleet)} fleet-wide finding(s)")
     if report.source is not None:
@@ -116,9 +119,11 @@ def control(app: AppContext, once: bool, interval: float | None, act: bool,
     guardctl's store, or Prometheus (with the store's source.store_kinds). Exits 1 when a pass
     found a node at fault, 5 when Slurm did not answer, 7 when the telemetry source gave no
     complete answer (nothing was decided or done) (--once); a daemon says so in one line and
-    carries on.
+    carries on. Exits 8 at once when the store root lacks the marker of 'guardctl store init'
+    (the shared filesystem is not mounted there).
     """
     settings = app.settings
+    store.require_marked(settings.store.root)  # an unmounted store: exit 8, nothing done
     controller = Controller(settings, act=act or settings.control.act, progress=_warn)
     if explain_node is not None:
         data = controller.explain(validate_name(explain_node))

@@ -6,9 +6,10 @@ from typing import Any
 
 import click
 
-from guardctl.actionlog import ActionLog
+from guardctl.actionlog import ActionLog, Entry
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
 from guardctl.cli.status import format_since
+from guardctl.nodeops.ownership import NODE_ACTIONS
 from guardctl.nodes import expand_all
 
 
@@ -26,8 +27,7 @@ def history(app: AppContext, nodes: tuple[str, ...], limit: int, control_only: b
     entries = ActionLog(app.settings.store.root).history(names, 100_000 if control_only
                                                          else limit)
     if control_only:
-        entries = [e for e in entries if e.action.startswith("control")
-                   or e.evidence.get("by") == "control"][-limit:]
+        entries = controller_entries(entries)[-limit:]
     if as_json:
         echo_json({"entries": [e.as_dict() for e in entries]})
         return
@@ -41,10 +41,21 @@ def history(app: AppContext, nodes: tuple[str, ...], limit: int, control_only: b
     )
 
 
+def controller_entries(entries: list[Entry]) -> list[Entry]:
+    """The controller's records and actions, with the node actions its sweeps took (a release
+    or drain on a sweep's verdict is logged by the sweep, under the controller's sweep id)."""
+    swept = {str(e.evidence["sweep"]) for e in entries
+             if e.action.startswith("control") and e.evidence.get("sweep")}
+    return [e for e in entries if e.action.startswith("control")
+            or e.evidence.get("by") == "control"
+            or (e.action in NODE_ACTIONS and str(e.evidence.get("sweep", "")) in swept)]
+
+
 def evidence_line(evidence: dict[str, Any]) -> str:
     """The evidence an operator reads first: a decision, its outcome, a verdict, a cost."""
     parts = []
-    for key in ("decision", "rung", "outcome", "verdict", "kind", "sweep", "job", "phase"):
+    for key in ("decision", "rung", "outcome", "verdict", "action", "kind", "sweep", "job",
+                "phase"):
         if evidence.get(key) not in (None, "", []):
             parts.append(f"{key}={evidence[key]}")
     impact = evidence.get("impact")

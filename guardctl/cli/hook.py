@@ -19,7 +19,9 @@ from guardctl.hooks.run import run_hook
 @pass_app
 def hook(app: AppContext, hook: str, node: str, dry_run: bool, as_json: bool) -> None:
     """Run the quick node checks of a Slurm hook; on a failure drain the node through guardctl
-    and exit 1 (a failing prolog makes Slurm requeue the job elsewhere).
+    and exit 1 (a failing prolog makes Slurm requeue the job elsewhere). Where guardctl does
+    not drain it (its cap, Slurm or the store unreachable, observe-only, a fleet-wide burst of
+    one failing check) the hook says why and exits 0, unless hooks.fail_when_not_drained.
     """
     report = run_hook(app.settings, hook, node=node, dry_run=dry_run)  # type: ignore[arg-type]
     if as_json:
@@ -28,9 +30,14 @@ def hook(app: AppContext, hook: str, node: str, dry_run: bool, as_json: bool) ->
         # Slurm keeps a hook's output in slurmd's log: one line per finding, none when all is well.
         for r in report.failed:
             click.echo(f"guardctl {hook} {report.node}: {r.check}: {r.message}", err=True)
-        if report.drained:
+        if report.drained and report.fails:
             click.echo(f"guardctl {hook} {report.node}: {report.drained}", err=True)
+        for alert in report.alerts:
+            click.echo(f"guardctl {hook} {report.node}: ALERT: {alert}", err=True)
+        if report.told_user:
+            click.echo(f"guardctl {hook} {report.node}: note to the user {report.told_user}",
+                       err=True)
         if report.stragglers:
             click.echo(f"guardctl {hook} {report.node}: {report.stragglers}", err=True)
-    if report.failed:
+    if report.fails:
         sys.exit(int(ExitCode.FINDINGS))

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from guardctl import store
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -54,6 +55,7 @@ def qualify_cmd(app: AppContext, kind: str, duration: float | None, dry_run: boo
     (sweep.qualify_sample), before production work lands on them; passing figures feed the
     baselines. The first run only remembers who is held. Exits 1 when a node failed.
     """
+    store.require_marked(app.settings.store.root)
     report = qualify(app.settings, dry_run=dry_run, kind=kind,  # type: ignore[arg-type]
                      duration_s=duration, progress=_progress)
     if as_json:

@@ -12,6 +12,7 @@ from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, ma
 from guardctl.controller.impact import describe
 from guardctl.nodeops import NodeOps
 from guardctl.nodes import expand_all
+from guardctl.slurm.types import JobInfo
 
 
 def format_since(ts: float | None) -> str:
@@ -26,12 +27,18 @@ def format_since(ts: float | None) -> str:
 def status(app: AppContext, nodes: tuple[str, ...], as_json: bool) -> None:
     """Show each node's Slurm state, guardctl's hold on it, the reason and since when.
 
-    NODES are hostlist expressions (node[1-4,7]); default: every node.
+    NODES are hostlist expressions (node[1-4,7]); default: every node. Reads only: intents
+    left open (a crash, a Slurm timeout) are counted on stderr; the next acting command
+    reconciles them.
     """
     names = expand_all(nodes) if nodes else None
     ops = NodeOps(app.settings)
-    rows = ops.status(names)
-    costs = last_impacts(ops.log.entries())
+    rows = ops.status(names)  # reads only: reconciling changes Slurm, left to acting commands
+    costs = last_impacts(ops.log.entries(), ops.slurm.jobs())
+    left = ops.open_intents()
+    if left:
+        click.echo(f"guardctl: {left} intent(s) or leftover reservation(s) open; the next "
+                   "acting command reconciles them", err=True)
     if as_json:
         echo_json({"nodes": [{**r.as_dict(), "impact": costs.get(r.name)} for r in rows]})
         return
@@ -42,10 +49,14 @@ def status(app: AppContext, nodes: tuple[str, ...], as_json: bool) -> None:
     )
 
 
-def last_impacts(entries: list[Entry]) -> dict[str, dict[str, Any]]:
-    """What each node at fault cost its job when the controller last looked (its last pass)."""
+def last_impacts(entries: list[Entry], jobs: list[JobInfo]) -> dict[str, dict[str, Any]]:
+    """What each node at fault costs its job, as the controller last saw it (its last pass),
+    for the jobs that still run on that node: a job that ended, or left the node, costs no more.
+    """
     last = next((e for e in reversed(entries) if e.action == "control pass"), None)
     if last is None:
         return {}
+    running = {(str(j.job_id), n) for j in jobs if not j.finished for n in j.nodes}
     return {str(f["node"]): f["impact"] for f in last.evidence.get("findings", [])
-            if isinstance(f, dict) and f.get("impact")}
+            if isinstance(f, dict) and isinstance(f.get("impact"), dict)
+            and (str(f["impact"].get("job")), str(f["node"])) in running}

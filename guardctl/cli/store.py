@@ -1,4 +1,5 @@
-"""``guardctl store check|prune``: validate telemetry files, and apply retention."""
+"""``guardctl store init|check|prune``: mark the shared store, validate telemetry files, and
+apply retention."""
 
 from __future__ import annotations
 
@@ -23,6 +24,17 @@ from guardctl.errors import ExitCode
 @main.group("store")
 def store_group() -> None:
     """Inspect and maintain the shared telemetry store."""
+
+
+@store_group.command("init")
+@click.argument("path", type=click.Path(path_type=Path, file_okay=False))
+def init_command(path: Path) -> None:
+    """Mark PATH as the site's shared store: once, at install time, with the shared filesystem
+    mounted there. The agent, the controller and the hooks refuse (exit 8) a store root without
+    this marker, so that an unmounted store is never replaced by a directory on local disk.
+    """
+    marker = store.init(path)
+    click.echo(f"{path}: marked as guardctl's shared store ({marker.name})")
 
 
 @store_group.command("check")

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from guardctl import store
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -30,8 +31,9 @@ def _print(report: SweepReport) -> None:
         echo_table([(a["node"], a["action"], a["outcome"], a["message"]) for a in report.actions],
                    headers=("NODE", "ACTION", "OUTCOME", "DETAIL"))
         click.echo("")
-        echo_table([(p["sweep"], ",".join(p["nodes"]), p["reservation"]) for p in report.planned],
-                   headers=("SWEEP JOB", "NODES", "RESERVATION"))
+        echo_table([(p["sweep"], ",".join(p["nodes"]), p["reservation"], p["program"],
+                     p["backend"]) for p in report.planned],
+                   headers=("SWEEP JOB", "NODES", "RESERVATION", "PROGRAM", "BACKEND"))
         return
     click.echo(f"sweep {report.sweep_id}: results in {report.directory}")
     echo_table([(v.node, v.verdict, v.action, v.evidence) for v in report.verdicts],
@@ -53,9 +55,13 @@ def sweep(app: AppContext, nodes: tuple[str, ...], kind: str, duration: float | 
           dry_run: bool, as_json: bool) -> None:
     """Quarantine NODES, run sweep jobs in the quarantine, judge against the baseline,
     release the nodes that pass and drain those that fail (a failure is repeated once first).
+    A node whose jobs measured nothing (cancelled, node failure, program missing, pending until
+    the timeout, no GPU backend) is undetermined: it stays quarantined, neither drained nor
+    released. --dry-run lists each job's program and the backend it would use on its node.
 
-    NODES are hostlist expressions (node[1-4,7]). Exits 1 when a node failed.
+    NODES are hostlist expressions (node[1-4,7]). Exits 1 when a node failed or is undetermined.
     """
+    store.require_marked(app.settings.store.root)
     options = SweepOptions(kind=kind, duration_s=duration, dry_run=dry_run)  # type: ignore[arg-type]
     report = run_sweep(app.settings, expand_all(nodes), options, progress=_progress)
     if as_json:

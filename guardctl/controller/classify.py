@@ -100,8 +100,12 @@ def node_kind(v: NodeVerdict) -> tuple[Kind, str]:
 
 
 def _too_many(flagged: int, size: int, fraction: float, min_group: int) -> bool:
-    # One node is never a common cause, however small the group.
-    return size >= min_group and flagged >= 2 and flagged > fraction * size
+    """Whether *flagged* nodes of a group of *size* are a common cause, not node faults.
+
+    ``min_group`` bounds the flagged set, not the group: two independent grey nodes are two
+    node faults in a fleet of any size, and one node is never a common cause.
+    """
+    return flagged >= max(2, min_group) and flagged > fraction * size
 
 
 def _groups(nodes: Iterable[str], key: Mapping[str, str | None]) -> dict[str, list[str]]:
@@ -113,12 +117,18 @@ def _groups(nodes: Iterable[str], key: Mapping[str, str | None]) -> dict[str, li
     return out
 
 
-def classify(analysis: Analysis, cfg: ControlSettings) -> Classified:
-    """Classify every flagged node of *analysis* (those with evidence, suspect or not)."""
+def classify(analysis: Analysis, cfg: ControlSettings,
+             fleet_size: int | None = None) -> Classified:
+    """Classify every flagged node of *analysis* (those with evidence, suspect or not).
+
+    *fleet_size* is the number of nodes Slurm knows (the fleet the fractions are of); without
+    it, the nodes the analysis saw.
+    """
     flagged = [v for v in analysis.nodes if v.evidence or v.verdict == SUSPECT]
     kinds = {v.node: node_kind(v) for v in flagged}
     faults = [n for n, (k, _) in kinds.items() if k == "persistent"]
-    fleet = _fleet_wide(analysis, faults, cfg)
+    size = max(fleet_size or 0, len(analysis.nodes))
+    fleet = _fleet_wide(analysis, faults, cfg, size)
     structural = {n: f for f in fleet for n in f.nodes}
     hetero = _heterogeneous(analysis, [n for n in faults if n not in structural], cfg)
     # A heavy stage flags none of its nodes (they are judged against their own stage): it is
@@ -140,34 +150,49 @@ def classify(analysis: Analysis, cfg: ControlSettings) -> Classified:
     return Classified(tuple(findings), tuple(fleet))
 
 
-def _fleet_wide(analysis: Analysis, faults: Sequence[str],
-                cfg: ControlSettings) -> list[FleetFinding]:
-    """Jobs, racks or the fleet with more of their nodes flagged than ``[control]`` allows."""
+def _fleet_wide(analysis: Analysis, faults: Sequence[str], cfg: ControlSettings,
+                fleet_size: int) -> list[FleetFinding]:
+    """Jobs, racks or the fleet with more of their nodes flagged than ``[control]`` allows.
+
+    The narrowest scope that explains the flagged nodes wins: the fleet is named only when
+    they are over the fleet's fraction and no single job or rack holds them all.
+    """
     seen = [v.node for v in analysis.nodes]
-    if _too_many(len(faults), len(seen), cfg.max_fleet_fraction, cfg.min_group):
-        return [FleetFinding("fleet", "fleet", tuple(faults), len(seen),
-                             f"{len(faults)} of {len(seen)} nodes flagged at once (over "
-                             f"control.max_fleet_fraction={cfg.max_fleet_fraction:g}): "
-                             "a fleet-wide cause, not node faults")]
-    out: list[FleetFinding] = []
     jobs = {v.node: v.job for v in analysis.nodes}
-    members = _groups(seen, jobs)
-    for job, nodes in sorted(_groups(faults, jobs).items()):
-        if _too_many(len(nodes), len(members[job]), cfg.max_job_fraction, cfg.min_group):
-            out.append(FleetFinding("job", job, tuple(nodes), len(members[job]),
-                                    f"{len(nodes)} of job {job}'s {len(members[job])} nodes "
-                                    "flagged at once: the job's cause (its input, a checkpoint,"
-                                    " its code), not node faults"))
     racks = membership(cfg.racks)
-    taken = {n for f in out for n in f.nodes}
-    rack_members = _groups(seen, racks)
-    for rack, nodes in sorted(_groups([n for n in faults if n not in taken], racks).items()):
-        if _too_many(len(nodes), len(rack_members[rack]), cfg.max_rack_fraction, cfg.min_group):
-            out.append(FleetFinding("rack", rack, tuple(nodes), len(rack_members[rack]),
-                                    f"{len(nodes)} of rack {rack}'s {len(rack_members[rack])} "
-                                    "nodes flagged at once: the rack's cause (power, cooling, "
-                                    "its switch), not node faults"))
-    return out
+    job_members, rack_members = _groups(seen, jobs), _groups(seen, racks)
+    out = [f for j, nodes in sorted(_groups(faults, jobs).items())
+           if (f := _group_finding("job", j, nodes, job_members[j], cfg)) is not None]
+    taken = {n for f in out for n in f.nodes}  # a job's finding keeps its nodes
+    out += [f for r, nodes in sorted(_groups([n for n in faults if n not in taken],
+                                             racks).items())
+            if (f := _group_finding("rack", r, nodes, rack_members[r], cfg)) is not None]
+    if not _too_many(len(faults), fleet_size, cfg.max_fleet_fraction, cfg.min_group):
+        return out
+    whole = [f for f in out if len(f.nodes) == len(faults)]  # one job or rack holds them all
+    return whole[:1] or [FleetFinding(
+        "fleet", "fleet", tuple(faults), fleet_size,
+        f"{len(faults)} of {fleet_size} nodes flagged at once (over "
+        f"control.max_fleet_fraction={cfg.max_fleet_fraction:g}): a fleet-wide cause, "
+        "not node faults")]
+
+
+# Each scope's fraction setting, and the common cause its finding names.
+SCOPES = {
+    "job": ("max_job_fraction", "the job's cause (its input, a checkpoint, its code)"),
+    "rack": ("max_rack_fraction", "the rack's cause (power, cooling, its switch)"),
+}
+
+
+def _group_finding(scope: Literal["job", "rack"], name: str, nodes: list[str],
+                   members: list[str], cfg: ControlSettings) -> FleetFinding | None:
+    """The finding of a job or rack with too many of its *members* among *nodes*, if any."""
+    setting, cause = SCOPES[scope]
+    if not _too_many(len(nodes), len(members), getattr(cfg, setting), cfg.min_group):
+        return None
+    return FleetFinding(scope, name, tuple(nodes), len(members),
+                        f"{len(nodes)} of {scope} {name}'s {len(members)} nodes flagged at "
+                        f"once: {cause}, not node faults")
 
 
 def _heterogeneous(analysis: Analysis, faults: Sequence[str],

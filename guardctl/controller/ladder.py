@@ -6,8 +6,9 @@ nothing and any pass, on any host, reads the same ladder:
 
 * quarantined by the controller (a ``quarantine`` done or reconciled with ``by: control``,
   not followed by a release or drain) and waiting for the node to be free;
-* the sweeps it ran and their verdicts (``control sweep``), so passes within
-  ``[control] relapse_window_s`` count the relapses;
+* the sweeps it ran and their verdicts (``control sweep``: pass, fail, undetermined or
+  aborted), so passes within ``[control] relapse_window_s`` count the relapses, and the
+  undetermined sweeps since its quarantine are retried a bounded number of times;
 * suspect onsets (``control pass`` records list what was flagged), for flap suppression;
 * the last decision recorded for the node, so an unchanged decision is not logged again;
 * a sweep the daemon started and has not judged yet (``control sweeping``, closed by its
@@ -49,6 +50,7 @@ class NodeLadder:
     fresh_start: float = 0.0  # relapses count from here (someone else held the node)
     rebalance: dict[str, Any] = field(default_factory=dict)  # rung a's latest record
     sweeping: dict[str, Any] = field(default_factory=dict)  # a started sweep, not yet judged
+    last_sweep_why: str = ""  # the newest verdict's evidence (what an undetermined one lacked)
 
     def passes_since(self, since: float) -> int:
         since = max(since, self.fresh_start)
@@ -58,6 +60,21 @@ class NodeLadder:
         """Whether a node someone else holds out for repair (drained, down, rebooting; not
         merely silent after the Slurm controller restarted) must start its relapses over."""
         return owner == "held by someone else" and out_for_repair and self.passes_since(0.0) > 0
+
+    def undetermined(self) -> list[float]:
+        """When its sweeps measured nothing, oldest first: those since the controller
+        quarantined it and after its newest pass or fail (an aborted sweep neither counts nor
+        starts the count over)."""
+        since = self.quarantined_at if self.quarantined_at is not None else float("-inf")
+        out: list[float] = []
+        for ts, verdict in self.sweeps:
+            if ts < since:
+                continue
+            if verdict in ("pass", "fail"):
+                out = []
+            elif verdict == "undetermined":
+                out.append(ts)
+        return out
 
     def last_pass(self) -> float | None:
         passes = [ts for ts, verdict in self.sweeps if verdict == "pass"]
@@ -76,7 +93,7 @@ class NodeLadder:
                 "sweeps": [{"ts": ts, "verdict": v} for ts, v in self.sweeps],
                 "onsets": self.onsets, "last_decision": self.last_decision,
                 "fresh_start": self.fresh_start, "rebalance": self.rebalance,
-                "sweeping": self.sweeping}
+                "sweeping": self.sweeping, "last_sweep_why": self.last_sweep_why}
 
 
 def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
@@ -96,6 +113,7 @@ def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
         elif e.action == "control sweep":
             for node in e.nodes:
                 of(node).sweeps.append((e.ts, str(e.evidence.get("verdict", ""))))
+                of(node).last_sweep_why = e.reason
                 if of(node).sweeping.get("sweep") == e.evidence.get("sweep"):
                     of(node).sweeping = {}
         elif e.action == SWEEPING:

@@ -1,17 +1,23 @@
 """One controller pass (read, decide, act, record) and the daemon that repeats it.
 
-A pass: take or renew the leader lease (a second controller observes and says so); close
-intents a crash left (:meth:`NodeOps.reconcile`); read the newest analysis, Slurm's nodes,
-reservations and jobs, and the action log; classify and decide (pure, :mod:`policy`); then act
-through the node-action door and the sweep, or, observing only, record what it would do.
+A pass: take or renew the leader lease (a second controller observes and says so; every change
+to Slurm and every log entry after it is fenced by the lease, :mod:`~guardctl.controller.fence`);
+observe only for this pass when an agent's clock is too far from this host's
+(:mod:`guardctl.clock`); close intents a crash left (:meth:`NodeOps.reconcile`); read the
+newest analysis, Slurm's nodes, reservations and jobs, and the action log; classify and decide
+(pure, :mod:`policy`); then act through the node-action door and the sweep, or, observing only,
+record what it would do.
+A sweep starts only after a second look (Slurm and the log read again): what landed since the
+read (a user's job, an operator's quarantine) makes the node wait or leaves it to its owner.
 
 The daemon does not wait for a sweep: a pass starts it (its first batch of jobs submitted)
 and the passes after it poll it, submitting its next batch or judging it once its jobs ended
 (:mod:`guardctl.controller.sweeps`), so the fleet is watched meanwhile. A sweep open in the log
 that this process does not run (its daemon gone) is aborted by the leader and the node swept
-afresh; a daemon that loses the lease or stops aborts its own. One pass (``--once``) still runs
-its sweep to the end inside the pass: the sweep's progress callback renews the lease between
-its polls, and stops the sweep (the node left quarantined) if the lease was lost.
+afresh; a daemon that stops aborts its own, one that lost the lease leaves them to the leader.
+One pass (``--once``) still runs its sweep to the end inside the pass: the sweep's progress
+callback renews the lease between its polls, and stops the sweep (the node left quarantined) if
+the lease was lost.
 
 Slurm unreachable mid-pass: the pass stops with :class:`SlurmUnavailable`; each node action was
 logged as an intent first, so nothing is half done that the next pass cannot reconcile.
@@ -19,14 +25,19 @@ logged as an intent first, so nothing is half done that the next pass cannot rec
 The analysis comes from the telemetry source ``[source]`` names: guardctl's store (through the
 incremental analyzer) or Prometheus (the exporters' series, mixed with the store's
 ``source.store_kinds``). It is read first, once per pass: a source that gives no complete answer
-(:class:`~guardctl.sources.SourceError`) stops the pass before it reconciles, decides or acts.
+(:class:`~guardctl.sources.SourceError`) stops the pass before it reconciles, decides or acts;
+a window that ended long before now (stale) or ends after it
+(:func:`~guardctl.analyze.engine.out_of_date`) is reported, said in one line, and nothing is
+decided on it. One decision's error never stops the others; Slurm down and a lost lease do.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,18 +45,21 @@ from typing import Any
 from guardctl import layout
 from guardctl.actionlog import Entry
 from guardctl.analyze.allocator import keep_freed_memory
-from guardctl.analyze.engine import Analysis
+from guardctl.analyze.engine import Analysis, ahead_line, out_of_date
 from guardctl.analyze.incremental import Analyzer
-from guardctl.config import Settings
+from guardctl.clock import Clock, skew_refusal
+from guardctl.config import Settings, check_lease
 from guardctl.controller import policy, record
 from guardctl.controller.classify import Classified, classify
+from guardctl.controller.fence import FencedLog, FencedSlurm
 from guardctl.controller.impact import describe
 from guardctl.controller.ladder import BY, SWEEPING, NodeLadder, derive
 from guardctl.controller.lease import Holder, Lease, LeaseLost
 from guardctl.controller.sweeps import InFlight, Sweeps
-from guardctl.errors import RefusedError, SlurmError
+from guardctl.errors import RefusedError, SlurmError, SlurmUnavailable, UsageError
 from guardctl.nodeops import NodeOps
-from guardctl.nodeops.ownership import NODE_ACTIONS
+from guardctl.nodeops.ownership import NODE_ACTIONS, REQUEUE
+from guardctl.slurm import make_client
 from guardctl.slurm.types import JobInfo, SlurmClient
 from guardctl.sources import Source, SourceError, analyze_source, open_source
 from guardctl.sweep.engine import SweepOptions, SweepReport, run_sweep
@@ -82,6 +96,9 @@ class PassReport:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     reconciled: int = 0
     source: dict[str, Any] | None = None  # what a Prometheus source gave (None: the store)
+    refused: str = ""  # why nothing was decided on this window (stale or future telemetry)
+    ahead: dict[str, float] = field(default_factory=dict)  # nodes stamping records ahead
+    held_back: str = ""  # why this pass did not act: not the leader, or the clocks disagree
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -110,22 +127,36 @@ class Swept:
     why: str
 
 
-def running_jobs(jobs: list[JobInfo]) -> dict[str, list[JobInfo]]:
-    """node -> the jobs running on it, guardctl's own sweep jobs left out."""
+def running_jobs(jobs: list[JobInfo], own: Collection[int] = frozenset()
+                 ) -> dict[str, list[JobInfo]]:
+    """node -> the jobs running on it, guardctl's own sweep jobs (*own*) left out."""
     out: dict[str, list[JobInfo]] = {}
     for job in jobs:
-        if job.state in LIVE and not job.name.startswith("guardctl-"):
+        if job.state in LIVE and job.job_id not in own:
             for node in job.nodes:
                 out.setdefault(node, []).append(job)
     return out
 
 
+def own_sweep_jobs(settings: Settings, entries: Sequence[Entry],
+                   jobs: Sequence[JobInfo]) -> frozenset[int]:
+    """guardctl's own sweep jobs among *jobs*, by what a user cannot forge: Slurm gave the job
+    an id that a sweep recorded in the action log (``sweep jobs``), and the job runs in one of
+    guardctl's reservations (their users are the operators'). A job's name proves nothing:
+    anyone may call a job ``guardctl-x``, and it would make a busy node look free."""
+    recorded = {str(j) for e in entries if e.action == "sweep jobs"
+                for j in dict(e.evidence.get("jobs") or {})}
+    prefixes = (settings.quarantine.reservation_prefix, settings.sweep.reservation_prefix)
+    return frozenset(j.job_id for j in jobs if str(j.job_id) in recorded
+                     and j.reservation.startswith(prefixes))
+
+
 def gather(settings: Settings, ops: NodeOps, analysis: Analysis, now: float) -> Gathered:
     """Read Slurm and the action log beside *analysis*; build the policy's view."""
-    classified = classify(analysis, settings.control)
-    snap = ops.snapshot()
+    entries = ops.log.entries()  # once: the snapshot and the ladders read the same entries
+    snap = ops.snapshot(entries)
+    classified = classify(analysis, settings.control, fleet_size=len(snap.nodes))
     jobs = ops.slurm.jobs()
-    entries = ops.log.entries()
     ladders = derive(entries)
     owners = {n: ops.owner(snap, n) for n in snap.nodes}
     root = settings.store.root
@@ -133,8 +164,12 @@ def gather(settings: Settings, ops: NodeOps, analysis: Analysis, now: float) -> 
     requeueable = {j.job_id: (j.end_time - now if j.end_time else None)
                    for j in jobs if j.requeue and j.state == "RUNNING"}
     duration = settings.control.sweep_duration_s or settings.sweep.gemm_duration_s
-    view = policy.View(classified, owners, running_jobs(jobs), ladders, now, duration, dds,
-                       requeueable, analysis.window_end)
+    named = {f.node for f in classified.findings} | set(ladders)
+    own = own_sweep_jobs(settings, entries, jobs)
+    view = policy.View(classified, owners, running_jobs(jobs, own), ladders, now, duration, dds,
+                       requeueable, analysis.window_end,
+                       unknown=frozenset(n for n in named if n not in snap.nodes),
+                       sweeps_held=policy.sweeps_broken(ladders, now, settings.control))
     return Gathered(analysis, classified, entries, ladders, view, snap.out_for_repair)
 
 
@@ -150,24 +185,49 @@ class Controller:
     """The mitigation loop over one store and one Slurm."""
 
     def __init__(self, settings: Settings, *, act: bool, slurm: SlurmClient | None = None,
-                 progress: Progress = lambda _m: None) -> None:
+                 progress: Progress = lambda _m: None, clock: Clock | None = None) -> None:
+        """*clock*: this host's clocks (a test skews or pauses them; never a setting)."""
         self.settings = settings
         self.cfg = settings.control
-        self.acting = act and not settings.safety.observe_only
-        self.ops = NodeOps(settings, slurm)
-        self.lease = Lease(settings.store.root, self.cfg.lease_s)
+        self.wants_to_act = act and not settings.safety.observe_only
+        self.held_back = ""  # why this pass observes only, though it would act (one line)
+        self.clock = clock or Clock()
+        # Fenced: every change to Slurm and every log entry checks the lease first.
+        inner = slurm if slurm is not None else make_client(settings)
+        self.ops = NodeOps(settings, FencedSlurm(inner, self._fenced), clock=self.clock.wall)
+        self.ops.log = FencedLog(settings.store.root, self.clock.wall, self._fenced)
+        self.lease = Lease(settings.store.root, self.cfg.lease_s, action_lock=self.ops.locked,
+                           clock=self.clock)
         self.source = open_source(settings, None, None, self.ops.slurm)  # its jobs: same Slurm
         self.analyzer = Analyzer(settings)  # one pass judges up to the newest record
         self.progress = progress
         self.polled = False  # the daemon: sweeps run across passes (see the module docstring)
         self.sweeps = Sweeps(self.ops, progress)
 
+    @property
+    def acting(self) -> bool:
+        """Whether this pass acts: asked to, and nothing held it back (see held_back)."""
+        return self.wants_to_act and not self.held_back
+
+    @acting.setter
+    def acting(self, value: bool) -> None:
+        self.wants_to_act = value
+
+    @contextmanager
+    def _fenced(self) -> Iterator[None]:
+        """The store's action lock, and under it the lease checked (raises LeaseLost)."""
+        with self.ops.locked():
+            self.lease.check()
+            yield
+
     def as_daemon(self, interval_s: float) -> None:
         """Passes follow each other every *interval_s* from now on: sweeps run across passes,
         and with ``[control] align`` the windows end on a multiple of the interval, so that a
         window one pass judged is judged again unchanged a window length later and the
         analyzer keeps its figures. A single pass (``--once``) judges up to the newest record:
-        aligning it would only hide the newest minute, as nothing is kept after it."""
+        aligning it would only hide the newest minute, as nothing is kept after it.
+        An interval the lease does not outlast by far (``--interval``) is a ConfigError."""
+        check_lease(self.cfg.lease_s, interval_s, "--interval")
         self.polled = True
         if self.cfg.align:
             self.analyzer.grid_s = interval_s
@@ -182,27 +242,42 @@ class Controller:
 
     # -- the lease -------------------------------------------------------------------------
     def lead(self) -> tuple[bool, Holder | None]:
-        return self.lease.acquire()
-
-    def _renew(self, message: str) -> None:
+        """Take or renew the lease; not held: the sweeps of an earlier tenure are forgotten
+        here, untouched (the leader's clean-up closes them)."""
         held, holder = self.lease.acquire()
         if not held:
-            raise LeaseLost(f"lost the controller lease to {_who(holder)}; stopping the sweep "
+            self.sweeps.forget()
+        return held, holder
+
+    def _renew(self, message: str) -> None:
+        held, _ = self.lease.acquire()
+        if not held:
+            raise LeaseLost(f"{self.lease.why}; stopping the sweep "
                             "(the node stays quarantined for the next leader)")
         self.progress(message)
+
+    def _clocks_refusal(self) -> str:
+        """Why the clocks forbid acting this pass ("" when they agree; guardctl.clock)."""
+        return skew_refusal(self.settings.store.root, "controller", socket.gethostname(),
+                            self.cfg.max_clock_skew_s, self.clock)
 
     # -- one pass ---------------------------------------------------------------------------
     def run_pass(self, dry_run: bool = False) -> PassReport:
         """Lead, read, decide, act (or record what it would do); see the module docstring."""
+        self.held_back = ""
         if not dry_run:
             held, holder = self.lead()
             if not held:
-                if self.sweeps.running:
-                    self.sweeps.abort_all(f"lost the controller lease to {_who(holder)}")
-                return PassReport(False, False, holder.as_dict() if holder else None)
+                return PassReport(False, False, holder.as_dict() if holder else None,
+                                  held_back=self.lease.why)
+            self.held_back = self._clocks_refusal()
+            if self.held_back and self.wants_to_act:
+                self.progress(f"control: observing only this pass: {self.held_back}")
         analysis = self.analysis()  # first: a source that fails leaves the pass doing nothing
         now = time.time()
-        reconciled = [] if dry_run else self.ops.reconcile()
+        unsure = self._window_unsure(analysis, now)  # stale or future: nothing decided
+        # Reconciling changes Slurm: an observing pass leaves it to the next acting command.
+        reconciled = self.ops.reconcile() if self.acting and not dry_run else []
         if self.acting and not dry_run:  # observing only: not even its own sweeps' jobs
             self._sweeps_in_flight()
         g = gather(self.settings, self.ops, analysis, now)
@@ -210,7 +285,10 @@ class Controller:
                             window=(g.analysis.window_start, g.analysis.window_end),
                             findings=[f.as_dict() for f in g.classified.findings],
                             fleet=[f.as_dict() for f in g.classified.fleet],
-                            source=self._source_seen())
+                            source=self._source_seen(), refused=unsure, ahead=analysis.ahead,
+                            held_back=self.held_back)
+        if unsure:  # what it saw is in the report; the next pass carries on
+            return report
         if not dry_run:
             record.record_pass(self.ops, g.entries, g.classified)
             record.record_fleet(self.ops, g.entries, g.classified)
@@ -225,6 +303,19 @@ class Controller:
             report.decisions.append({**decision.as_dict(), "outcome": outcome, **extra})
         return report
 
+    def _window_unsure(self, analysis: Analysis, now: float) -> str:
+        """Why nothing may be decided on *analysis* (its window stale, or after now), said in
+        one line; "" when it may. Nodes whose records are stamped ahead are said too: those
+        records are left out of the window, and the pass goes on."""
+        ahead = ahead_line(analysis, now)
+        if ahead:
+            self.progress(f"control: {ahead}")
+        why = out_of_date(analysis, now, self.cfg.max_clock_skew_s)
+        if why:
+            self.progress(f"control: {why}: nothing decided or done on it; the next pass "
+                          "carries on")
+        return why or ""
+
     def _carry_out(self, d: policy.Decision, g: Gathered,
                    dry_run: bool) -> tuple[str, dict[str, Any]]:
         if not d.acts:
@@ -237,28 +328,28 @@ class Controller:
                     f"(control.max_actions_per_hour={self.cfg.max_actions_per_hour})"), {}
         try:
             return self._act(d, g)
+        except (LeaseLost, SlurmUnavailable):
+            raise  # the pass stops here; the intent log lets the next one reconcile
         except RefusedError as exc:
             return f"refused: {exc}", {}
-        except LeaseLost:
-            raise
-        except SlurmError:
-            raise  # the pass stops here; the intent log lets the next one reconcile
+        except (UsageError, SlurmError) as exc:
+            # This node's own trouble (Slurm refused its change, or does not know it): the
+            # decision's outcome, and the other nodes' decisions go on.
+            return f"failed: {' '.join(str(exc).split())}", {}
 
     def _act(self, d: policy.Decision, g: Gathered) -> tuple[str, dict[str, Any]]:
         evidence = {"by": BY, "decision": d.action, "rung": d.rung, "kind": d.kind,
                     "jobs": list(d.jobs), **{k: v for k, v in d.evidence.items()
                                              if k in ("impact", "relapse", "rebalance")}}
         if d.action == "quarantine":
-            self.ops.quarantine([d.node], f"control: {d.why}", evidence=evidence)
-            if not d.jobs:  # free already: straight on to the sweep
-                # the same analysis (one read of the source per pass), Slurm and the log anew
-                fresh = gather(self.settings, self.ops, g.analysis, time.time())
-                ladder = fresh.ladders.get(d.node, NodeLadder(d.node))
-                duration, relapse = policy.sweep_duration(fresh.view, self.cfg, ladder)
-                return self._sweep(d.node, duration, relapse, d.why)
+            (taken,) = self.ops.quarantine([d.node], f"control: {d.why}", evidence=evidence)
+            if taken.outcome != "done":  # someone quarantined it since the read: theirs
+                return f"{taken.outcome}: {taken.message}; left alone", {}
+            if not d.jobs:  # free at the read: on to the sweep if it still is
+                return self._sweep_if_free(d, g, "done")
             return "done", {}
         if d.action == "sweep":
-            return self._sweep(d.node, d.duration_s, int(d.evidence.get("relapse", 0)), d.why)
+            return self._sweep_if_free(d, g, "")
         if d.action == "drain":
             self.ops.drain([d.node], f"control: {d.why}", evidence=evidence)
             return "done", {}
@@ -266,11 +357,27 @@ class Controller:
             return self._requeue(d)
         return "", {}
 
-    def _sweep(self, node: str, duration: float, relapse: int,
-               why: str) -> tuple[str, dict[str, Any]]:
+    def _sweep_if_free(self, d: policy.Decision, g: Gathered,
+                       done: str) -> tuple[str, dict[str, Any]]:
+        """Sweep *d*'s node if a second look (Slurm and the log read anew, the same analysis)
+        still decides to: a job other than guardctl's own that landed since the read, an
+        operator's quarantine, or a hold makes it wait; never a sweep beside such a job."""
+        fresh = gather(self.settings, self.ops, g.analysis, time.time())
+        now = policy.decide_node(fresh.view, self.cfg, d.node)
+        if now.action != "sweep":
+            return f"{done + '; ' if done else ''}not swept: {now.why}", {}
+        avoid = frozenset({f.node for f in fresh.classified.findings} | {
+            n for n, lad in fresh.ladders.items()
+            if lad.quarantined_by_control or lad.sweeping or lad.rebalance})
+        return self._sweep(d.node, now.duration_s, int(now.evidence.get("relapse", 0)), d.why,
+                           avoid)
+
+    def _sweep(self, node: str, duration: float, relapse: int, why: str,
+               avoid: frozenset[str] = frozenset()) -> tuple[str, dict[str, Any]]:
+        """Sweep *node*, never with a node of *avoid* (the current suspects) as a partner."""
         lemon = policy.is_lemon(self.cfg, relapse)
         options = SweepOptions(kind=self.cfg.sweep_kind, duration_s=duration,
-                               release_passed=not lemon)
+                               release_passed=not lemon, avoid=avoid - {node})
         self.progress(f"control: sweeping {node} ({self.cfg.sweep_kind}, {duration:g} s)")
         if self.polled:
             flight = self.sweeps.start(self.settings, node, options, relapse, lemon, why)
@@ -290,6 +397,8 @@ class Controller:
                 report = self.sweeps.poll(flight)
                 if report is not None:
                     self._swept(flight, report)
+            except LeaseLost:
+                raise  # nothing more is done, not even for the other sweeps
             except RefusedError as exc:  # aborted and closed; the node stays quarantined
                 self.progress(f"control: sweep {flight.sweep_id} of {flight.node}: {exc}")
         if clean_up:
@@ -297,13 +406,16 @@ class Controller:
             self.sweeps.clean_up(derive(entries), entries)
 
     def _swept(self, flight: Swept | InFlight, report: SweepReport) -> tuple[str, dict[str, Any]]:
-        """Record a judged sweep; a lemon that passed is drained all the same."""
+        """Record a judged sweep; a lemon that passed is drained all the same; an undetermined
+        one (kept quarantined, retried later) may show the sweeps themselves broken."""
         node, relapse, lemon, why = flight.node, flight.relapse, flight.lemon, flight.why
         verdict = report.verdicts[0]
         self.ops.record("control sweep", [node], reason=verdict.evidence, evidence={
             "verdict": verdict.verdict, "action": verdict.action, "sweep": report.sweep_id,
             "duration_s": flight.duration_s, "relapse": relapse, "lemon": lemon,
             "background": self.polled})
+        if verdict.verdict == "undetermined":
+            self._note_broken_sweeps()
         if lemon and verdict.verdict == "pass":
             # Relapsing after every passed sweep: the burn-in cannot see its fault, the jobs can.
             self.ops.drain([node], f"control: lemon after relapse {relapse}, its sweep passed "
@@ -313,22 +425,34 @@ class Controller:
             return "swept: pass, drained as a lemon", {"sweep": report.sweep_id}
         return f"swept: {verdict.verdict}, {verdict.action}", {"sweep": report.sweep_id}
 
-    def _requeue(self, d: policy.Decision) -> tuple[str, dict[str, Any]]:
-        from guardctl.slurm.job import Job
+    def _note_broken_sweeps(self) -> None:
+        """Record once per ``undetermined_window_s`` that sweeps measure nothing on too many
+        nodes (a fleet-wide finding: the harness, not the nodes; no node is swept meanwhile)."""
+        entries = self.ops.log.entries()
+        now = self.ops.clock()
+        why = policy.sweeps_broken(derive(entries), now, self.cfg)
+        since = now - self.cfg.undetermined_window_s
+        if not why or any(e.action == "control fleet" and e.evidence.get("scope") == "sweeps"
+                          and e.ts >= since for e in entries):
+            return
+        nodes = sorted({n for e in entries if e.action == "control sweep" and e.ts >= since
+                        and e.evidence.get("verdict") == "undetermined" for n in e.nodes})
+        self.progress(f"control: {why}")
+        self.ops.record("control fleet", nodes, reason=why, evidence={
+            "scope": "sweeps", "name": "sweeps", "nodes": nodes, "why": why})
 
+    def _requeue(self, d: policy.Decision) -> tuple[str, dict[str, Any]]:
+        """Requeue the decision's job off its node through the door (an intent, then an
+        outcome; a job it left held is released by the next pass's reconcile)."""
         assert d.job is not None
-        job = Job(self.ops.slurm, d.job)
-        self.ops.record("control requeue", [d.node], reason=d.why, evidence={
-            "phase": "intent", "job": d.job, "exclude": [d.node], **d.evidence})
-        if self.cfg.signal:
-            job.signal(self.cfg.signal)
-            time.sleep(self.cfg.signal_grace_s)
-        job.requeue(exclude=[d.node])
-        self.ops.record("control requeue", [d.node], reason=d.why, evidence={
-            "phase": "done", "job": d.job, "exclude": [d.node], "signal": self.cfg.signal})
+        self.ops.requeue(d.job, d.node, d.why, signal=self.cfg.signal,
+                         grace_s=self.cfg.signal_grace_s, evidence={
+                             "by": BY, "decision": d.action, "rung": d.rung, **d.evidence})
         return "done", {}
 
     def _actions_last_hour(self) -> int:
+        # The log as it is now (this pass's own actions count): the reader reads only what was
+        # appended since its last read.
         hour_ago = self.ops.clock() - 3600
         return sum(1 for e in self.ops.log.entries() if e.ts >= hour_ago and counts_toward_cap(e))
 
@@ -341,15 +465,21 @@ class Controller:
         return pause
 
     def tick(self) -> None:
-        """Poll the daemon's sweeps in flight (the leader, between passes)."""
-        if self.sweeps.running or self.sweeps.leftover:
+        """Poll the daemon's sweeps in flight (the leader, between passes; not while the
+        clocks hold it back)."""
+        if self.acting and (self.sweeps.running or self.sweeps.leftover):
             self._sweeps_in_flight(clean_up=False)  # the log is read at the next pass
 
     # -- explain ----------------------------------------------------------------------------
     def explain(self, node: str) -> dict[str, Any]:
-        """Why the controller chooses what it chooses for *node*, from a read-only round."""
-        self.ops.snapshot().known([node])
+        """Why the controller chooses what it chooses for *node*, from a read-only round.
+
+        A node Slurm does not know is a usage error, unless the telemetry or the log names it:
+        then the answer says it is unknown to Slurm and left alone."""
+        snap = self.ops.snapshot()
         g = gather(self.settings, self.ops, self.analysis(), time.time())
+        if node not in g.view.unknown:
+            snap.known([node])
         decision = next((d for d in policy.decide(g.view, self.cfg) if d.node == node), None)
         finding = g.classified.of(node)
         verdict = g.analysis.verdict_of(node)
@@ -359,7 +489,8 @@ class Controller:
             "finding": finding.as_dict() if finding else None,
             "impact": describe(node, finding.impact if finding else None),
             "decision": decision.as_dict() if decision else None,
-            "owner": list(g.view.owners.get(node, ("in service", ""))),
+            "owner": (["unknown to Slurm", ""] if node in g.view.unknown
+                      else list(g.view.owners.get(node, ("in service", "")))),
             "jobs": [j.job_id for j in g.view.running.get(node, ())],
             "ladder": g.ladders.get(node, NodeLadder(node)).as_dict(),
             "fleet": [f.as_dict() for f in g.classified.fleet if node in f.nodes],
@@ -368,29 +499,27 @@ class Controller:
         }
 
 
-def _who(holder: Holder | None) -> str:
-    if holder is None:
-        return "nobody"
-    return f"pid {holder.pid} on {holder.host}"
-
-
 def holder_line(report: PassReport) -> str:
-    """The line a controller that is not the leader prints."""
+    """The line a controller that is not the leader prints (why, by its own clock: another
+    host's wall clock says nothing here)."""
+    if report.held_back:
+        return report.held_back
     h = report.holder or {}
-    left = max(0.0, float(h.get("expires", 0.0)) - time.time())
-    return (f"another controller leads (pid {h.get('pid')} on {h.get('host')}, lease "
-            f"{left:.0f} s left): observing, not acting")
+    return (f"another controller leads (pid {h.get('pid')} on {h.get('host')}): observing, "
+            "not acting")
 
 
 def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport], None],
           warn: Callable[[str], None]) -> None:
     """Run passes every *interval_s* until interrupted, renewing the lease in between.
 
-    Slurm down, the store unwritable or the telemetry source failing for a pass: one line, and
-    the next pass carries on (a pass whose source failed decided and did nothing).
+    Slurm down, the store unwritable or not mounted (its marker missing) or the telemetry source
+    failing for a pass: one line, and the next pass carries on (a pass whose source failed
+    decided and did nothing).
     The lease is given up on the way out, so another controller need not wait for it to expire.
     """
-    from guardctl.errors import GuardctlError
+    from guardctl import store
+    from guardctl.errors import GuardctlError, StoreError
 
     controller.as_daemon(interval_s)
     # A pass after pass in this process: the memory one frees serves the next, rather than
@@ -399,11 +528,17 @@ def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport]
     try:
         while True:
             leader = False
+            # The store's mount gone: its mount point is a local directory, where a lease and an
+            # action log would be guardctl's alone. No pass, and no lease, until it is back.
+            unmounted = store.unmarked(controller.settings.store.root)
             try:
+                if unmounted:
+                    raise StoreError(unmounted)
                 report = controller.run_pass()
                 leader = report.leader
                 emit(report)
-            except LeaseLost as exc:
+            except LeaseLost as exc:  # mid-pass: nothing more done; its sweeps left as they are
+                controller.sweeps.forget()
                 warn(str(exc))
             except SourceError as exc:
                 warn("no analysis this pass, nothing decided or done; the next one carries on: "
@@ -419,7 +554,10 @@ def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport]
                         _between(controller, warn)
     finally:
         try:
-            controller.sweeps.abort_all("the controller stopped")
+            if controller.lease.holds():
+                controller.sweeps.abort_all("the controller stopped")
+            else:  # not ours to touch any more: the leader's clean-up closes them
+                controller.sweeps.forget()
         finally:
             controller.lease.release()
 
@@ -430,6 +568,9 @@ def _between(controller: Controller, warn: Callable[[str], None]) -> None:
 
     try:
         controller.tick()
+    except LeaseLost as exc:
+        controller.sweeps.forget()
+        warn(str(exc))
     except GuardctlError as exc:
         warn(f"sweep poll failed, the next pass carries on: {' '.join(str(exc).split())}")
 
@@ -438,7 +579,8 @@ def counts_toward_cap(e: Entry) -> bool:
     """Whether a log entry is one of the controller's own actions that
     ``control.max_actions_per_hour`` counts: a node action it took, a requeue, a sweep."""
     node_action = e.phase == "done" and e.action in NODE_ACTIONS and e.evidence.get("by") == BY
-    requeued = e.action == "control requeue" and e.evidence.get("phase") == "done"
+    # a requeue counts when tried: it restarts the job whether or not its release went through
+    requeued = e.action == REQUEUE and e.phase == "intent"
     # a daemon's sweep counts when it starts, one pass's when it is judged
     swept = e.action == SWEEPING or (e.action == "control sweep"
                                       and not e.evidence.get("background"))

@@ -10,24 +10,31 @@ a. its job runs on it with the data-sharding service: the slow rank already gets
 b. quarantine: its maintenance reservation keeps new jobs off it, the running job goes on;
 c. sweep once it is free (its job ended or was requeued): pass -> release, fail -> drain
    (the daemon's sweep runs over several passes: the node waits on it meanwhile);
+   undetermined (its jobs measured nothing) -> it stays quarantined and is swept again after
+   ``undetermined_retry_s`` (doubled each time), at most ``max_undetermined`` times, then left
+   to an operator. No sweep starts while a fleet-wide finding covers the node (a thermal
+   event must not drain the nodes it heats), nor while sweeps measured nothing on
+   ``undetermined_fleet_nodes`` nodes within ``undetermined_window_s`` (the sweeps are
+   broken, not the nodes: :func:`sweeps_broken`);
 d. requeue (``[control] requeue = true``): a requeue-able job the ski-rental rule says is
    cheaper to restart elsewhere is requeued with the node excluded;
 e. relapse: flagged again within ``relapse_window_s`` of a passed sweep: a longer sweep; the
    ``relapses``-th relapse gets one more (longest) sweep and is then drained as a lemon for
    repair even if it passes: the sweep's evidence goes with it to the repair ticket.
 
-Nodes held by someone else are left alone; structural and transient findings get no node
-action; heterogeneity is handled by shares, never a drain.
+Nodes held by someone else, and nodes Slurm does not know, are left alone; structural and
+transient findings get no node action; heterogeneity is handled by shares, never a drain.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from guardctl.controller import rebalance, requeue
-from guardctl.controller.classify import Classified, Finding
+from guardctl.controller.classify import Classified, Finding, membership
 from guardctl.controller.ladder import NodeLadder
 from guardctl.nodeops.ownership import Owner
 from guardctl.sections.control import ControlSettings
@@ -75,12 +82,16 @@ class View:
     dds_jobs: frozenset[str] = frozenset()  # analysis job ids served by the data-sharding service
     requeueable: Mapping[int, float | None] = field(default_factory=dict)  # job -> seconds left
     data_end: float = 0.0  # end of the analysis's newest window (rung a's step times)
+    unknown: frozenset[str] = frozenset()  # nodes in the telemetry or the log Slurm does not know
+    sweeps_held: str = ""  # why no node is swept now (sweeps_broken), "" when they may be
 
 
 def decide(view: View, cfg: ControlSettings) -> list[Decision]:
-    """One decision per node that is flagged or that the controller holds."""
+    """One decision per node that is flagged, that the controller holds, or that is in a
+    guardctl quarantine reservation (whoever made it: none is left out of view)."""
     nodes = {f.node for f in view.classified.findings}
     nodes |= {n for n, lad in view.ladders.items() if lad.quarantined_by_control}
+    nodes |= {n for n, (owner, _) in view.owners.items() if owner == "quarantined"}
     return [_node(view, cfg, node) for node in sorted(nodes)]
 
 
@@ -90,6 +101,10 @@ def _node(view: View, cfg: ControlSettings, node: str) -> Decision:
     owner, owner_why = view.owners.get(node, ("in service", ""))
     jobs = tuple(j.job_id for j in view.running.get(node, ()))
     base: dict[str, Any] = {"kind": finding.kind if finding else "", "jobs": jobs}
+    if node in view.unknown:  # nothing to hold or release there, and never "in service"
+        return Decision(node, "leave", "-", "unknown to Slurm: not a node Slurm knows "
+                        "(a renamed or removed node, or a telemetry name that is not Slurm's); "
+                        "never touched", **base)
     if owner == "held by someone else":
         return Decision(node, "leave", "-", f"held by someone else ({owner_why}): never touched",
                         **base)
@@ -178,6 +193,64 @@ def sweep_duration(view: View, cfg: ControlSettings, ladder: NodeLadder) -> tupl
     return view.sweep_duration_s * cfg.relapse_sweep_factor ** relapse, relapse
 
 
+def decide_node(view: View, cfg: ControlSettings, node: str) -> Decision:
+    """The decision for one node (the controller's second look before it sweeps)."""
+    return _node(view, cfg, node)
+
+
+def sweeps_broken(ladders: Mapping[str, NodeLadder], now: float, cfg: ControlSettings) -> str:
+    """Why no node may be swept now: sweeps that measured nothing on
+    ``undetermined_fleet_nodes`` nodes within ``undetermined_window_s`` are the sweep harness's
+    fault (a missing program, a broken Python, a full partition), not the nodes'; "" if not."""
+    since = now - cfg.undetermined_window_s
+    nodes = sorted(n for n, lad in ladders.items()
+                   if any(v == "undetermined" and ts >= since for ts, v in lad.sweeps))
+    if len(nodes) < cfg.undetermined_fleet_nodes:
+        return ""
+    named = ", ".join(nodes[:5]) + (f" (+{len(nodes) - 5} more)" if len(nodes) > 5 else "")
+    return (f"sweeps measured nothing on {len(nodes)} nodes within "
+            f"{cfg.undetermined_window_s:g} s ({named}): the sweep harness is broken, not the "
+            "nodes (control.undetermined_fleet_nodes="
+            f"{cfg.undetermined_fleet_nodes}); no sweep until that passes")
+
+
+def _fleet_finding(view: View, cfg: ControlSettings, node: str) -> str:
+    """The fleet-wide finding (the fleet, the node's rack or its job) that covers *node*."""
+    for f in view.classified.fleet:
+        if f.scope == "stage":  # a heavy pipeline stage: reported, it heats nothing
+            continue
+        if f.scope == "fleet" or node in f.nodes or (
+                f.scope == "rack" and membership(cfg.racks).get(node) == f.name):
+            return f.why
+    return ""
+
+
+def _sweep_held(view: View, cfg: ControlSettings, node: str, ladder: NodeLadder,
+                rung: str, base: dict[str, Any]) -> Decision | None:
+    """A quarantined, free node whose sweep must not start now: why, or None."""
+    if view.sweeps_held:
+        return Decision(node, "wait", rung, f"quarantined, sweep held: {view.sweeps_held}",
+                        **base)
+    fleet = _fleet_finding(view, cfg, node)
+    if fleet:
+        return Decision(node, "wait", rung, "quarantined, sweep held during a fleet-wide "
+                        f"finding: {fleet}", **base)
+    tried = ladder.undetermined()
+    last = ladder.last_sweep_why or "no figure"
+    if len(tried) >= cfg.max_undetermined:
+        return Decision(node, "hold off", rung, f"quarantined: {len(tried)} sweep(s) measured "
+                        f"nothing (control.max_undetermined={cfg.max_undetermined}; the last: "
+                        f"{last}); left quarantined for an operator", **base)
+    if tried:
+        due = tried[-1] + cfg.undetermined_retry_s * 2 ** (len(tried) - 1)
+        if view.now < due:
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(due))
+            return Decision(node, "wait", rung, f"quarantined, {len(tried)} sweep(s) measured "
+                            f"nothing ({last}); swept again after {when}", **base,
+                            evidence={"retry_at": due})
+    return None
+
+
 def _quarantined(view: View, cfg: ControlSettings, node: str, finding: Finding | None,
                  ladder: NodeLadder, jobs: tuple[int, ...]) -> Decision:
     """A node the controller quarantined: sweep it when free, else wait (or requeue)."""
@@ -189,6 +262,9 @@ def _quarantined(view: View, cfg: ControlSettings, node: str, finding: Finding |
                         evidence={"sweep": ladder.sweeping.get("sweep")})
     if not jobs:
         rung = "e" if relapse else "c"
+        held = _sweep_held(view, cfg, node, ladder, rung, base)
+        if held is not None:
+            return held
         lemon = is_lemon(cfg, relapse)
         return Decision(node, "sweep", rung, f"quarantined and free: sweep ({duration:g} s"
                         + (f", relapse {relapse}" if relapse else "")

@@ -7,7 +7,8 @@ Everything goes through :meth:`guardctl.nodeops.NodeOps.record` as ``control ...
 * ``control fleet``: a fleet-wide finding (a job, a rack or the fleet), written when new;
 * ``control decision``: a node's decision, its rung, why and its evidence, written when it
   differs from the node's last one (an unchanged wait is not logged every pass);
-* ``control sweep``: a sweep's verdict; ``control requeue``: a job requeued off a node;
+* ``control sweep``: a sweep's verdict (``control requeue``, a job requeued off a node, is an
+  action with an intent and an outcome: :meth:`guardctl.nodeops.NodeOps.requeue`);
 * ``control rebalance``: rung a's watch of a job's step time when taken, and again when it
   recovered or did not (:mod:`guardctl.controller.rebalance`);
 * ``control fresh start``: a node with passed sweeps that someone else now holds; its

@@ -11,9 +11,12 @@ its sweep reservations live in the memory of the daemon that started it, so a sw
 log that this process does not hold (its daemon crashed, was restarted, or lost the lease) is
 aborted by the leader (:meth:`Sweeps.clean_up`): its unfinished jobs are cancelled (from its
 ``sweep jobs`` records) and the node, still quarantined, is swept afresh. Its pairwise sweep
-reservations name the dead daemon and are deleted by the node-action door's reconcile; a
-deposed daemon that is alive deletes its own (:meth:`Sweeps.abort_all`). Nothing is leaked: a
-reservation that could not be deleted is tried again at every pass.
+reservations name the dead daemon and are deleted by the node-action door's reconcile. A
+deposed daemon that is alive touches nothing (its lease fences it): it forgets its sweeps
+(:meth:`Sweeps.forget`) and deletes their reservations if it leads again; one that stops while
+it leads aborts its own (:meth:`Sweeps.abort_all`). Nothing is leaked: a reservation that could
+not be deleted is tried again at every pass. Never two sweeps of one node: one this daemon runs or
+one open in the log is refused (:meth:`Sweeps.start`).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from dataclasses import dataclass
 
 from guardctl.actionlog import Entry
 from guardctl.config import Settings
-from guardctl.controller.ladder import BY, SWEEPING, NodeLadder
-from guardctl.errors import SlurmError
+from guardctl.controller.ladder import BY, SWEEPING, NodeLadder, derive
+from guardctl.errors import RefusedError, SlurmError
 from guardctl.nodeops import NodeOps
 from guardctl.sweep.engine import PolledSweep, SweepOptions, SweepReport
 
@@ -57,7 +60,10 @@ class Sweeps:
 
     def start(self, settings: Settings, node: str, options: SweepOptions, relapse: int,
               lemon: bool, why: str) -> InFlight:
-        """Start a sweep of *node* and note it in the action log (its first poll submits)."""
+        """Start a sweep of *node* and note it in the action log (its first poll submits).
+        Never a second sweep of one node: one this daemon runs, or one open in the log (another
+        controller's, until the leader's clean-up closes it), is a RefusedError."""
+        self._not_sweeping(node)
         sweep = PolledSweep(settings, [node], options, ops=self.ops, progress=self.progress)
         flight = InFlight(node, sweep, float(options.duration_s or 0.0), relapse, lemon, why)
         self.ops.record(SWEEPING, [node], reason=f"sweep {flight.sweep_id} started: {why}",
@@ -66,6 +72,18 @@ class Sweeps:
                                   "lemon": lemon})
         self.running[node] = flight
         return flight
+
+    def _not_sweeping(self, node: str) -> None:
+        running = self.running.get(node)
+        if running is not None:
+            raise RefusedError(f"{node}: sweep {running.sweep_id} of it runs already; not "
+                               "starting another")
+        entries = self.ops.log.entries()
+        open_one = derive(entries).get(node, NodeLadder(node)).sweeping
+        if open_one.get("sweep"):
+            raise RefusedError(f"{node}: sweep {open_one['sweep']} of it (pid "
+                               f"{open_one.get('pid')} on {open_one.get('host')}) is open in the "
+                               "action log; not starting another")
 
     def poll(self, flight: InFlight) -> SweepReport | None:
         """Its report once judged and acted on, None while its jobs run. An error aborts it
@@ -87,6 +105,15 @@ class Sweeps:
             finally:
                 self._closed(flight, why)
         self.retry()
+
+    def forget(self) -> None:
+        """Let go of this daemon's sweeps without touching Slurm or the log: the lease is lost,
+        and what the sweeps left is the leader's to close (:meth:`clean_up`). Their sweep
+        reservations are deleted by this process if it leads again (:meth:`retry`)."""
+        for flight in self.running.values():
+            if flight.sweep.run.reserved and any(flight.sweep.run.reserved.values()):
+                self.leftover.append(flight.sweep)
+        self.running.clear()
 
     def retry(self) -> None:
         """Delete the reservations an abort could not (Slurm was down, say)."""

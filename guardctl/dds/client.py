@@ -5,6 +5,9 @@ with one keep-alive connection per thread of use. Every call retries with
 exponential backoff while the service is unreachable (restarting after a crash,
 or not started yet), re-reading the published address each time; requests are
 idempotent, so a retry never takes a second shard or counts a shard twice.
+A rank kept waiting (no service published yet, or one that does not answer)
+says on stderr what it waits for, once after ``notice_s`` (5 s), then every
+six times as long, so that a silent pause is never mistaken for a hang.
 
 Pull mode::
 
@@ -32,6 +35,7 @@ import http.client
 import json
 import os
 import random
+import sys
 import threading
 import time
 import uuid
@@ -49,6 +53,9 @@ from guardctl.errors import ExitCode, GuardctlError, RefusedError, UsageError
 ENV_JOB = "GUARDCTL_DDS_JOB"
 ENV_ADDRESS = "GUARDCTL_DDS_ADDRESS"
 ENV_SECRET = "GUARDCTL_DDS_SECRET"
+
+
+NOTICE_S = 5.0  # a rank says what it waits for after this long, then every six times as long
 
 
 class ServiceUnavailable(GuardctlError):
@@ -103,6 +110,22 @@ class Batch:
             yield from range(start, end)
 
 
+class _Waiting:
+    """One wait of a rank, told on stderr: first after *first_s*, then every 6 x *first_s*."""
+
+    def __init__(self, first_s: float) -> None:
+        self.start = time.monotonic()
+        self.due = self.start + first_s
+        self.every = 6 * first_s
+
+    def tell(self, what: str) -> None:
+        now = time.monotonic()
+        if now >= self.due:
+            waited = now - self.start
+            print(f"guardctl: {what} (waiting for {waited:.0f} s)", file=sys.stderr, flush=True)
+            self.due = now + self.every
+
+
 class _Channel:
     """One keep-alive HTTP connection, used by one thread at a time."""
 
@@ -144,6 +167,7 @@ class Client:
         retry_s: float | None = None,
         timeout_s: float = 10.0,
         prefetch: bool = True,
+        notice_s: float = NOTICE_S,
     ) -> None:
         env = os.environ
         self.settings = settings if settings is not None else load_settings()
@@ -166,6 +190,7 @@ class Client:
         self._renewals = _Channel(timeout_s)
         self._ahead_channel = _Channel(timeout_s)
         self.prefetch = prefetch
+        self.notice_s = notice_s
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: tuple[int, Future[dict[str, Any]]] | None = None
         self._last_share = 0
@@ -174,7 +199,7 @@ class Client:
 
     # -- finding the service ------------------------------------------------------------------
 
-    def _discover(self, deadline: float) -> tuple[str, int]:
+    def _discover(self, deadline: float, waiting: _Waiting) -> tuple[str, int]:
         """The service's address and secret, waiting for the service to publish them."""
         while True:
             if self._fixed_address:
@@ -190,11 +215,18 @@ class Client:
                     self._secret = dds_paths.read_secret(self._paths.secret)
             if found is not None and self._secret is not None:
                 return found
+            where = self._paths.dir if self._paths is not None else "the environment"
             if time.monotonic() > deadline:
-                where = self._paths.dir if self._paths is not None else "the environment"
                 raise ServiceUnavailable(
-                    f"no data-sharding service published for job {self.job} in {where}"
+                    f"no data-sharding service published for job {self.job} in {where} "
+                    f"within {self.settings.dds.discover_timeout_s:.0f} s "
+                    f"(dds.discover_timeout_s): is `guardctl dds serve` running for this job?"
                 )
+            waiting.tell(
+                f"job {self.job} has no data-sharding service yet: waiting for "
+                f"`guardctl dds serve --job {self.job}` to publish its address in {where}, "
+                f"up to {self.settings.dds.discover_timeout_s:.0f} s"
+            )
             time.sleep(0.2)
 
     def _call(
@@ -206,11 +238,12 @@ class Client:
         method = "GET" if body is None else "POST"
         deadline = time.monotonic() + self.retry_s
         delay = 0.05
+        waiting = _Waiting(self.notice_s)
         with channel.lock:
             while True:
                 if self._target is None:
                     self._target = self._discover(
-                        time.monotonic() + self.settings.dds.discover_timeout_s
+                        time.monotonic() + self.settings.dds.discover_timeout_s, waiting
                     )
                 headers = {
                     "Authorization": f"Bearer {self._secret}",
@@ -231,6 +264,11 @@ class Client:
                         f"for {self.retry_s:.0f} s: {failure}"
                     )
                 self.retries += 1
+                host, port = self._target
+                waiting.tell(
+                    f"the data-sharding service of job {self.job} at {host}:{port} does not "
+                    f"answer ({failure}): retrying up to {self.retry_s:.0f} s"
+                )
                 time.sleep(delay * random.uniform(0.5, 1.0))
                 delay = min(delay * 2, 2.0)
                 # The service may have restarted elsewhere: read its address again.

@@ -11,7 +11,9 @@ database. Its rules are what make completion exactly-once:
 * ``commit`` remembers the completion sequence number at a checkpoint;
   ``restore`` puts every shard completed after it (and every lease in flight)
   back in the queue, under a new *generation*, so acknowledgements of the
-  abandoned timeline are answered ``revoked``.
+  abandoned timeline are answered ``revoked``; its answer is stored with it, so a
+  retried restore (the same request id), even after the service restarted, gets
+  the same generation and changes nothing more.
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ class ConflictError(GuardctlError):
 
     exit_code = UsageError.exit_code
 
+
+# Why a request of the other mode is refused, by the job's own mode.
+_WRONG_MODE: Final = {
+    "pull": "this job hands out whole shards (pull mode): per-step requests need a service "
+    "started with --global-batch",
+    "step": "this job hands out each step's part (its service was started with "
+    "--global-batch): ask with next_batch() or StepSampler, not for a shard lease",
+}
 
 # Whole-row writes (see StateDB.write_latest): the last one per row in a batch is its outcome.
 LEASE_COLUMNS = "lease_id, request_id, worker, epoch, shard, gen, granted, expires, state, done_seq"
@@ -123,7 +133,8 @@ class Ledger:
     def _load(self) -> None:
         meta = self.db.meta()
         self.gen = int(meta.get("gen", "0"))
-        self.mode = meta.get("mode", "")
+        # The mode the status shows; the job's dataset (its global batch), not this, decides.
+        self.used_mode = meta.get("mode", "")
         # Every lease ever granted, and by its request id: millions, so split (see SplitDict).
         self.leases: SplitDict[int, Lease] = SplitDict()
         self.by_request: SplitDict[str, int] = SplitDict()
@@ -164,7 +175,10 @@ class Ledger:
             name: (ord_, seq, step)
             for name, ord_, seq, step in self.db.rows("SELECT name, ord, seq, step FROM checkpoint")
         }
-        self.restores: dict[str, dict[str, Any]] = {}
+        self.restores: dict[str, dict[str, Any]] = {
+            request_id: json.loads(reply)
+            for request_id, reply in self.db.rows("SELECT request_id, reply FROM restore")
+        }
         self.steps_ended = False
 
     def _held(self, lease: Lease, kind: str) -> None:
@@ -208,21 +222,31 @@ class Ledger:
 
     # -- pull mode ---------------------------------------------------------------------------
 
+    @property
+    def mode(self) -> str:
+        """``step`` for a job started with a global batch, else ``pull``: fixed with the job."""
+        return "step" if self.spec.global_batch > 0 else "pull"
+
     def _use_mode(self, mode: str) -> None:
-        if self.mode == mode:
-            return
-        if self.mode:
-            raise ConflictError(f"this job hands out work {self.mode}-wise, not {mode}-wise")
-        self.mode = mode
-        self.db.set_meta("mode", mode)
+        """Refuse a request of the other mode before it changes anything.
+
+        The mode comes from how the service was started (``--global-batch``),
+        never from the first request, so a stray request of the other kind
+        cannot turn the job over; a state stored otherwise by an older service
+        is corrected at the first request of the job's own mode.
+        """
+        if mode != self.mode:
+            raise ConflictError(_WRONG_MODE[self.mode])
+        if self.used_mode != mode:
+            self.used_mode = mode
+            self.db.set_meta("mode", mode)
 
     def lease(self, worker: str, request_id: str) -> dict[str, Any]:
         """Lease the next shard to *worker*; a retried *request_id* gets the same answer."""
         known = self.by_request.get(request_id)
         if known is not None:
             return self._lease_reply(self.leases[known])
-        if self.mode != "pull":
-            self._use_mode("pull")
+        self._use_mode("pull")
         now = self.clock()
         if self.heap and self.heap[0][0] <= now:
             self.reap(now)
@@ -403,11 +427,6 @@ class Ledger:
         """
         if not 0 <= rank < world:
             raise ConflictError(f"rank {rank} is outside a world of {world}")
-        if self.spec.global_batch < 1:
-            raise ConflictError(
-                "this job has no global batch: per-step requests need a service started "
-                "with --global-batch"
-            )
         self._use_mode("step")
         spe = self.spec.steps_per_epoch
         now = self.clock()
@@ -539,16 +558,18 @@ class Ledger:
             self.db.write("DELETE FROM step WHERE step >= ?", (step,))
         self.db.write("DELETE FROM checkpoint WHERE ord > ?", (ord_,))
         self.db.set_meta("gen", str(self.gen + 1))
-        self.db.flush()
-        self._orders.clear()
-        self._load()
         reply = {
             "status": "ok",
             "checkpoint": name,
             "step": step,
             "requeued": int(requeued),
             "revoked_in_flight": int(in_flight),
-            "gen": self.gen,
+            "gen": self.gen + 1,
         }
-        self.restores[request_id] = reply
+        # In the restore's transaction: committed with it, or neither is.
+        self.db.write("INSERT INTO restore (request_id, reply) VALUES (?, ?)",
+                      (request_id, json.dumps(reply)))
+        self.db.flush()
+        self._orders.clear()
+        self._load()  # (which reads the answers back, this one with them)
         return reply

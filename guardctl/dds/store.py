@@ -53,6 +53,9 @@ CREATE TABLE IF NOT EXISTS checkpoint (
     name TEXT PRIMARY KEY, ord INTEGER NOT NULL, seq INTEGER NOT NULL,
     step INTEGER, gen INTEGER NOT NULL, created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS step (step INTEGER PRIMARY KEY, shares TEXT NOT NULL);
+-- A restore's answer by its request id, written in the restore's own transaction: a client
+-- retrying it, even after the service restarted, gets the same generation, not a second one.
+CREATE TABLE IF NOT EXISTS restore (request_id TEXT PRIMARY KEY, reply TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS worker (
     worker TEXT PRIMARY KEY, rank INTEGER, speed REAL, samples INTEGER NOT NULL,
     seconds REAL NOT NULL, shards INTEGER NOT NULL, last_step INTEGER, last_seen REAL NOT NULL);

@@ -1,4 +1,5 @@
-"""Drain, resume, quarantine and release nodes, under guardctl's safety rules.
+"""Drain, resume, quarantine and release nodes (and requeue a job off one), under guardctl's
+safety rules.
 
 Rules enforced here, before anything reaches Slurm:
 
@@ -10,8 +11,11 @@ Rules enforced here, before anything reaches Slurm:
   ``safety.max_actions_per_hour`` node actions happen an hour; an action that would cross a limit
   is refused whole, so nothing partial happens.
 * **Crash safety** (:mod:`~guardctl.nodeops.reconcile`): each action is logged as an intent
-  before and an outcome after; intents left by a crash are reconciled from Slurm's state first,
-  and a sweep reservation whose sweep died is deleted.
+  before and an outcome after. Slurm not answering in time (it may have made the change) leaves
+  the intent open; a definite refusal is ``failed``. Every acting command first reconciles the
+  intents no process is carrying out from Slurm's state, deletes a sweep reservation whose sweep
+  died and the quarantine reservation of a node it drained; reading commands and
+  ``safety.observe_only`` never do (they change nothing in Slurm), they count what is open.
 
 Quarantine is a per-node maintenance reservation (Flags=MAINT,IGNORE_JOBS,
 Users=<operators>): running jobs finish, production jobs cannot start, sweep
@@ -33,10 +37,11 @@ from typing import Any, Literal
 from guardctl import testhooks
 from guardctl.actionlog import ActionLog, Entry
 from guardctl.config import Settings
-from guardctl.errors import RefusedError, SlurmError, UsageError
+from guardctl.errors import RefusedError, SlurmError, SlurmUnavailable, UsageError
+from guardctl.nodeops import checkpoint, rules
 from guardctl.nodeops import reconcile as recovery
-from guardctl.nodeops import rules
 from guardctl.nodeops.ownership import (
+    REQUEUE,
     SWEEP_RESERVE,
     SWEEP_UNRESERVE,
     NodeStatus,
@@ -44,8 +49,13 @@ from guardctl.nodeops.ownership import (
     Snapshot,
     natural,
 )
+from guardctl.runner import this_writer
 from guardctl.slurm import make_client
+from guardctl.slurm.job import Job
 from guardctl.slurm.types import SlurmClient
+
+# A log bigger than this is checkpointed by the next acting command (nodeops.checkpoint).
+CHECKPOINT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -106,12 +116,13 @@ class NodeOps:
         return text if text.startswith(self.prefix) else f"{self.prefix} {text}"
 
     # -- reading -------------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, entries: Sequence[Entry] | None = None) -> Snapshot:
+        """Slurm's nodes and reservations now, beside the log (*entries*: as read already)."""
         snap = Snapshot(
             nodes={n.name: n for n in self.slurm.nodes()},
             reservations=self.slurm.reservations(),
         )
-        snap.apply_log(self.log.entries())
+        snap.apply_log(self.log.entries() if entries is None else entries)
         return snap
 
     def owner(self, snap: Snapshot, name: str) -> tuple[Owner, str]:
@@ -119,7 +130,7 @@ class NodeOps:
         return snap.owner(name, self.prefix)
 
     def status(self, names: Sequence[str] | None = None) -> list[NodeStatus]:
-        self.reconcile()
+        """Each node as Slurm and the log show it now; reading only (nothing is reconciled)."""
         snap = self.snapshot()
         chosen = snap.known(names) if names else sorted(snap.nodes, key=natural)
         return [snap.status(name, self.prefix) for name in chosen]
@@ -137,12 +148,19 @@ class NodeOps:
         nodes = [node] if isinstance(node, str) else list(node)
         intent = self.log.record(action, "intent", nodes, reason=reason, evidence=evidence)
         testhooks.crash_point(f"{action}:before-slurm")
+        recovery.IN_FLIGHT.add(intent.id)
         try:
             step()
+        except SlurmUnavailable:
+            # slurmctld may have made the change before its answer was lost: the intent stays
+            # open, and the next acting command settles it from what Slurm shows.
+            raise
         except SlurmError as exc:
             self.log.record(action, "failed", nodes, reason=reason,
                             evidence={**(evidence or {}), "error": str(exc)}, entry_id=intent.id)
             raise
+        finally:
+            recovery.IN_FLIGHT.discard(intent.id)
         testhooks.crash_point(f"{action}:after-slurm")
         self.log.record(action, "done", nodes, reason=reason, evidence=evidence,
                         entry_id=intent.id)
@@ -164,8 +182,10 @@ class NodeOps:
         held by someone else is always refused. Every check runs before the first change,
         so a refusal leaves Slurm exactly as it was.
         """
+        observing = dry_run or self.settings.safety.observe_only
         with self.locked():
-            self.reconcile()
+            if not observing:
+                self.reconcile()
             snap = self.snapshot()
             todo, results, foreign = [], [], {}
             for name in snap.known(names):
@@ -179,7 +199,7 @@ class NodeOps:
             rules.refuse_foreign(action, foreign)
             if adds_to_cap:
                 rules.check_cap(self.settings.safety, snap, self.prefix, todo)
-            if dry_run or self.settings.safety.observe_only:
+            if observing:
                 return results + [Action(n, action, "would do", describe(snap, n)) for n in todo]
             rules.check_rate(self.settings.safety, self.log.entries(), len(todo),
                              self.clock())
@@ -318,6 +338,35 @@ class NodeOps:
             f"{node} still shows as drained {self.settings.slurm.settle_timeout_s:g} s after RESUME"
         )
 
+    def requeue(self, job: int, node: str, reason: str, *, signal: str = "",
+                grace_s: float = 0.0, evidence: dict[str, Any] | None = None) -> None:
+        """Requeue a running job off *node*, which it may not start on again.
+
+        One action, ``control requeue``: its intent is logged before the first change to the
+        job (the *signal*, when one is asked for: a checkpoint request, then *grace_s* to act
+        on it), its outcome after the job is released (:meth:`Job.requeue
+        <guardctl.slurm.job.Job.requeue>`: requeued held, the node excluded, released). A
+        ``failed`` outcome says whether the job may be left held (``held``); the next acting
+        command's reconcile releases such a job, and one whose requeue a crash interrupted.
+        """
+        if self.settings.safety.observe_only:
+            raise RefusedError(f"requeue of job {job}: safety.observe_only is set; "
+                               "nothing was changed")
+        target = Job(self.slurm, job)
+        record: dict[str, Any] = {**(evidence or {}), "job": job, "exclude": [node],
+                                  "signal": signal}
+
+        def step() -> None:
+            if signal:
+                target.signal(signal)
+                time.sleep(grace_s)
+            try:
+                target.requeue(exclude=[node])
+            finally:
+                record["held"] = target.held  # the outcome line is written from *record*
+
+        self._do(REQUEUE, node, step, reason=reason, evidence=record)
+
     def record(
         self,
         action: str,
@@ -334,8 +383,8 @@ class NodeOps:
 
         Every node must be quarantined by guardctl (a suspect) or in service and held by no one
         (a partner); the partners count against their own cap (safety.max_sweep_partners)
-        and the rate limit. The intent records this process (host and pid) so that, if the
-        sweep dies, the next command finds the reservation leaked and deletes it.
+        and the rate limit. The intent records this process (its writer identity) so that, if
+        the sweep dies, the next acting command finds the reservation leaked and deletes it.
         """
         group = list(dict.fromkeys(nodes))
         if self.settings.safety.observe_only:
@@ -356,7 +405,8 @@ class NodeOps:
             rules.check_rate(self.settings.safety, self.log.entries(), len(partners),
                              self.clock())
             evidence = {"sweep": sweep_id, "reservation": reservation, "partners": partners,
-                        "host": socket.gethostname(), "pid": os.getpid()}
+                        "host": socket.gethostname(), "pid": os.getpid(),
+                        "writer": this_writer().as_dict()}
             self._do(SWEEP_RESERVE, group, lambda: self.slurm.create_reservation(
                 reservation, group, self.settings.quarantine.users, ("MAINT", "IGNORE_JOBS")),
                 evidence=evidence)
@@ -377,18 +427,35 @@ class NodeOps:
             self._do(SWEEP_UNRESERVE, entry.nodes,
                      lambda: self.slurm.delete_reservation(reservation), evidence=evidence)
 
-    def reconcile(self) -> list[Entry]:
-        """Close intents left by a crash and delete dead sweeps' reservations.
-
-        Reading needs no lock; only when there is something to close is the store's lock
-        taken, and the log read again under it, so that two commands never close one intent
-        twice (and a reader without write access to the store is not stopped).
-        """
-        max_age = self.settings.sweep.job_timeout_s
+    def open_intents(self) -> int:
+        """How many things the next acting command would reconcile (intents no process carries
+        out, dead sweeps' reservations, drained nodes' quarantine reservations, jobs a requeue
+        may have left held)."""
         entries = self.log.entries()
-        if not any(recovery.abandoned_by_writer(e) for e in recovery.pending_intents(entries)
-                   ) and not recovery.dead_sweep_reservations(entries, max_age):
-            return []
-        with self.locked():
-            return recovery.reconcile(self.log, self.slurm, sweep_max_age_s=max_age,
-                                      settle_s=self.settings.slurm.settle_timeout_s)
+        return (sum(1 for e in recovery.pending_intents(entries)
+                    if recovery.abandoned_by_writer(e) and e.action != REQUEUE)
+                + len(recovery.dead_sweep_reservations(entries,
+                                                       self.settings.sweep.job_timeout_s))
+                + len(recovery.left_in_quarantine(entries))
+                + len(recovery.unreleased_requeues(entries)))
+
+    def reconcile(self) -> list[Entry]:
+        """Close intents left open, delete dead sweeps' and drained nodes' reservations, and
+        checkpoint a log grown past :data:`CHECKPOINT_BYTES`. For acting commands only: it
+        changes Slurm.
+
+        Counting what is open needs no lock; only when there is something to close is the
+        store's lock taken, and the log read again under it, so that two commands never close
+        one intent twice.
+        """
+        closed: list[Entry] = []
+        if self.open_intents():
+            with self.locked():
+                closed = recovery.reconcile(self.log, self.slurm,
+                                            sweep_max_age_s=self.settings.sweep.job_timeout_s,
+                                            settle_s=self.settings.slurm.settle_timeout_s)
+        if self.log.size() > CHECKPOINT_BYTES:
+            with self.locked():
+                self.log.checkpoint(lambda entries: checkpoint.keep(
+                    entries, self.settings, self.clock()))
+        return closed

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from guardctl.actionlog import Entry
+from guardctl.actionlog import Entry, pending_intents
 from guardctl.errors import UsageError
 from guardctl.slurm.types import NodeInfo, ReservationInfo
 
@@ -23,7 +23,7 @@ Owner = Literal["in service", "quarantined", "drained by guardctl", "held for a 
 # their known-good partners) for one multi-node sweep job.
 SWEEP_RESERVE, SWEEP_UNRESERVE = "sweep reserve", "sweep unreserve"
 NODE_ACTIONS = ("drain", "resume", "quarantine", "release", SWEEP_RESERVE, SWEEP_UNRESERVE)
-HELD_OUT = ("quarantined", "drained by guardctl")  # what the cap counts
+REQUEUE = "control requeue"  # a job requeued off a node: no node changes hands
 # Slurm's states in which a node may still be guardctl's to judge: the base states of a node at
 # work, and the flags that say nothing about who holds it (a reservation's RESERVED and
 # MAINTENANCE are judged by the reservation itself; PLANNED is the backfill scheduler keeping an
@@ -65,6 +65,11 @@ class Snapshot:
     drained_by_us: dict[str, str] = field(default_factory=dict)  # node -> full reason we set
     quarantined_by_us: dict[str, tuple[str, float]] = field(default_factory=dict)  # -> (resv, ts)
     swept_by_us: dict[str, Entry] = field(default_factory=dict)  # sweep resv -> its reserve entry
+    # Nodes guardctl drained while they were in its quarantine reservation, the reservation
+    # not logged deleted since (reconcile deletes it).
+    drained_in_quarantine: set[str] = field(default_factory=set)
+    # Nodes of drain and quarantine intents still open: possibly out already (the cap counts them).
+    pending_out: set[str] = field(default_factory=set)
     _by_node: dict[str, list[ReservationInfo]] | None = field(default=None, repr=False)
 
     def sweep_reservations_of(self, node: str) -> list[str]:
@@ -84,19 +89,26 @@ class Snapshot:
 
     def apply_log(self, entries: Iterable[Entry]) -> None:
         """Fold guardctl's completed node actions into what it holds."""
+        entries = list(entries)
+        self.pending_out |= {n for e in pending_intents(entries)
+                             if e.action in ("drain", "quarantine") for n in e.nodes}
         for entry in entries:
             if entry.phase not in ("done", "reconciled") or entry.action not in NODE_ACTIONS:
                 continue
             for node in entry.nodes:
                 if entry.action == "drain":
                     self.drained_by_us[node] = entry.reason
+                    if node in self.quarantined_by_us:
+                        self.drained_in_quarantine.add(node)
                 elif entry.action == "resume":
                     self.drained_by_us.pop(node, None)
                 elif entry.action == "quarantine":
                     resv = str(entry.evidence.get("reservation", ""))
                     self.quarantined_by_us[node] = (resv, entry.ts)
+                    self.drained_in_quarantine.discard(node)
                 elif entry.action == "release":
                     self.quarantined_by_us.pop(node, None)
+                    self.drained_in_quarantine.discard(node)
             resv = str(entry.evidence.get("reservation", ""))
             if entry.action == SWEEP_RESERVE:
                 self.swept_by_us[resv] = entry
@@ -143,13 +155,27 @@ class Snapshot:
         return node.drained or node.down or bool(node.flags & REPAIR_FLAGS)
 
     def held_out(self, prefix: str) -> set[str]:
-        """The nodes guardctl holds out of production now (quarantined or drained)."""
-        return {n for n in self.nodes if self.owner(n, prefix)[0] in HELD_OUT}
+        """The nodes guardctl holds out of production now, for the cap: every node in its
+        quarantine reservation or with its drain, whoever else holds it too (a node that went
+        DOWN or that an administrator drained on top is out all the same), and the nodes of a
+        drain or quarantine whose outcome is not known yet."""
+        return {n for n in self.nodes if self._in_our_quarantine(n) or self._our_drain(n)
+                } | (self.pending_out & set(self.nodes))
+
+    def _in_our_quarantine(self, name: str) -> bool:
+        ours = self.quarantined_by_us.get(name)
+        return ours is not None and any(r.name == ours[0] for r in self.reservations_of(name))
+
+    def _our_drain(self, name: str) -> bool:
+        node, mine = self.nodes[name], self.drained_by_us.get(name)
+        return mine is not None and (node.drained or node.down) and node.reason == mine
 
     def sweep_partners(self, prefix: str) -> set[str]:
-        """The in-service nodes guardctl holds now as partners in its sweep reservations."""
+        """The nodes guardctl holds now as partners in its sweep reservations (a partner that
+        went DOWN or was drained meanwhile still counts); its suspects count in held_out()."""
+        held = self.held_out(prefix)
         return {n for r in self.swept_by_us for n in self._resv_nodes(r)
-                if n in self.nodes and self.owner(n, prefix)[0] == "held for a sweep"}
+                if n in self.nodes and n not in held}
 
     def _resv_nodes(self, name: str) -> tuple[str, ...]:
         return next((r.nodes for r in self.reservations if r.name == name), ())

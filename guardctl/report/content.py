@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from guardctl.analyze import SUSPECT, UNKNOWN
+from guardctl.analyze import SUSPECT, UNKNOWN, WATCH
 from guardctl.analyze.engine import bad_summary
 from guardctl.analyze.timespec import iso
 from guardctl.controller.impact import describe
@@ -22,13 +22,14 @@ class Section:
 
 def summary(tl: Timeline, source: str) -> list[tuple[str, str]]:
     latest = tl.latest
-    now = {v: sum(1 for n in latest.nodes if n.verdict == v) for v in ("healthy", UNKNOWN, SUSPECT)}
+    now = latest.counts()
     return [
         ("Period", f"{iso(tl.start)} .. {iso(tl.end)} ({len(tl.times)} passes)"),
         ("Source", source),
         ("Nodes seen", str(len(tl.nodes))),
         ("Suspect now", str(now[SUSPECT])),
-        ("Unknown now (too little data)", str(now[UNKNOWN])),
+        ("Watch now (flagged, not persistent yet)", str(now[WATCH])),
+        ("Unknown now (too little data to judge)", str(now[UNKNOWN])),
         ("Suspect at some point in the period", str(len(tl.ever_suspect()))),
         ("Input", f"{tl.records} records from {tl.files} files; bad lines: {bad_summary(tl.bad)}"),
     ]
@@ -54,7 +55,8 @@ def sections(tl: Timeline) -> list[Section]:
         if node not in now:
             first = tl.first_suspect(node)
             past.append((node, iso(first) if first is not None else "-"))
-    unknown = [(n.node, n.job or "-") for n in latest.nodes if n.verdict == UNKNOWN]
+    unknown = [(n.node, n.job or "-", n.reasons[0] if n.reasons else "-")
+               for n in latest.nodes if n.verdict == UNKNOWN]  # fmt: skip
     return [
         Section(
             "Act on these: suspect now",
@@ -69,9 +71,10 @@ def sections(tl: Timeline) -> list[Section]:
             past,
         ),
         Section(
-            "Unknown: too little telemetry in the newest window",
-            "Check that the node agent is running.",
-            ("node", "job"),
+            "Unknown: too little telemetry to judge",
+            "A gap in the newest window: check that the node agent is running; a run too "
+            "short or a job too small to compare: nothing was judged.",
+            ("node", "job", "why"),
             unknown,
         ),
     ]

@@ -66,9 +66,10 @@ def heatmap(tl: Timeline) -> str:
     rest = [i for i in range(len(tl.nodes)) if i not in set(rows)]
     rows = (rows + rest)[:MAX_ROWS]
     data = tl.verdicts[:, rows].T if rows else np.full((1, max(1, tl.times.size)), -1)
-    cmap = ListedColormap(["#eeeeee", "#8fd18f", "#f2c14e", "#d9534f"])  # none/ok/unknown/suspect
+    # none/healthy/unknown/suspect/watch, as VERDICT_CODE + 1
+    cmap = ListedColormap(["#eeeeee", "#8fd18f", "#f2c14e", "#d9534f", "#9ecae1"])
     fig, ax = plt.subplots(figsize=(10, 1.5 + 0.12 * len(rows)))
-    ax.imshow(data + 1, aspect="auto", cmap=cmap, vmin=0, vmax=3, interpolation="nearest")
+    ax.imshow(data + 1, aspect="auto", cmap=cmap, vmin=0, vmax=4, interpolation="nearest")
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([tl.nodes[i] for i in rows], fontsize=6)
     ticks = np.linspace(0, max(tl.times.size - 1, 0), num=min(8, max(tl.times.size, 1)))
@@ -77,7 +78,7 @@ def heatmap(tl: Timeline) -> str:
         [_dates(tl.times[[int(t)]])[0].strftime("%H:%M") if tl.times.size else "" for t in ticks],
         fontsize=7,
     )
-    title = "Fleet heatmap: green healthy, yellow unknown, red suspect, grey no data"
+    title = "Fleet heatmap: green healthy, blue watch, yellow unknown, red suspect, grey no data"
     if len(tl.nodes) > len(rows):
         title += f" ({len(rows)} of {len(tl.nodes)} nodes, flagged first)"
     ax.set_title(title, fontsize=9)

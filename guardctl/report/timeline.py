@@ -16,6 +16,7 @@ import numpy as np
 from guardctl.analyze import (
     SUSPECT,
     UNKNOWN,
+    WATCH,
     Analysis,
     analyze_frame,
     history_needed,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from guardctl.sources import Source
 
 CHUNK_S = 3600.0  # telemetry read per step of a long report
-VERDICT_CODE = {"healthy": 0, UNKNOWN: 1, SUSPECT: 2}
+VERDICT_CODE = {"healthy": 0, UNKNOWN: 1, SUSPECT: 2, WATCH: 3}
 
 
 @dataclass

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from guardctl.errors import UsageError
+from guardctl.nodes import expand
+
 
 @dataclass(frozen=True)
 class ControlSettings:
@@ -16,6 +19,7 @@ class ControlSettings:
     # which keeps its figures (a daemon's pass judges one window in three).
     align: bool = True  # a daemon's windows end on a multiple of its interval, not the newest
     lease_s: float = 180.0  # the leader lease lasts this long unless renewed
+    max_clock_skew_s: float = 30.0  # hosts' clocks further apart: the controller does not act
     # The ladder.
     sweep_kind: Literal["single", "multi", "all"] = "all"  # a freed node's sweep
     sweep_duration_s: float = 0.0  # GEMM burn-in seconds; 0: sweep.gemm_duration_s
@@ -27,7 +31,7 @@ class ControlSettings:
     max_job_fraction: float = 0.5  # more of one job's nodes suspect at once: the job's cause
     max_rack_fraction: float = 0.5  # more of one rack's nodes suspect at once: the rack's cause
     max_fleet_fraction: float = 0.2  # more of the fleet suspect at once: a fleet-wide cause
-    min_group: int = 3  # the fractions apply to a job or rack of at least this many nodes
+    min_group: int = 3  # a common cause needs at least this many nodes at fault at once
     racks: dict[str, str] = field(default_factory=dict)  # rack -> hostlist, e.g. {r1="n[1-16]"}
     models: dict[str, str] = field(default_factory=dict)  # device model -> hostlist
     flap_window_s: float = 3600.0
@@ -43,10 +47,16 @@ class ControlSettings:
     # Rung a: a job whose data-sharding service already gives the slow rank less work.
     recovery: float = 0.5  # rung a: the step time must win back this share of the slowdown
     rebalance_window_s: float = 900.0  # rung a: no recovery within this long: quarantine the node
+    # Sweeps whose jobs measured nothing (undetermined): the node stays quarantined.
+    max_undetermined: int = 3  # undetermined sweeps of a node before it is left to an operator
+    undetermined_retry_s: float = 600.0  # wait before sweeping it again, doubled each time
+    # So many nodes undetermined within the window: the sweeps are broken, not the nodes.
+    undetermined_fleet_nodes: int = 3  # nodes undetermined at once: a fleet-wide finding, no sweeps
+    undetermined_window_s: float = 3600.0  # the span undetermined_fleet_nodes is counted over
 
     def __post_init__(self) -> None:
-        if self.interval_s <= 0 or self.lease_s <= 0:
-            raise ValueError("interval_s, lease_s: must be positive")
+        if self.interval_s <= 0 or self.lease_s <= 0 or self.max_clock_skew_s <= 0:
+            raise ValueError("interval_s, lease_s, max_clock_skew_s: must be positive")
         if min(self.sweep_duration_s, self.relapse_window_s, self.flap_window_s,
                self.rebalance_window_s) < 0:
             raise ValueError("sweep_duration_s, relapse_window_s, flap_window_s, "
@@ -62,5 +72,18 @@ class ControlSettings:
                self.signal_grace_s) < 0:
             raise ValueError("checkpoint_interval_s, restart_s, queue_wait_s, signal_grace_s: "
                              "must be >= 0")
+        if self.max_undetermined < 1 or self.undetermined_fleet_nodes < 2:
+            raise ValueError("max_undetermined: must be >= 1; undetermined_fleet_nodes: >= 2")
+        if not (0 <= self.undetermined_retry_s < float("inf")
+                and 0 <= self.undetermined_window_s < float("inf")):
+            raise ValueError("undetermined_retry_s, undetermined_window_s: must be finite, >= 0")
         if self.gpus_per_node < 1:
             raise ValueError("gpus_per_node: must be >= 1")
+        # Expanded once here, so that a bad hostlist is a configuration error at load rather
+        # than a failure of every pass that classifies the fleet.
+        for key, groups in (("racks", self.racks), ("models", self.models)):
+            for name, hostlist in groups.items():
+                try:
+                    expand(hostlist)
+                except UsageError as exc:
+                    raise ValueError(f"{key}.{name}: {exc}") from None

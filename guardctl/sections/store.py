@@ -10,7 +10,9 @@ from pathlib import Path
 class StoreSettings:
     """The shared-filesystem directory every node and command agrees on."""
 
-    root: Path = Path("/var/lib/guardctl")
+    # The default is a local directory: writers refuse it, as any root, without the marker that
+    # `guardctl store init` writes (so a store that is not mounted is never written).
+    root: Path = Path("/var/lib/guardctl")  # set it to the shared store (guardctl store init)
     # What `guardctl store prune` keeps when --older-than is not given.
     retention_days: float = 14.0
 

@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from guardctl.errors import UsageError
+from guardctl import testhooks
+from guardctl.errors import SlurmError, SlurmUnavailable, UsageError
 from guardctl.nodes import validate_name
 from guardctl.slurm.types import JobInfo, SlurmClient, SubmitRequest
 
@@ -52,6 +53,7 @@ class Job:
     info: JobInfo | None = None
     gone: bool = False  # Slurm no longer lists it
     excluded: tuple[str, ...] = ()  # nodes this job was told to avoid, all requeues together
+    held: bool = False  # a requeue's hold may still be on the job (its release not yet done)
 
     @classmethod
     def submit(cls, slurm: SlurmClient, request: SubmitRequest, *, tag: str = "",
@@ -110,19 +112,32 @@ class Job:
         be scheduled again at once: so the job is requeued *held*, its excluded nodes set, and
         then released. The release happens even when the update fails, so that a training
         job is never left held; the error is raised after it.
+
+        When this raises, :attr:`held` says whether the hold may still be on the job: the
+        release failed, or Slurm did not answer the requeue (it may have held the job all the
+        same). The node-action door records it, and reconcile releases such a job.
         """
         wanted = tuple(dict.fromkeys([*self.excluded, *(validate_name(n) for n in exclude)]))
         if not exclude:
             self.slurm.requeue(self.job_id)
             self.gone = False
             return
-        self.slurm.requeue(self.job_id, hold=True)
+        self.held = True  # before asking: a requeue lost in a timeout may have held it
+        try:
+            self.slurm.requeue(self.job_id, hold=True)
+        except SlurmUnavailable:
+            raise
+        except SlurmError:
+            self.held = False  # refused: Slurm held nothing
+            raise
         self.gone = False
+        testhooks.crash_point("requeue:held")
         try:
             self.slurm.update_job(self.job_id, exclude=wanted)
             self.excluded = wanted
         finally:
             self.slurm.release_hold(self.job_id)
+            self.held = False
 
 
 def wait_all(jobs: Sequence[Job], *, timeout_s: float, poll_s: float = 2.0,

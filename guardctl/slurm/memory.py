@@ -348,7 +348,7 @@ class MemorySlurm:
     def release_hold(self, job_id: int) -> None:
         job = self._get_job(job_id)
         if job.held:
-            job.held = False
+            job.held, job.reason = False, "None"
             self._schedule()
 
     def update_job(self, job_id: int, *, exclude: Sequence[str]) -> None:
@@ -416,6 +416,7 @@ class MemorySlurm:
 
     def _requeue(self, job: _Job, *, hold: bool) -> None:
         job.state, job.nodes, job.held, job.restarts = "PENDING", (), hold, job.restarts + 1
+        job.reason = "JobHeldAdmin" if hold else "None"  # what squeue shows at once
         job.begin, job.exit_code = self.now + self.requeue_delay_s, None
         job.start_time = job.end_time = None
         self._pending[job.job_id] = None

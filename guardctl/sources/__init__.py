@@ -4,9 +4,13 @@ A source turns a time range into the same :class:`~guardctl.analyze.frame.Frame`
 store gives, so every judgement stays the analyzer's. :func:`open_source` picks one
 from ``--from KIND LOCATION`` or the ``[source]`` settings; a Prometheus source also
 reads the record kinds of ``source.store_kinds`` (the probe's step records) from the
-store where one exists, so that one analysis has both. With ``source.jobs_from = "slurm"``
-the GPUs' jobs come from Slurm's job list where the exporter labels none
-(:mod:`guardctl.sources.slurm_jobs`), through *slurm* (default: the configured client).
+``--input`` path (a store, a directory of ``*.jsonl`` or one file, read as
+``analyze --input`` reads it) or else the configured store where it exists, so that
+one analysis has both; when that finds no record of those kinds, the coverage says so
+(:meth:`Coverage.store_warning`), as ``analyze`` does in one line on stderr. With
+``source.jobs_from = "slurm"`` the GPUs' jobs come from Slurm's job list where the
+exporter labels none (:mod:`guardctl.sources.slurm_jobs`), through *slurm* (default:
+the configured client).
 
 Entry points: :func:`open_source`, then :meth:`Source.load` / :meth:`Source.recent`
 (reports, the controller) or :func:`analyze_source` (one pass, as ``analyze`` runs it).
@@ -20,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guardctl.analyze import Analysis, analyze, analyze_frame, history_needed, load
+from guardctl.analyze.engine import until_now
 from guardctl.analyze.frame import Frame, concat
-from guardctl.analyze.load import is_store
 from guardctl.config import Settings
 from guardctl.errors import UsageError
 from guardctl.slurm.types import SlurmClient
@@ -66,8 +70,9 @@ class Source:
             raise UsageError("a Prometheus source needs a time range")
         client = PrometheusClient(self.url, self.settings.source)
         jobs = self._slurm_jobs()
-        frame, self.coverage = fetch(client, self.settings.source, since, until, jobs)
-        mixed = self._store_part(since, until)
+        frame, coverage = fetch(client, self.settings.source, since, until, jobs)
+        mixed = self._store_part(since, until, coverage)
+        self.coverage = coverage
         return concat([frame, mixed]) if mixed is not None else frame
 
     def recent(self, span: float) -> Frame:
@@ -85,15 +90,23 @@ class Source:
             self.slurm = make_client(self.settings)
         return read_node_jobs(self.slurm)
 
-    def _store_part(self, since: float, until: float) -> Frame | None:
+    def _store_part(self, since: float, until: float, coverage: Coverage) -> Frame | None:
+        """The records of ``store_kinds`` from ``--input`` (whatever ``analyze --input``
+        reads: a store, a directory of files, a file; missing: the error it gives there) or
+        the configured store where one exists; counted in *coverage*."""
         kinds = self.settings.source.store_kinds
         root = self.store if self.store is not None else self.settings.store.root
-        if not kinds or not (is_store(root) or os.path.isfile(root)):
+        if not kinds:
+            return None
+        coverage.store = {"path": str(root), "kinds": list(kinds), "files": 0, "records": 0}
+        if self.store is None and not os.path.exists(root):
             return None
         frame = load(root, self.settings, since=since, until=until)
         for kind, cols in frame.cols.items():
             if kind not in kinds:  # Prometheus gives these: no record twice
                 frame.cols[kind] = {name: col[:0] for name, col in cols.items()}
+        found = sum(len(frame.cols[k]["ts"]) for k in kinds if k in frame.cols)
+        coverage.store.update(files=frame.files, records=found)
         return frame
 
 
@@ -131,7 +144,9 @@ def analyze_source(
     if not source.url:
         return analyze(source.store, settings, at, window_s=window_s)
     frame = prometheus_frame(source, at, window_s=window_s)
-    return analyze_frame(frame, settings.analyze, at=at, window_s=window_s)
+    # The store's records mixed in may come from a clock ahead, as the store's own pass reads.
+    until = until_now(settings) if at is None else None
+    return analyze_frame(frame, settings.analyze, at=at, window_s=window_s, until=until)
 
 
 def prometheus_frame(

@@ -59,6 +59,20 @@ class Coverage:
     skipped: dict[str, int] = field(default_factory=dict)  # series left out, per reason
     queries: int = 0
     jobs: dict[str, Any] = field(default_factory=dict)  # where the GPUs' jobs came from
+    # The records of source.store_kinds read beside it: path, kinds, files, records ({}: none
+    # asked for).
+    store: dict[str, Any] = field(default_factory=dict)
+
+    def store_warning(self) -> str | None:
+        """One line when the store kinds were asked for and not one record was found: the
+        signals only they carry (the ranks' busy time, host load) are then not judged."""
+        if not self.store or self.store["records"]:
+            return None
+        kinds = "/".join(self.store["kinds"])
+        return (f"no {kinds} records (source.store_kinds) in {self.store['path']} "
+                f"({self.store['files']} files read): judged on Prometheus's series alone, "
+                "without what only those records show; give --input the store or directory "
+                "the agents and the probe write")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +85,7 @@ class Coverage:
             "skipped": dict(sorted(self.skipped.items())),
             "queries": self.queries,
             "jobs": dict(self.jobs),
+            "store": dict(self.store),
         }
 
     def summary(self) -> str:
@@ -80,9 +95,13 @@ class Coverage:
         if self.jobs.get("from") == "slurm":
             jobs = (f"; jobs from Slurm: {self.jobs['jobs']} jobs, "
                     f"{self.jobs['samples_with_job']} GPU samples with a job")
+        store = ""
+        if self.store:
+            store = (f"; from {self.store['path']}: {self.store['records']} "
+                     f"{'/'.join(self.store['kinds'])} records in {self.store['files']} files")
         return (
             f"prometheus {self.url}: {self.series} series, {self.samples} samples in "
-            f"{self.queries} queries; not given: {gone}{jobs}"
+            f"{self.queries} queries; not given: {gone}{jobs}{store}"
         )
 
 

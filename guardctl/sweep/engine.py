@@ -16,6 +16,16 @@ and the action log hold:
    against the reference of the first attempt;
 5. pass: release; fail: drain with the evidence as reason; passing figures
    update the baselines. Results go to ``<store>/sweeps/<sweep id>/``.
+   Only a figure below its reference fails: a job that did not run to a
+   measurement (cancelled, NODE_FAIL, its program missing, pending until
+   ``sweep.job_timeout_s``, no GPU backend) leaves its node *undetermined*:
+   kept quarantined, the verdict saying why; it is not repeated here (the
+   controller retries it later, bounded).
+
+Known-good partners are idle in-service nodes that are not current suspects
+(at fault in the controller's newest pass, held quarantined or swept by it, or
+decided for within ``control.flap_window_s``: :func:`suspects_in_log`), nor any
+node the caller names in :attr:`SweepOptions.avoid`.
 
 On an error or Ctrl-C the submitted jobs are cancelled, sweep reservations
 deleted, and the nodes stay quarantined (safe) for the operator to decide.
@@ -36,12 +46,14 @@ from typing import Any, Literal
 
 import guardctl
 from guardctl import layout, testhooks
+from guardctl.actionlog import Entry
 from guardctl.config import Settings
+from guardctl.controller.ladder import derive
 from guardctl.errors import RefusedError, StoreError, UsageError
 from guardctl.fileio import atomic_write
 from guardctl.nodeops import NodeOps
 from guardctl.slurm.job import Job, wait_all
-from guardctl.sweep import baseline, pairing
+from guardctl.sweep import backend, baseline, pairing
 from guardctl.sweep.judge import (
     Judgement,
     Reference,
@@ -69,6 +81,9 @@ class SweepOptions:
     # False for the controller's lemon: a pass keeps it quarantined until its drain, so that no
     # job lands on it in between.
     release_passed: bool = True
+    # Never known-good partners: the controller's current suspects (a partner that is slow
+    # itself would fail its group and blame the node swept).
+    avoid: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -105,6 +120,7 @@ class SweepReport:
 
     @property
     def failed(self) -> bool:
+        """Whether any node did not pass (failed, or undetermined: an operator must look)."""
         return any(v.verdict != "pass" for v in self.verdicts)
 
     def as_dict(self) -> dict[str, Any]:
@@ -135,6 +151,23 @@ def scripts_dir(settings: Settings) -> Path:
 
 def new_sweep_id(now: float) -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
+
+
+UNMEASURABLE = "sweep_undetermined"  # the record a sweep program prints when it cannot measure
+
+
+def unmeasurable(text: str) -> str:
+    """Why a sweep program said it could not measure (no GPU backend, say), or ""."""
+    for line in text.splitlines():
+        if UNMEASURABLE not in line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("kind") == UNMEASURABLE:
+            return str(rec.get("why") or "the sweep program could not measure")
+    return ""
 
 
 class SweepPending(Exception):
@@ -186,6 +219,8 @@ class SweepRun:
         self.scripts = scripts_dir(settings)
         self.baselines = baseline.values(settings.store.root)
         self.counter = 0
+        # Slurm's Gres, so that a job on a GPU node knows it must find them (no CPU fallback).
+        self.gpus = {n.name: backend.gres_gpus(n.gres) for n in ops.slurm.nodes()}
         env = {"GUARDCTL_PYTHON": self.cfg.python or sys.executable,
                "GUARDCTL_SWEEPS_DIR": str(self.scripts)}
         if self.cfg.inject:
@@ -208,12 +243,14 @@ class SweepRun:
         options = {k: getattr(self.cfg, k) for k in (
             "gemm_size", "gemm_threads", "allreduce_max_bytes", "allreduce_iters", "cpu_tasks",
             "nccl_tests", "gpus_per_node")}
+        gpus = backend.job_gpus(self.gpus, nodes)
+        env = {**self.env, backend.NODE_GPUS_ENV: str(gpus)} if gpus else self.env
         return JobSpec(
             nodes=tuple(nodes), reservation=reservation, out_dir=self.out_dir,
             tag=f"{self.counter:03d}-{plugin.name}-{who}-a{attempt}",
             duration_s=self.duration_s, scripts_dir=self.scripts, python=self.env[
                 "GUARDCTL_PYTHON"], time_limit_min=max(1, math.ceil(self.cfg.job_timeout_s / 60)),
-            partition=self.cfg.partition, env=self.env, options=options,
+            partition=self.cfg.partition, env=env, options=options,
         )  # fmt: skip
 
     def run_batch(self, batch: list[tuple[SweepPlugin, Sequence[str], str]],
@@ -301,13 +338,21 @@ class SweepRun:
         found = job.plugin.parse(text, job.spec.nodes)
         if found:
             return found
-        job_id = job.job.job_id if job.job is not None else 0
-        why = f"no result (job {job_id} {job.state.lower() or 'unknown'}"
-        code = job.job.exit_code if job.job is not None and not job.timed_out else None
-        why += f", exit {code})" if code is not None else ")"
+        why = unmeasurable(text) or self._no_result(job)
         return [Measurement(job.plugin.name, job.spec.nodes, "node" if len(job.spec.nodes) == 1
                             else "group", "", 0.0, f"{job.plugin.name}|error",
                             error=f"{why}; see {path.name}")]
+
+    def _no_result(self, job: _SweepJob) -> str:
+        """Why a job left no figure, from what Slurm said of it: its state and exit code."""
+        job_id = job.job.job_id if job.job is not None else 0
+        last = job.job.info if job.job is not None else None
+        if job.timed_out and last is not None and last.state == "PENDING":
+            return (f"no result (job {job_id} still pending ({last.reason or 'no reason'}) at "
+                    f"sweep.job_timeout_s={self.cfg.job_timeout_s:g}, cancelled)")
+        why = f"no result (job {job_id} {job.state.lower() or 'unknown'}"
+        code = job.job.exit_code if job.job is not None and not job.timed_out else None
+        return why + (f", exit {code})" if code is not None else ")")
 
     # -- judging -----------------------------------------------------------------------------
     def _refs(self, found: Sequence[Measurement]) -> dict[str, Reference]:
@@ -327,7 +372,7 @@ class SweepRun:
         refs = self._refs(flat)
         judged = self._judge(flat, refs)
         for attempt in range(2, 2 + self.cfg.repeat_failures):
-            failing = {(j.measurement.sweep, j.measurement.nodes) for j in judged if not j.passed}
+            failing = {(j.measurement.sweep, j.measurement.nodes) for j in judged if j.failed}
             if not failing:
                 break
             self.say(f"repeating {len(failing)} failed sweep(s) before they count: "
@@ -356,12 +401,12 @@ class SweepRun:
                         m.value, "known-good group", f"{'+'.join(ref_group)}, no baseline"),
                         configured_for(m.key, self.cfg.references))
 
-        def oracle(groups: list[pairing.Group]) -> list[bool]:
+        def oracle(groups: list[pairing.Group]) -> list[bool | None]:
             found = [m for ms in self._groups(plugin, groups, 1) for m in ms]
             refs = {**self._refs(found), **known_good}
             results = self._judge(found, refs)
             for attempt in range(2, 2 + self.cfg.repeat_failures):
-                failing = [j.measurement.nodes for j in results if not j.passed]
+                failing = [j.measurement.nodes for j in results if j.failed]
                 if not failing:
                     break
                 self.say(f"repeating {len(failing)} failed group(s) before they count")
@@ -370,7 +415,8 @@ class SweepRun:
                     again, {**self._refs(again), **refs}, attempt)
             for j in results:
                 judged[j.measurement.nodes] = j
-            return [judged[g].passed if g in judged else False for g in groups]
+            return [None if g not in judged or judged[g].undetermined else judged[g].passed
+                    for g in groups]
 
         outcome = pairing.find_bad(self.cfg.pairing, list(suspects), list(goods), oracle,
                                    group_size=self.cfg.group_size, partners=self.cfg.partners)
@@ -419,12 +465,37 @@ class SweepRun:
         return ok
 
 
-def _good_partners(ops: NodeOps, settings: Settings, suspects: Sequence[str]) -> list[str]:
+def suspects_in_log(entries: Sequence[Entry], since: float) -> set[str]:
+    """The controller's current suspects, as its action log tells them: the nodes at fault in
+    its newest pass, those it holds quarantined or sweeps, and those it decided anything but
+    "none" or "leave" for (a watch, rung a, a hold-off) at or after *since*."""
+    at_fault: set[str] = set()
+    for e in reversed(entries):
+        if e.action == "control pass":
+            at_fault = set(e.nodes)
+            break
+    held = {n for n, lad in derive(entries).items() if lad.quarantined_by_control or lad.sweeping}
+    decided = {n for e in entries if e.action == "control decision" and e.ts >= since
+               and e.evidence.get("decision") not in ("none", "leave") for n in e.nodes}
+    return at_fault | held | decided
+
+
+def _good_partners(ops: NodeOps, settings: Settings, suspects: Sequence[str],
+                   avoid: frozenset[str] = frozenset()) -> list[str]:
+    """Known-good partners: never a node swept, nor a current suspect (*avoid*, and the
+    controller's suspects in the action log)."""
+    # A decision within the flap window is a current suspect's (the window flapping counts in).
+    since = ops.clock() - settings.control.flap_window_s
+    avoid = avoid | suspects_in_log(ops.log.entries(), since)
     if settings.sweep.good_nodes:
         goods = list(settings.sweep.good_nodes)
         overlap = set(goods) & set(suspects)
         if overlap:
             raise UsageError(f"sweep.good_nodes includes swept node(s): {', '.join(overlap)}")
+        suspect = sorted(set(goods) & avoid)
+        if suspect:
+            raise RefusedError(f"sweep.good_nodes: partner(s) {', '.join(suspect)} are current "
+                               "suspects of the controller, not known-good; nothing was changed")
         # Unknown names are a usage error; a partner must be in service and held by no one.
         busy = {s.name: s.reason or s.owner for s in ops.status(goods) if s.owner != "in service"}
         if busy:
@@ -433,29 +504,40 @@ def _good_partners(ops: NodeOps, settings: Settings, suspects: Sequence[str]) ->
                                "nothing was changed")
         return goods
     idle = [s.name for s in ops.status() if s.owner == "in service" and s.slurm_state == "idle"
-            and s.name not in suspects]
+            and s.name not in suspects and s.name not in avoid]
     return idle[:MAX_GOOD_PARTNERS]
 
 
 def _verdicts(nodes: Sequence[str], judged: Sequence[Judgement],
               outcome: pairing.Outcome | None) -> list[NodeVerdict]:
+    """Fail on a figure below its reference; else undetermined where a sweep of the node
+    measured nothing (or a pairwise failure could not be isolated); else pass."""
     out = []
     for node in nodes:
-        fails = [j for j in judged if not j.passed and node in j.measurement.nodes
+        fails = [j for j in judged if j.failed and node in j.measurement.nodes
                  and j.measurement.sweep != "pairwise"]
         if outcome is not None and node in outcome.bad:
-            fails += [j for j in judged if not j.passed and j.measurement.sweep == "pairwise"
+            fails += [j for j in judged if j.failed and j.measurement.sweep == "pairwise"
                       and j.measurement.nodes[0] == node]
+        unmeasured = [j for j in judged if j.undetermined and node in j.measurement.nodes
+                      and (j.measurement.sweep != "pairwise"
+                           or (outcome is not None and node in outcome.undetermined))]
         if fails:
-            more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
-            out.append(NodeVerdict(node, "fail", fails[0].evidence + more))
+            out.append(NodeVerdict(node, "fail", fails[0].evidence + _more(fails)))
+        elif unmeasured:
+            out.append(NodeVerdict(node, "undetermined",
+                                   f"undetermined: {unmeasured[0].evidence}{_more(unmeasured)}"))
         elif outcome is not None and node in outcome.undetermined:
             out.append(NodeVerdict(node, "undetermined",
-                                   "sweep pairwise: failed in a group, no known-good partner "
-                                   "left to isolate it"))
+                                   "undetermined: sweep pairwise: failed in a group, no "
+                                   "known-good partner left to isolate it"))
         else:
             out.append(NodeVerdict(node, "pass", "all sweeps passed"))
     return out
+
+
+def _more(judged: Sequence[Judgement]) -> str:
+    return f" (+{len(judged) - 1} more)" if len(judged) > 1 else ""
 
 
 def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *,
@@ -544,7 +626,7 @@ def _prepare(settings: Settings, ops: NodeOps, nodes: Sequence[str],
                          "resume it first (guardctl resume) to sweep it again")
     goods: list[str] = []
     if options.kind in ("multi", "all"):
-        goods = _good_partners(ops, settings, nodes)
+        goods = _good_partners(ops, settings, nodes, options.avoid)
         if not goods and len(nodes) < 2:
             raise UsageError("multi-node sweep: no idle in-service node to pair with; "
                              "set sweep.good_nodes or use --kind single")
@@ -552,7 +634,7 @@ def _prepare(settings: Settings, ops: NodeOps, nodes: Sequence[str],
     planned_actions = ops.quarantine(list(nodes), f"sweep {report.sweep_id}", dry_run=True)
     if report.dry_run:
         report.actions = [a.as_dict() for a in planned_actions]
-        report.planned = _plan(settings, nodes, options.kind, goods, duration)
+        report.planned = _plan(settings, ops, nodes, options.kind, goods, duration)
         report.finished = time.time()
     return report, goods, duration
 
@@ -639,20 +721,28 @@ def _write_results(report: SweepReport) -> None:
                  json.dumps(report.as_dict(), indent=1, default=str) + "\n")
 
 
-def _plan(settings: Settings, nodes: Sequence[str], kind: Kind, goods: Sequence[str],
-          duration: float) -> list[dict[str, Any]]:
-    """What a real run would submit (multi-node: the first round only; later ones depend on it)."""
+def _plan(settings: Settings, ops: NodeOps, nodes: Sequence[str], kind: Kind,
+          goods: Sequence[str], duration: float) -> list[dict[str, Any]]:
+    """What a real run would submit (multi-node: the first round only; later ones depend on
+    it), each job with the program and backend it would run (:mod:`.backend`)."""
+    gpus = {n.name: backend.gres_gpus(n.gres) for n in ops.slurm.nodes()}
+    libs = backend.gpu_libraries(backend.sweep_python(settings))
     planned: list[dict[str, Any]] = []
+
+    def job(sweep: str, members: Sequence[str]) -> dict[str, Any]:
+        program, runs = backend.plan(sweep, backend.job_gpus(gpus, members), libs)
+        return {"sweep": sweep, "nodes": list(members), "program": program, "backend": runs}
+
     if kind in ("single", "all"):
         for node in nodes:
             for sweep in names("single"):
-                planned.append({"sweep": sweep, "nodes": [node], "duration_s": duration,
+                planned.append({**job(sweep, [node]), "duration_s": duration,
                                 "reservation": f"{settings.quarantine.reservation_prefix}{node}"})
     if kind in ("multi", "all"):
         groups = pairing._chunks(list(nodes), settings.sweep.group_size)
         for g in groups:
             members = g if len(g) > 1 else [*g, *goods[: settings.sweep.partners]]
-            planned.append({"sweep": "pairwise", "nodes": members, "round": 1,
+            planned.append({**job("pairwise", members), "round": 1,
                             "reservation": f"{settings.sweep.reservation_prefix}<sweep>_<n>",
                             "strategy": settings.sweep.pairing, "good_partners": list(goods)})
     return planned

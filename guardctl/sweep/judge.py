@@ -1,5 +1,10 @@
 """Judging sweep measurements: pass at >= tolerance x reference; the reference is the baseline.
 
+Only a figure below its reference (or a wrong result) fails. A job that measured nothing (it
+was cancelled, its node failed, its program or Python was missing, it sat pending until the
+timeout, or the program found no backend for the node's GPUs) is *undetermined*: it says
+nothing about the node, so the node is neither drained nor released.
+
 Pure functions, tested by handing them values. With no learnt baseline for a
 measurement's key, the reference is the median of the same key's figures in the
 same run (fleet-relative), and the evidence says so.
@@ -43,19 +48,25 @@ class Reference:
 
 @dataclass(frozen=True)
 class Judgement:
-    """One measurement judged: pass or fail, with the evidence an operator reads."""
+    """One measurement judged: pass, fail or undetermined, with the evidence an operator reads."""
 
     measurement: Measurement
     passed: bool
     reference: Reference | None
     evidence: str
     attempt: int = 1
+    undetermined: bool = False  # no figure to judge (the job did not run to a measurement)
+
+    @property
+    def failed(self) -> bool:
+        """A figure below its reference or a wrong result: what may drain a node."""
+        return not self.passed and not self.undetermined
 
     def as_dict(self) -> dict[str, Any]:
         return {
             **self.measurement.as_dict(), "passed": self.passed, "evidence": self.evidence,
             "reference": self.reference.as_dict() if self.reference else None,
-            "attempt": self.attempt,
+            "attempt": self.attempt, "undetermined": self.undetermined,
         }  # fmt: skip
 
 
@@ -122,12 +133,12 @@ def judge(
     upper: float | None = None,
 ) -> Judgement:
     """Pass when the figure is correct, at least ``tolerance`` x the reference and, with an
-    *upper* bound, at most (1 + upper) x the reference."""
+    *upper* bound, at most (1 + upper) x the reference; undetermined when there is no figure."""
     head = f"sweep {subject(m)}"
     if m.wrong:
         return Judgement(m, False, reference, f"{head}: {m.wrong} wrong result(s)", attempt)
     if m.error and not m.value:
-        return Judgement(m, False, reference, f"{head}: {m.error}", attempt)
+        return Judgement(m, False, reference, f"{head}: {m.error}", attempt, undetermined=True)
     if reference is None:
         # Nothing comparable measured (every other figure of this key was wrong or missing).
         return Judgement(m, True, None, f"{head} {fmt(m.value)} {m.metric} (no reference)",

@@ -1,8 +1,10 @@
 """Pairing strategies: which nodes run a multi-node all-reduce together, round after round.
 
 A *test* is one all-reduce job over a group of nodes; it fails when any member
-(or link) is slow. The tests of a round run at once, so a node is in at most
-one group per round, and a *round* costs one sweep's duration. Strategies:
+(or link) is slow, and says nothing (None) when its job measured nothing: the
+suspects in such a group are undetermined, neither cleared nor bad. The tests
+of a round run at once, so a node is in at most one group per round, and a
+*round* costs one sweep's duration. Strategies:
 
 - ``one_vs_good``: every suspect with ``partners`` known-good nodes. Simple,
   but a round holds only as many tests as there are good partners.
@@ -25,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Group = tuple[str, ...]
-# Runs a round of groups at once; True for every group that passed.
-Oracle = Callable[[list[Group]], list[bool]]
+# Runs a round of groups at once; True for every group that passed, None where nothing was
+# measured (the job did not run).
+Oracle = Callable[[list[Group]], list[bool | None]]
 StrategyName = Literal["regroup", "two_round", "one_vs_good"]
 
 
@@ -36,13 +39,14 @@ class Outcome:
 
     bad: set[str] = field(default_factory=set)  # failed alone with cleared partners
     cleared: set[str] = field(default_factory=set)  # suspects shown good
-    undetermined: set[str] = field(default_factory=set)  # no cleared partner to isolate them
+    # no cleared partner to isolate them, or their group's job measured nothing
+    undetermined: set[str] = field(default_factory=set)
     rounds: int = 0
     tests: int = 0
     node_slots: int = 0  # sum of group sizes: node-time spent, in sweep durations
-    history: list[list[tuple[Group, bool]]] = field(default_factory=list)
+    history: list[list[tuple[Group, bool | None]]] = field(default_factory=list)
 
-    def run_round(self, oracle: Oracle, groups: list[Group]) -> list[bool]:
+    def run_round(self, oracle: Oracle, groups: list[Group]) -> list[bool | None]:
         results = oracle(groups) if groups else []
         if len(results) != len(groups):
             raise ValueError("oracle must judge every group")
@@ -71,7 +75,9 @@ def _isolate(outcome: Outcome, oracle: Oracle, unresolved: list[str], partners: 
         groups = [(node, *pool[i * take:(i + 1) * take]) if (i + 1) * take <= len(pool)
                   else (node, *pool[:take]) for i, node in enumerate(batch)]
         for group, ok in zip(groups, outcome.run_round(oracle, groups), strict=True):
-            if ok:
+            if ok is None:
+                outcome.undetermined.add(group[0])
+            elif ok:
                 outcome.cleared.add(group[0])
                 if grow:
                     pool.append(group[0])
@@ -102,7 +108,9 @@ def _screen(outcome: Outcome, oracle: Oracle, suspects: Sequence[str], goods: Se
     failed: list[str] = []
     for group, ok in zip(plan, outcome.run_round(oracle, plan), strict=True):
         members = [n for n in group if n in suspects]
-        if ok:
+        if ok is None:
+            outcome.undetermined.update(members)
+        elif ok:
             outcome.cleared.update(members)
         elif len(group) > len(members):  # a lone suspect tested with good partners
             outcome.bad.update(members)
@@ -163,7 +171,7 @@ def simulated_oracle(bad: set[str], *, noise: float = 0.0, rng: random.Random | 
             return False
         return rand.random() >= noise
 
-    def oracle(groups: list[Group]) -> list[bool]:
+    def oracle(groups: list[Group]) -> list[bool | None]:
         return [once(g) or any(once(g) for _ in range(repeat)) for g in groups]
 
     return oracle

@@ -5,7 +5,8 @@ nodes would lower its own bar; so, as Guard does, a node that returns to service
 else drained or downed it (a repair) is quarantined and swept before production work lands on it,
 and optionally a few idle healthy nodes are swept on a schedule (``sweep.qualify_sample`` every
 ``sweep.qualify_interval_s``). Their passing figures feed the baselines like any sweep's, and a
-node that came back broken is drained before a training job meets it.
+node that came back broken is drained before a training job meets it; one whose sweep measured
+nothing (undetermined) stays quarantined for an operator, never drained.
 
 What was held by someone else at the last look is remembered in the store
 (``<store>/sweeps/qualify.json``); :func:`qualify` is what the mitigation controller calls every
@@ -133,7 +134,11 @@ def qualify(settings: Settings, *, ops: NodeOps | None = None, dry_run: bool = F
         report.sweep = run_sweep(settings, chosen, SweepOptions(kind, duration_s, dry),
                                  ops=ops, progress=progress)
     if not dry:
+        # An undetermined node stays quarantined (neither drained nor released) and is not
+        # counted as qualified: a later sample sweeps it again once an operator releases it.
+        unmeasured = {v.node for v in report.sweep.verdicts
+                      if v.verdict == "undetermined"} if report.sweep else set()
         state.returned = [n for n in state.returned if n not in chosen]
-        state.last_swept.update({n: when for n in chosen})
+        state.last_swept.update({n: when for n in chosen if n not in unmeasured})
         save_state(root, state)
     return report

@@ -81,7 +81,10 @@ class JobSpec:
             time_limit_min=self.time_limit_min,
             output=str(self.output()),
             env={**self.env, "GUARDCTL_SWEEP_OUT": str(self.out_dir)},
-            extra=(f"--error={self.out_dir / (self.tag + '.err')}", *self._gpus(), *extra),
+            # Not requeued after a node failure: the job ends NODE_FAIL and the sweep says so,
+            # rather than waiting, pending on a dead node, for its timeout.
+            extra=(f"--error={self.out_dir / (self.tag + '.err')}", "--no-requeue",
+                   *self._gpus(), *extra),
         )
 
 

@@ -56,6 +56,7 @@ class LineWriter:
         write: WriteFn = os.write,
         fsync: Callable[[int], None] = os.fsync,
         mirror: Mirror | None = None,
+        guard: Callable[[], None] | None = None,
     ) -> None:
         # write and fsync are the seams tests use to inject ENOSPC, EROFS or EIO.
         self._write = write
@@ -63,9 +64,14 @@ class LineWriter:
         self._fds: dict[Path, int] = {}
         # Telemetry writers keep each file's column mirror (guardctl.telemetry.mirror) in step.
         self.mirror = mirror
+        # Raises OSError when nothing may be written now (the agent: the store is not mounted);
+        # checked before every batch, before any directory is made.
+        self.guard = guard
 
     def append(self, path: Path, data: bytes) -> None:
         """Append *data* (complete lines) to *path*, durably, or raise OSError."""
+        if self.guard is not None:
+            self.guard()
         fd = self._fds.get(path)
         if fd is None:
             fd = self._open(path)

@@ -16,12 +16,20 @@ measured speeds. It reports the probe's ``compute_s`` of the previous step (the
 rank's own work, without the wait for the others; see
 :func:`guardctl.torch.instrument`), and :meth:`StepSampler.take` gives the
 loop the share's gradient scale.
+
+guardctl's own errors at this boundary (no service for the job within
+``dds.discover_timeout_s``, a request the service refuses, a secret it does not
+accept) end the rank with one line ``guardctl: <reason>`` on stderr and the
+error's exit code (2 refused request or no job id, 6 secret refused, 8 no
+service): under torchrun a traceback from every rank would bury the reason.
+Any other exception keeps its traceback.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -33,6 +41,23 @@ from torch.utils.data.dataloader import default_collate
 from guardctl import identity, probe
 from guardctl.dds.client import Batch, Client, Shard
 from guardctl.errors import GuardctlError
+
+
+@contextlib.contextmanager
+def ends_rank() -> Iterator[None]:
+    """Turn guardctl's own errors into one line on stderr and the error's exit code."""
+    try:
+        yield
+    except GuardctlError as exc:
+        print(f"guardctl: {_reason(exc)}", file=sys.stderr, flush=True)
+        raise SystemExit(int(exc.exit_code)) from None
+
+
+def _reason(exc: GuardctlError) -> str:
+    """The error's message; from a DataLoader worker, the last line of the worker's report."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    name = f"{type(exc).__module__}.{type(exc).__qualname__}: "
+    return lines[-1].removeprefix(name)
 
 
 def _client(options: dict[str, Any], worker_suffix: str = "") -> Client:
@@ -91,6 +116,10 @@ class ShardDataset(IterableDataset[tuple[Any, Shard, bool]]):
     def trained(self, loader: Iterable[tuple[Any, Shard, bool]] | None = None) -> Iterator[Any]:
         """The batches of *loader* (default: this dataset, in this process), acknowledging
         each shard when the loop asks for the batch after its last one."""
+        with ends_rank():
+            yield from self._trained(loader)
+
+    def _trained(self, loader: Iterable[tuple[Any, Shard, bool]] | None) -> Iterator[Any]:
         client = _client(self.client_options)
         held: dict[int, Shard] = {}
         stop = threading.Event()
@@ -157,13 +186,20 @@ class StepSampler(Sampler[list[int]]):
         client_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        self.client = client if client is not None else _client(client_options or {})
+        if client is None:
+            with ends_rank():
+                client = _client(client_options or {})
+        self.client = client
         self.step = first_step
         self.padding_index = padding_index
         self._compute_s = compute_s if compute_s is not None else _probe_compute_s
         self._given: collections.deque[StepShare] = collections.deque()
 
     def __iter__(self) -> Iterator[list[int]]:
+        with ends_rank():
+            yield from self._steps()
+
+    def _steps(self) -> Iterator[list[int]]:
         while True:
             batch = self.client.next_batch(self.step, compute_s=self._compute_s())
             if batch is None:

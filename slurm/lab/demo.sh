@@ -49,6 +49,10 @@ inject = { node3 = 0.3 }  # demo only: node3's burn-in really runs slow
 sweep_kind = "all"
 sweep_duration_s = 5.0
 END
+# The administrator marks the shared store once, at install time: the agent, the controller and
+# the hooks refuse a store root without this marker (a shared filesystem that is not mounted).
+run g store init "$STORE"
+run g store init "$DEMO_DIR/live"
 run sinfo
 
 step "1. Telemetry: the node agent and the training-job probe, for real"

@@ -13,13 +13,19 @@ from typing import Any
 import pytest
 from agent_helpers import Disk, FakeNvml, settings
 
-from guardctl import layout
+from guardctl import layout, store
 from guardctl.agent.daemon import Agent
 from guardctl.analyze.load import read_frame
 from guardctl.telemetry.schema import read_path
 from guardctl.telemetry.writer import LineWriter
 
 TS = 1_796_040_000.0  # 2026-11-30T12:00:00Z
+
+
+@pytest.fixture(autouse=True)
+def _marked_store(tmp_path: Path) -> None:
+    """The agents here write into tmp_path, marked as the site's store (guardctl store init)."""
+    store.init(tmp_path)
 
 
 def health(agent: Agent) -> dict[str, dict[str, Any]]:

@@ -16,6 +16,7 @@ from agent_helpers import FakeNvml, settings
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
+from guardctl import store as shared_store
 from guardctl.agent.daemon import Agent
 from guardctl.analyze import analyze
 from guardctl.cli import main
@@ -71,6 +72,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def _store(root: Path, fake_nvml: FakeNvml) -> Path:
     # The recorded node has one hot, throttling GPU; here every GPU is like GPU 0 (healthy).
     fake_nvml.gpus[:] = [{**fake_nvml.gpus[0], "index": g["index"]} for g in fake_nvml.gpus]
+    shared_store.init(root)
     before, after = Agent(settings(), root, "gpu07"), Agent(settings(), root, "gpu07")
     cpu_only = Agent(settings(), root, "cpu01")
     nvml_only = Agent(settings(collectors=("nvml",)), root, "gpu09")

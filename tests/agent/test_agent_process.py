@@ -18,11 +18,13 @@ import pytest
 from agent_helpers import SYSFS_IB2, SYSFS_IB8
 
 from guardctl import layout
+from guardctl import store as shared_store
 from guardctl.telemetry.schema import read_path
 
 
 def agent_argv(store: Path, status: Path | str = "", sysfs: Path = SYSFS_IB8,
                *extra: str) -> list[str]:
+    shared_store.init(store)  # what the administrator does once, with the store mounted
     return [
         sys.executable, "-m", "guardctl",
         "--set", f"agent.sysfs_root={sysfs}",
@@ -68,10 +70,9 @@ def test_bad_options_are_one_line_exit_2(tmp_path: Path, extra: list[str], messa
 
 
 def test_once_into_an_unwritable_store_exits_8(tmp_path: Path) -> None:
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a directory\n")
-    proc = subprocess.run(agent_argv(blocker / "store", "", SYSFS_IB2, "--once"), env=env(),
-                          capture_output=True, text=True, timeout=60)
+    argv = agent_argv(tmp_path / "store", "", SYSFS_IB2, "--once")
+    (tmp_path / "store" / "telemetry").write_text("not a directory\n")
+    proc = subprocess.run(argv, env=env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 8
     assert "store unwritable" in proc.stderr and "ENOTDIR" in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("guardctl: error: store not written")

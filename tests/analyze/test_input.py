@@ -195,7 +195,7 @@ def test_cli_json_shape_and_exit_code(tmp_path: Path) -> None:
     tr = _write_trace(tmp_path)
     res = CliRunner().invoke(main, ["analyze", "--input", str(tr.root), "--json"])
     assert res.exit_code == 1, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # a historic trace: a warning on stderr
     assert doc["schema"] == 1 and set(doc["window"]) == {"start", "end"}
     assert doc["window"]["end"] - doc["window"]["start"] == pytest.approx(300)
     assert set(doc["input"]) == {"files", "records", "bad"}
@@ -218,7 +218,7 @@ def test_analyze_reads_the_configured_store_by_default(tmp_path: Path) -> None:
     tr = _write_trace(tmp_path)
     res = CliRunner().invoke(main, ["analyze", "--json"], env={"GUARDCTL_STORE": str(tr.root)})
     assert res.exit_code == 1, res.output
-    assert {n["node"] for n in json.loads(res.output)["nodes"]} == set(tr.names)
+    assert {n["node"] for n in json.loads(res.stdout)["nodes"]} == set(tr.names)
     assert (tr.root / "cache" / "analyze").is_dir()  # the store's own cache was used
 
 

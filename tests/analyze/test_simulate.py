@@ -128,7 +128,7 @@ def test_cli_simulate_then_analyze(tmp_path: Path) -> None:
     faulty = {f["node"] for f in json.loads((out / "truth.json").read_text())["faults"]}
     res = runner.invoke(main, ["analyze", "--input", str(out), "--json"])
     assert res.exit_code == 1, res.output
-    suspects = {n["node"] for n in json.loads(res.output)["nodes"] if n["verdict"] == "suspect"}
+    suspects = {n["node"] for n in json.loads(res.stdout)["nodes"] if n["verdict"] == "suspect"}
     assert suspects == faulty
     res = runner.invoke(main, ["simulate", "--out", str(out), "--faults", "gremlins"])
     assert res.exit_code == 2 and "unknown fault" in res.output

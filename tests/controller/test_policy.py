@@ -74,6 +74,39 @@ def test_too_many_of_a_job_rack_or_fleet_is_structural() -> None:
     assert classify(analysis(verdict("n1", "thermal"), nodes=2), CFG).fleet == ()
 
 
+def test_two_grey_nodes_of_a_small_cluster_are_two_node_faults() -> None:
+    # min_group bounds the flagged set, not the fleet: a pair of grey nodes in an 8-node
+    # cluster (over 0.2 of it) is two node faults, each to be quarantined.
+    a = analysis(verdict("n2", "busy_time"), verdict("n5", "busy_time"), nodes=8)
+    c = classify(a, CFG)
+    assert c.fleet == () and {f.kind for f in c.findings} == {"persistent"}
+    assert {d.action for d in decide(view(a, CFG), CFG)} == {"quarantine"}
+
+
+def test_the_narrowest_scope_that_explains_the_flagged_nodes_wins() -> None:
+    # Three of a 4-node job's nodes in an 8-node cluster: over the fleet's fraction too, but
+    # the job holds them all: the job's cause, not the fleet's.
+    job = [verdict(f"n{i}", "busy_time", job="small") for i in range(1, 4)]
+    a = Analysis(NOW - 300, NOW, (*job, NodeVerdict("n4", "healthy", 0.0, job="small"),
+                                  *(NodeVerdict(f"n{i}", "healthy", 0.0, job="other")
+                                    for i in range(5, 9))))
+    assert [(f.scope, f.name) for f in classify(a, CFG).fleet] == [("job", "small")]
+    # Spread over jobs, the same three are the fleet's.
+    spread = [verdict(f"n{i}", "thermal", job=f"j{i}") for i in range(1, 4)]
+    a = Analysis(NOW - 300, NOW, (*spread, *(NodeVerdict(f"n{i}", "healthy", 0.0, job="x")
+                                             for i in range(4, 9))))
+    assert [f.scope for f in classify(a, CFG).fleet] == ["fleet"]
+
+
+def test_the_fleet_is_the_nodes_slurm_knows_not_the_nodes_seen() -> None:
+    spread = [verdict(f"n{i}", "thermal", job=f"j{i}") for i in range(1, 4)]
+    a = Analysis(NOW - 300, NOW, (*spread, *(NodeVerdict(f"n{i}", "healthy", 0.0, job="x")
+                                             for i in range(4, 9))))
+    assert [f.scope for f in classify(a, CFG).fleet] == ["fleet"]  # 3 of the 8 seen
+    wide = classify(a, CFG, fleet_size=100)  # 3 of the 100 Slurm knows: node faults
+    assert wide.fleet == () and {f.kind for f in wide.findings} == {"persistent"}
+
+
 def test_a_slower_model_mixed_into_a_job_is_heterogeneity() -> None:
     cfg = ControlSettings(models={"A100": "n[1-2]", "H100": "n[3-8]"})
     c = classify(analysis(verdict("n1", "busy_time"), verdict("n2", "busy_time"), nodes=8),

@@ -52,19 +52,14 @@ def test_impact_is_the_gap_to_the_next_busiest_rank() -> None:
     assert job_impact("j", [], [7.0], 10.0, 8) is None
 
 
-def me(token: str = "b", host: str = "h1", pid: int = 2) -> Holder:
-    return Holder(host, pid, token, 200.0, 100.0)
-
-
 def test_lease_rule() -> None:
-    other = Holder("h1", 1, "a", 150.0, 0.0)
-    assert may_take(None, me(), 100.0)
-    assert not may_take(other, me(), 100.0, alive=lambda _p: True)
-    assert may_take(other, me(), 100.0, alive=lambda _p: False)  # dead holder on this host
-    assert may_take(other, me(), 151.0, alive=lambda _p: True)  # expired
-    remote = Holder("h2", 1, "a", 150.0, 0.0)
-    assert not may_take(remote, me(), 100.0, alive=lambda _p: False)  # only expiry counts
-    assert may_take(Holder("h1", 1, "b", 150.0, 0.0), me(), 100.0)  # my own: renew
+    other = Holder("h1", 1, "a", renewals=4, lease_s=30.0, expires=150.0)
+    assert may_take(None, 0.0, 30.0, gone=False)  # never held
+    assert not may_take(other, 29.9, 30.0, gone=False)  # renewed within lease_s, as seen here
+    assert may_take(other, 30.0, 30.0, gone=False)  # no renewal seen for lease_s
+    assert may_take(other, 0.0, 30.0, gone=True)  # its holder, of this machine, is gone
+    released = Holder.from_dict({**other.as_dict(), "expires": 0.0})  # as an older one wrote it
+    assert released.released and may_take(released, 0.0, 30.0, gone=False)
 
 
 def test_lease_file_is_taken_renewed_refused_and_released(tmp_path: Path) -> None:
@@ -89,7 +84,8 @@ def test_a_dead_holder_on_this_host_loses_the_lease(tmp_path: Path) -> None:
     assert held and holder is not None and holder.pid == os.getpid()
 
 
-def test_a_torn_lease_file_holds_nothing(tmp_path: Path) -> None:
+def test_a_torn_lease_file_is_held(tmp_path: Path) -> None:
     (tmp_path / "control").mkdir()
     (tmp_path / "control" / "lease.json").write_text('{"host": "h1", "pid"')
-    assert Lease(tmp_path, 30.0).acquire()[0]
+    lease = Lease(tmp_path, 30.0)
+    assert not lease.acquire()[0] and "garbled" in lease.why

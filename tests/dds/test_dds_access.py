@@ -78,8 +78,9 @@ def test_malformed_requests_get_an_error_and_the_service_carries_on(
     assert got == status
     if status != 404 and status != 413:
         assert isinstance(reply.get("error"), str) and reply["error"]
-    ok, reply = _post(service, "/v1/lease", b'{"worker": "w", "request_id": "after"}', secret)
-    assert ok == 200 and reply["status"] == "leased"
+    step = b'{"worker": "w", "rank": 0, "world": 1, "step": 0}'  # the job is per step
+    ok, reply = _post(service, "/v1/step", step, secret)
+    assert ok == 200 and reply["status"] == "ok"
     assert service.proc is not None and service.proc.poll() is None
 
 

@@ -111,15 +111,6 @@ def test_restore_requeues_what_was_done_after_the_checkpoint(tmp_path: Path) -> 
         ledger.restore("nope", "r2")
 
 
-def test_the_first_use_fixes_the_mode(tmp_path: Path) -> None:
-    clock = Clock()
-    spec = JobSpec(index_range(40), 10, 1, global_batch=8)
-    ledger = Ledger(StateDB(tmp_path / "s.sqlite"), spec, lease_s=5.0, clock=clock)
-    ledger.lease("w", "a")
-    with pytest.raises(ConflictError, match="pull"):
-        ledger.step("w", 0, 2, 0)
-
-
 def test_state_for_another_dataset_is_refused(tmp_path: Path) -> None:
     clock = Clock()
     ledger = make(tmp_path, clock)

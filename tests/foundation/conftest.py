@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from guardctl import store as shared_store
+
 
 @dataclass
 class Guardctl:
@@ -55,6 +57,7 @@ def gctl_factory(tmp_path: Path) -> Callable[..., Guardctl]:
     def make(conf: str = "", extra: str = "", env: dict[str, str] | None = None,
              bin_dir: str = "") -> Guardctl:
         store = tmp_path / "store"
+        shared_store.init(store)  # what the administrator does once, at install time
         config = write_config(tmp_path / "guardctl.toml", store, conf, extra, bin_dir)
         base = {k: v for k, v in (env or os.environ).items()
                 if k not in ("GUARDCTL_STORE", "GUARDCTL_CONFIG")}

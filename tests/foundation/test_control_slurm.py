@@ -178,8 +178,11 @@ def test_crash_between_steps_is_reconciled(lab: Any, gctl: Any) -> None:
     proc = gctl("quarantine", "node2", env={"GUARDCTL_TEST_CRASH": "quarantine:after-slurm"})
     assert proc.returncode == 99
     assert "guardctl_q_node2" in reservations(lab)
-    # The next command closes the intent from Slurm's state and owns the node again.
-    assert gctl.status()["node2"]["guardctl"] == "quarantined"
+    # Reading changes nothing in Slurm: the intent stays open, and status says so.
+    shown = gctl("status", "--json")
+    assert shown.returncode == 0 and "1 intent(s)" in shown.stderr, shown.stderr
+    assert [e["phase"] for e in action_log(gctl)] == ["intent"]
+    # The next acting command closes the intent from Slurm's state and owns the node again.
     assert gctl("release", "node2").returncode == 0
     assert "guardctl_q_node2" not in reservations(lab)
     phases = [e["phase"] for e in action_log(gctl)]
@@ -193,5 +196,6 @@ def test_crash_before_slurm_is_abandoned(lab: Any, gctl: Any) -> None:
     assert proc.returncode == 99
     assert "DRAIN" not in slurm_node(lab, "node3").get("state_flags", [])
     assert gctl.status()["node3"]["guardctl"] == "in service"
+    assert gctl("resume", "node3").returncode == 0  # an acting command: it reconciles first
     phases = [e["phase"] for e in action_log(gctl)]
     assert phases == ["intent", "abandoned"]

@@ -130,13 +130,13 @@ def test_a_fresh_intent_from_another_host_is_left_alone_a_stale_one_closed(tmp_p
     slurm.create_reservation("guardctl_q_node5", ["node5"], ["root"])
     fresh = forged(ops, "quarantine", "intent", ["node5"], host="other-host", pid=1, age_s=10,
                    evidence={"reservation": "guardctl_q_node5"})
-    ops.status()
+    ops.reconcile()  # what every acting command does first
     assert not [e for e in ops.log.entries() if e.id == fresh.id and e.phase != "intent"]
     assert owners(ops)["node5"] == "held by someone else"  # in flight elsewhere: not ours yet
     forged(ops, "drain", "intent", ["node6"], host="other-host", pid=1, age_s=400)
     stale = forged(ops, "quarantine", "intent", ["node5"], host="other-host", pid=1,
                    age_s=400, evidence={"reservation": "guardctl_q_node5"})
-    ops.status()
+    ops.reconcile()
     phases = {e.action: e.phase for e in ops.log.entries() if e.phase != "intent"}
     assert phases == {"drain": "abandoned", "quarantine": "reconciled"}
     assert owners(ops)["node5"] == "quarantined"
@@ -150,6 +150,7 @@ def test_crash_after_slurm_is_reconciled_from_slurms_state(tmp_path: Path) -> No
     forged(ops, "quarantine", "intent", ["node4"], host=host, pid=pid,
            evidence={"reservation": "guardctl_q_node4"})
     forged(ops, "drain", "intent", ["node7"], host=host, pid=pid)  # scontrol never ran
+    ops.reconcile()  # the next acting command
     assert owners(ops)["node4"] == "quarantined" and owners(ops)["node7"] == "in service"
     ops.release(["node4"])
     assert slurm.reservations() == []
@@ -200,6 +201,7 @@ def test_a_dead_sweeps_reservation_is_deleted_by_the_next_command(tmp_path: Path
     forged(ops, "sweep reserve", "intent", ["node1", "node2"], host=host, pid=pid,
            evidence={"sweep": "s9", "reservation": "guardctl_s_s9_1", "partners": ["node2"],
                      "host": host, "pid": pid})
+    ops.reconcile()  # the next acting command
     status = {s.name: s for s in ops.status()}
     assert status["node1"].owner == "quarantined" and status["node2"].owner == "in service"
     assert [r.name for r in slurm.reservations()] == ["guardctl_q_node1"]

@@ -72,7 +72,8 @@ def test_sweep_inject_is_refused_on_a_real_cluster(gctl_factory: Callable[..., A
     assert proc.returncode == ExitCode.REFUSED, proc.stderr
     assert proc.stderr.startswith("guardctl: error:") and proc.stderr.count("\n") == 1
     assert "test hook" in proc.stderr and str(production_conf) in proc.stderr
-    assert not gctl.store.exists()  # nothing was done, not even in the store
+    # nothing was done, not even in the store (only the marker of its installation is there)
+    assert [p.name for p in gctl.store.iterdir()] == [".guardctl-store"]
 
 
 def test_crash_points_are_refused_on_a_real_cluster(gctl_factory: Callable[..., Any],
@@ -83,7 +84,7 @@ def test_crash_points_are_refused_on_a_real_cluster(gctl_factory: Callable[..., 
                 env={"GUARDCTL_TEST_CRASH": "drain:after-slurm"})
     assert proc.returncode == ExitCode.REFUSED, proc.stderr
     assert "GUARDCTL_TEST_CRASH is a test hook" in proc.stderr
-    assert not gctl.store.exists()
+    assert [p.name for p in gctl.store.iterdir()] == [".guardctl-store"]
 
 
 def burn(conf: Path, inject: str) -> subprocess.CompletedProcess[str]:

@@ -12,6 +12,8 @@ from typing import Any
 
 from labtools import job_guardctl
 
+from guardctl import store as shared_store
+
 REPO = Path(__file__).resolve().parents[2]
 SYSFS = REPO / "tests" / "fixtures" / "sysfs" / "ib8"
 GUARDCTL = str(Path(sys.executable).parent / "guardctl")
@@ -27,7 +29,7 @@ def faulty_sysfs(tmp_path: Path) -> Path:
 def config(tmp_path: Path, name: str, conf: Path, sysfs: Path, bin_dir: Path | None = None
            ) -> Path:
     store = tmp_path / "store"
-    store.mkdir(exist_ok=True)
+    shared_store.init(store)  # what the administrator does once, at install time
     path = tmp_path / name
     slurm = f'conf = "{conf}"\n' + (f'bin_dir = "{bin_dir}"\n' if bin_dir else "")
     path.write_text(f'[store]\nroot = "{store}"\n[slurm]\n{slurm}'

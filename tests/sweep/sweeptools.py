@@ -11,6 +11,8 @@ from typing import Any
 
 from labtools import job_python
 
+from guardctl import store as shared_store
+
 FAST_SWEEPS = """
 [sweep]
 poll_interval_s = 0.3
@@ -61,7 +63,7 @@ class Guardctl:
 
 def make_guardctl(tmp_path: Path, lab: Any, extra: str = "") -> Guardctl:
     store = tmp_path / "store"
-    store.mkdir()
+    shared_store.init(store)  # what the administrator does once, at install time
     os.chmod(tmp_path, 0o755)
     config = tmp_path / "guardctl.toml"
     config.write_text(

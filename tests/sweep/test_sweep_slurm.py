@@ -134,6 +134,9 @@ def test_a_sweep_killed_after_creating_its_reservation_leaks_nothing(lab: Any, g
         if proc.poll() is None:
             proc.kill()
     assert "guardctl_s_" in reservations(lab)  # leaked, as the crash left it
+    gsweep("status")  # reading changes nothing in Slurm
+    assert "guardctl_s_" in reservations(lab)
+    assert gsweep("resume", "node2").returncode == 0  # any acting command reconciles first
     status = json.loads(gsweep("status", "--json").stdout)
     owners = {n["node"]: n["guardctl"] for n in status["nodes"]}
     assert owners == {"node1": "quarantined", "node2": "in service", "node3": "in service",

@@ -36,7 +36,7 @@ from guardctl.controller.loop import counts_toward_cap
 from guardctl.controller.record import faults, record_fresh_starts
 from guardctl.errors import RefusedError
 from guardctl.nodeops import Action, NodeOps
-from guardctl.nodeops.ownership import Owner
+from guardctl.nodeops.ownership import REQUEUE, Owner
 from guardctl.sections.control import ControlSettings
 from guardctl.sections.safety import SafetySettings
 from guardctl.sections.store import StoreSettings
@@ -243,9 +243,13 @@ class Guardctl(FailStop):
         elif d.action == "drain":
             self.drain(sim, d.node, f"control: {d.why}", evidence)
         elif d.action == "requeue" and d.job is not None and sim.jobs[d.job].running:
+            # logged as the door logs it (intent, then outcome): the cap counts its intent
+            requeued = {**evidence, "job": d.job, "exclude": [d.node]}
+            intent = self.ops.log.record(REQUEUE, "intent", [d.node], reason=d.why,
+                                         evidence=requeued)
             sim.requeue(sim.jobs[d.job], (d.node,))  # not twice when two of its nodes ask
-            self.ops.record("control requeue", [d.node], reason=d.why, evidence={
-                "phase": "done", "job": d.job, "exclude": [d.node]})
+            self.ops.log.record(REQUEUE, "done", [d.node], reason=d.why, evidence=requeued,
+                                entry_id=intent.id)
 
     def actions_last_hour(self, now: float) -> int:
         """The controller's own actions in the hour before *now*, counted from the action log
