@@ -278,3 +278,14 @@ def as_dict(settings: Settings) -> dict[str, Any]:
         return value
 
     return {k: plain(v) for k, v in dataclasses.asdict(settings).items()}
+
+
+def origins(layers: Iterable[Layer]) -> dict[str, str]:
+    """Where each ``section.key`` that a layer sets comes from: the last layer that sets it."""
+    found: dict[str, str] = {}
+    for layer in layers:
+        for section, table in layer.table.items():
+            if isinstance(table, Mapping):
+                for key in table:
+                    found[f"{section}.{key}"] = layer.origin
+    return found

@@ -68,6 +68,10 @@ class InputError(GuardctlError):
     exit_code = ExitCode.INPUT
 
 
+class SourceError(InputError):
+    """The telemetry source did not give a complete answer (exit code 7, bad input)."""
+
+
 class StoreError(GuardctlError):
     """A local path (the shared store, an output file) cannot be written or read."""
 

@@ -11,6 +11,7 @@
     <root>/dds/<job>/                                the data-sharding service of one job
     <root>/cache/                                    derived, rebuildable data (analyzer summaries)
     <root>/control/lease.json                        the controller's leader lease
+    <root>/control/passes/<host>.json                each controller's last pass (its liveness)
     <root>/clocks/<role>.<name>.json                 each writer's clock heartbeat (guardctl.clock)
 
 Hourly files (UTC) keep each file small, make retention a matter of deleting
@@ -80,6 +81,10 @@ def cache_dir(root: Path) -> Path:
 
 def clocks_dir(root: Path) -> Path:
     return root / "clocks"
+
+
+def control_passes_dir(root: Path) -> Path:
+    return root / "control" / "passes"
 
 
 def telemetry_inputs(root: Path) -> list[Path]:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ClusterShell.NodeSet import NodeSet, NodeSetParseError, RangeSetParseError
-
 from guardctl.errors import UsageError
 
 NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
@@ -34,6 +32,10 @@ def expand(expression: str) -> list[str]:
     text = expression.strip()
     if not text or not _EXPRESSION.match(text):
         raise UsageError(f"invalid node list {expression!r}")
+    # Imported here: the probe (inside every training rank) validates names through this
+    # module and must load nothing beyond the standard library.
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError, RangeSetParseError
+
     try:
         nodeset = NodeSet(text)
     except (NodeSetParseError, RangeSetParseError) as exc:
@@ -54,4 +56,6 @@ def expand_all(expressions: Iterable[str]) -> list[str]:
 
 def fold(names: Iterable[str]) -> str:
     """Fold names back into the shortest hostlist expression (``node[1-3]``)."""
+    from ClusterShell.NodeSet import NodeSet
+
     return str(NodeSet.fromlist([validate_name(n) for n in names]))

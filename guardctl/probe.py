@@ -29,7 +29,10 @@ last step's times. ``GUARDCTL_STORE`` names the store. A step
 costs a few microseconds: it only takes timestamps and appends to a bounded
 in-memory queue. A background thread writes the queue to the store every
 second; when the queue is full, steps are dropped and counted, never waited
-for. :func:`flush` writes what is queued; it also runs at exit.
+for. :func:`flush` writes what is queued; it also runs at exit. When the store
+does not take them (a ``steps/`` directory the job's user cannot write, a full
+disk), the probe says so once on stderr, keeps them in memory (up to the
+queue's size) and retries, and says so again once they are written.
 
 Where no single mark separates a rank's own work from its waiting (FSDP
 gathers parameters before every unit's forward, and each gather waits for the
@@ -49,9 +52,11 @@ pairs of events are summed in the flush thread.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -66,6 +71,11 @@ from guardctl.telemetry.schema import dumps, make_record, parse_line
 from guardctl.telemetry.writer import BufferedStore, LineWriter
 
 log = logging.getLogger("guardctl.probe")
+# The store writer's own outage lines would reach stderr through logging's last resort, or not
+# at all where the training script configures logging: the probe says it itself, on stderr.
+_writer_log = logging.getLogger("guardctl.probe.store")
+_writer_log.propagate = False
+_writer_log.addHandler(logging.NullHandler())
 
 ENV_STORE = "GUARDCTL_STORE"
 LOCAL_JOB = "local"
@@ -330,6 +340,7 @@ class Probe:
             who = self.who
             self._hour = hour
             self._path = layout.step_file(self.root, self.job, who.node, who.rank, ts)
+            _make_job_dir(self._path.parent)
             # The fixed part of every line, checked once through the schema's
             # make_record; per step only numbers are formatted (µs are plenty).
             head = dumps(
@@ -386,12 +397,31 @@ class Probe:
             try:
                 if self._store is None:
                     writer = LineWriter(mirror=Mirror())  # the analyzer reads the mirror
-                    self._store = BufferedStore(self.queue_size, log, writer)
-                return self._store.write(self._line(item) for item in items)
+                    self._store = BufferedStore(self.queue_size, _writer_log, writer)
+                was_writable = self._store.state.writable
+                done = self._store.write(self._line(item) for item in items)
+                self._say_transition(was_writable)
+                return done
             except Exception as exc:  # a training job must never die of its probe
                 self.dropped += len(items)
                 log.warning("guardctl probe: %d steps dropped: %s", len(items), exc)
                 return False
+
+    def _say_transition(self, was_writable: bool) -> None:
+        # Once when the store stops taking this rank's steps, once when it takes them again.
+        state = self._store.state if self._store else None
+        if state is None or state.writable == was_writable:
+            return
+        who = f"guardctl probe: job {self.job} rank {self.who.rank} on {self.who.node}"
+        if not state.writable:
+            hint = ""
+            if "EACCES" in state.error or "EPERM" in state.error:
+                hint = (f"; {self.root}/steps must be writable by every user (mode 1777, as "
+                        "'guardctl store init' makes it)")
+            _say(f"{who}: cannot write step records: {state.error}{hint}; keeping up to "
+                 f"{self.queue_size} steps in memory and retrying")
+        else:
+            _say(f"{who}: step records written again ({state.dropped} steps dropped so far)")
 
     def stats(self) -> dict[str, int]:
         """Steps queued, written, waiting for the store, and dropped so far."""
@@ -402,6 +432,22 @@ class Probe:
             "buffered": state.buffered if state else 0,
             "dropped": self.dropped + (state.dropped if state else 0),
         }
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # no stderr left: nothing more to do
+        print(line, file=sys.stderr, flush=True)
+
+
+def _make_job_dir(directory: Path) -> None:
+    # The job's directory is made here with an explicit mode: the rank's umask would otherwise
+    # decide whether the controller's analyzer (often run by an operator) can list it. When it
+    # cannot be made, the store writer fails on it and says why.
+    if directory.is_dir():
+        return
+    with contextlib.suppress(OSError):  # another rank of the job made it first, or cannot
+        directory.mkdir()
+        os.chmod(directory, 0o755)
 
 
 _default: Probe | None = None

@@ -1,9 +1,10 @@
 """The shared store: its marker, checking files against schema v1, and retention.
 
-:func:`init` marks a directory as the site's shared store (the administrator, once, with the
-shared filesystem mounted); :func:`require_marked` is what every long-running writer (the node
-agent, the controller, a hook that drains) checks before it writes, so that a store that is not
-mounted is refused rather than silently replaced by a directory on local disk.
+:func:`init` marks a directory as the site's shared store and lays out its directories with the
+modes they need (the administrator, once, with the shared filesystem mounted);
+:func:`require_marked` is what every long-running writer (the node agent, the controller, a hook
+that drains) checks before it writes, so that a store that is not mounted is refused rather than
+silently replaced by a directory on local disk.
 :func:`check` tells an operator what a file or directory of records holds
 (good records per kind, bad lines per reason); :func:`prune` deletes the
 hourly telemetry and step files that are older than the retention. Writing
@@ -51,11 +52,40 @@ def parse_duration(text: str) -> float:
 MARKER = ".guardctl-store"
 
 
+# The store's top-level directories and their modes (docs/telemetry.md, "Ownership and modes of
+# the store"). Ranks of users' jobs create their job's directory under steps/ and dds/: those are
+# world-writable with the sticky bit, like /tmp, so any user can add a directory and none can
+# remove or rename another's. Everything else is written by root-run daemons (the agents, the
+# controller, the hooks) and only read by operators: root-owned and not writable by others.
+SHARED_MODE = 0o1777
+DAEMON_MODE = 0o755
+TOP_DIRS: dict[str, int] = {
+    "steps": SHARED_MODE,
+    "dds": SHARED_MODE,
+    "telemetry": DAEMON_MODE,
+    "actions": DAEMON_MODE,
+    "control": DAEMON_MODE,
+    "clocks": DAEMON_MODE,
+    "sweeps": DAEMON_MODE,
+    "baselines": DAEMON_MODE,
+    "cache": DAEMON_MODE,
+}
+
+
 def init(root: Path) -> Path:
-    """Mark *root* as the site's shared store (creating it if needed); returns the marker."""
+    """Mark *root* as the site's shared store and lay out its directories; returns the marker.
+
+    Creates *root* (0755) if needed and each directory of :data:`TOP_DIRS` with its mode, setting
+    the mode of those that exist (the umask plays no part); run again, it repairs the modes.
+    """
     marker = root / MARKER
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        if not root.is_dir():
+            root.mkdir(parents=True)
+            os.chmod(root, DAEMON_MODE)
+        for name, mode in TOP_DIRS.items():
+            (root / name).mkdir(exist_ok=True)
+            os.chmod(root / name, mode)
         if not marker.is_file():
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             atomic_write(marker, f"guardctl shared store, marked {when} on "

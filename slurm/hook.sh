@@ -12,6 +12,11 @@
 # default 20: well under Slurm's limits). If guardctl is missing, hangs or cannot run its
 # checks (a bad configuration: exit 3), the hook passes and says so in slurmd's log and in
 # syslog: an uninstalled, stuck or misconfigured checker must never drain the fleet.
+#
+# Chaining: it writes nothing on stdout (guardctl's lines go to stderr, which slurmd logs when a
+# hook fails, and alerts to syslog), changes nothing in the caller's environment, and exits
+# 0 (pass) or 1 (guardctl drained the node), so a site's wrapper or prolog.d directory can run
+# it beside its own scripts.
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
 hook=${1:?usage: hook.sh prolog|epilog|healthcheck}
@@ -32,7 +37,7 @@ if [[ -z $guardctl || ! -x $guardctl ]]; then
     alert "guardctl not found (set GUARDCTL); node checks skipped"
     exit 0
 fi
-timeout -k 5 "${GUARDCTL_HOOK_TIMEOUT:-20}" "$guardctl" hook "$hook"
+timeout -k 5 "${GUARDCTL_HOOK_TIMEOUT:-20}" "$guardctl" hook "$hook" >&2
 rc=$?
 case $rc in
     0) exit 0 ;;

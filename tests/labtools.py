@@ -13,6 +13,10 @@ then drives it through the lab's bin dir (:attr:`Lab.bin_dir`, first on
 :attr:`Lab.env`'s PATH, and ``[slurm] bin_dir`` for guardctl), and the lab's
 jobs run the root's Python (:func:`job_python`, :func:`job_guardctl`).
 
+Jobs whose own behaviour a test checks (the probe, the data-sharding service) are submitted
+as :data:`JOB_USER`, an ordinary user that up.sh creates: :meth:`Lab.user_workdir` and
+``Lab.submit(..., as_user=workdir)``.
+
 See slurm/lab/README.md.
 """
 
@@ -20,11 +24,13 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import random
 import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -93,6 +99,29 @@ def job_python() -> str:
 def job_guardctl() -> str:
     """The guardctl command that a lab's jobs and hooks run (up.sh installs one in a root)."""
     return "/usr/local/bin/guardctl" if in_root() else str(Path(sys.executable).parent / "guardctl")
+
+
+#: The ordinary user that tests submit users' jobs as (slurm/lab/up.sh creates it): on a real
+#: cluster no user's job runs as root, and what a job writes must work for its user.
+JOB_USER = os.environ.get("GUARDCTL_LAB_JOB_USER", "guardctl-user")
+
+
+def job_user_ids() -> tuple[int, int]:
+    """The job user's uid and gid (KeyError before a lab has created it)."""
+    entry = pwd.getpwnam(JOB_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def let_job_user_run(program: str) -> None:
+    """Let the job user reach *program* (e.g. a Python under /root, mode 0700): the search bit
+    for others on each directory above it that lacks it, never the read bit."""
+    for path in (Path(program), Path(program).resolve()):
+        for parent in path.parents:
+            mode = parent.stat().st_mode
+            if not mode & stat.S_IXOTH:
+                parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+                sys.stderr.write(f"labtools: {parent} made searchable by others, so that "
+                                 f"{JOB_USER} can run {program}\n")
 
 
 class LabError(RuntimeError):
@@ -483,20 +512,51 @@ class Lab:
         *sbatch_args: str,
         timeout: float = 30,
         cwd: Path | str | None = None,
+        as_user: Path | None = None,
     ) -> str:
         """Write *script* (a complete batch script, '#!' line included) to a
         file in the lab dir, sbatch it (``--parsable`` plus *sbatch_args*)
         and return the job id.  sbatch runs in *cwd* (default: the lab dir),
-        which becomes the job's SLURM_SUBMIT_DIR and working directory."""
+        which becomes the job's SLURM_SUBMIT_DIR and working directory.
+
+        With *as_user* (a :meth:`user_workdir`) the job is :data:`JOB_USER`'s: the script is
+        written there and sbatch runs there, as that user."""
         self._job_seq += 1
-        jobs = self.dir / "jobs"
+        jobs = as_user or self.dir / "jobs"
         jobs.mkdir(exist_ok=True)
         path = jobs / f"job-{os.getpid()}-{self._job_seq}.sh"
         path.write_text(script)
         path.chmod(0o755)
         argv = ("sbatch", "--parsable", *sbatch_args, str(path))
+        if as_user is not None:
+            argv = self.as_job_user(*argv, cwd=as_user)
+            cwd = as_user
         out: str = self.sh(*argv, timeout=timeout, cwd=cwd).stdout
         return out.strip().split(";")[0]
+
+    def user_workdir(self) -> Path:
+        """A fresh directory of :data:`JOB_USER`'s (mode 0755, under the lab dir) for one
+        test's user jobs: their scripts, output and working directory; a store may go beside."""
+        top = self.dir / "users"
+        top.mkdir(mode=0o755, exist_ok=True)
+        self.dir.chmod(0o755)
+        work = Path(tempfile.mkdtemp(prefix="work-", dir=top))
+        uid, gid = job_user_ids()
+        os.chown(work, uid, gid)
+        work.chmod(0o755)
+        if self.root is None:
+            let_job_user_run(sys.executable)
+        return work
+
+    def as_job_user(self, *argv: str, cwd: Path) -> tuple[str, ...]:
+        """*argv* run as :data:`JOB_USER` in *cwd*: through runuser on the host's Slurm; in a
+        release's root with chroot's --userspec (the root's client wrappers chroot, which
+        only root may do)."""
+        if self.root is None:
+            return ("runuser", "-u", JOB_USER, "--", *argv)
+        uid, gid = job_user_ids()
+        return ("chroot", f"--userspec={uid}:{gid}", f"--groups={gid}", str(self.root),
+                "/usr/bin/env", f"--chdir={cwd}", *argv)
 
     def job_info(self, job_id: str) -> dict[str, str]:
         """``scontrol show job -o ID`` as a dict (JobState, NodeList, ExitCode...)."""

@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 bash tools/setup.sh
 echo "== ruff" && python3 -m ruff check .
 echo "== mypy" && python3 -m mypy
+echo "== import rules" && lint-imports --no-cache
 
 host=$(dpkg-query -W -f='${Version}' slurm-client 2>/dev/null | sed -n 's/^\([0-9]*\.[0-9]*\).*/\1/p')
 others=${GUARDCTL_LAB_RELEASES-$(printf '%s\n' 22.05 24.11 26.05 | grep -vxF "${host:-22.05}" | tr '\n' ' ')}

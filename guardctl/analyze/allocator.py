@@ -7,10 +7,10 @@ allocator arenas of their own, so the next pass faults in fresh pages: the
 kernel zeroes each, and on a virtual machine whose host takes back what its
 guest frees, the host backs each afresh. :func:`keep_freed_memory` asks the
 allocator to keep what it frees for the next pass instead: one arena, no
-mapping per large block, the heap's free top kept up to 2 GiB. Measured on
-the 100k benchmark store (docs/analyzer.md, eleventh round): steady passes
-3.6-4.3 s against 4.2-5.7 s, kernel time a third lower, and a lower peak (the
-freed blocks are used again rather than joined by new ones).
+mapping per large block, the heap's free top kept up to 2 GiB. On the 100k
+benchmark store (``bench/analyze_scale.py --steady``) that makes steady passes
+shorter, with a third less kernel time and a lower peak (the freed blocks are
+used again rather than joined by new ones).
 
 The cost: the process's resident size no longer falls between passes; it stays
 near its peak, which a daemon that passes every minute reaches again a minute
@@ -94,8 +94,8 @@ def cycle_collection_paused() -> Iterator[None]:
     young collection; the survivors of those go to the old generation, and once they are a
     quarter of it the collector walks the whole heap: the analyzer's per-file states, its
     name tables, everything the process holds (some 184,000 objects). Measured on the
-    benchmark store: three full collections and some 640 young ones a steady pass, 0.23-0.37 s
-    of a 2.6-3.1 s pass (docs/analyzer.md, twentieth round). None of that finds garbage a
+    benchmark store: three full collections and some 640 young ones a steady pass, about a
+    tenth of the pass's time (``bench/analyze_scale.py --steady``). None of that finds garbage a
     pass would miss: what a pass frees goes by reference counting, and a pass leaves no
     reference cycle (tests/analyze/test_incremental.py collects after passes and finds
     none); were there one, the collector's first run after the pass would free it."""

@@ -31,6 +31,7 @@ from guardctl.analyze import features as feat
 from guardctl.analyze import health, stages
 from guardctl.analyze.detectors import Flags, load_all
 from guardctl.analyze.frame import Frame
+from guardctl.analyze.impact import job_impact
 from guardctl.analyze.load import (
     group_by_hour,
     hour_start,
@@ -41,7 +42,6 @@ from guardctl.analyze.load import (
     source_files,
 )
 from guardctl.config import Settings
-from guardctl.controller.impact import job_impact
 from guardctl.errors import ConfigError, InputError
 from guardctl.sections.analyze import AnalyzeSettings
 
@@ -95,7 +95,7 @@ class NodeVerdict:
     evidence: tuple[Evidence, ...] = ()
     flagged_windows: int = 0
     job: str | None = None
-    impact: dict[str, Any] | None = None  # what the node costs its job (controller.impact)
+    impact: dict[str, Any] | None = None  # what the node costs its job (analyze.impact)
 
     def to_dict(self) -> dict[str, Any]:
         return {

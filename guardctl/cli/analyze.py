@@ -17,9 +17,9 @@ from guardctl.analyze.engine import (
     build_cache,
     out_of_date,
 )
+from guardctl.analyze.impact import describe
 from guardctl.analyze.timespec import iso, parse_duration, parse_time
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
-from guardctl.controller.impact import describe
 from guardctl.errors import ExitCode, InputError
 from guardctl.nodes import fold
 from guardctl.sources import Source, analyze_source, open_source

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from guardctl import store
+from guardctl.analyze.impact import describe
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -20,7 +21,6 @@ from guardctl.cli.base import (
     main,
     pass_app,
 )
-from guardctl.controller.impact import describe
 from guardctl.controller.loop import Controller, PassReport, holder_line, serve
 from guardctl.errors import ExitCode, UsageError
 from guardctl.nodes import validate_name

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from guardctl import extras
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -19,7 +20,6 @@ from guardctl.cli.base import (
     main,
     pass_app,
 )
-from guardctl.dds import service as dds_service
 from guardctl.dds.dataset import JobSpec, index_range, read_files_list
 from guardctl.dds.logs import log_to
 from guardctl.dds.paths import job_paths, prepare, read_address
@@ -112,6 +112,9 @@ def serve(
             plan.update(records=spec.total, shards=spec.shards, epochs=spec.epochs)
         click.echo(f"would serve: {plan}")
         return
+
+    extras.need("dds", "dds serve")
+    from guardctl.dds import service as dds_service  # the server's packages: guardctl[dds]
 
     prepare(paths)
     log_to(paths.log)

@@ -1,4 +1,5 @@
-"""``guardctl export``: the analyzer's verdicts and the agents' health for other systems."""
+"""``guardctl export``: the analyzer's verdicts, the agents' health and the controller's
+liveness and actions, for other systems."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from pathlib import Path
 
 import click
 
+from guardctl import extras
 from guardctl.cli.base import AppContext, dry_run_option, main, pass_app
 from guardctl.errors import UsageError
-from guardctl.export import collect, prometheus_text, write_prometheus
 from guardctl.sources import open_source
 
 
@@ -42,9 +43,13 @@ def export_cmd(
     dry_run: bool,
     from_opt: tuple[str, str] | None = None,
 ) -> None:
-    """Run one analysis pass; export its verdicts and each node's collectors (atomically)."""
+    """Run one analysis pass; export its verdicts, each node's collectors, and the controller's
+    liveness, actions and refusals from the store (atomically)."""
     if prom is None:
         raise UsageError("export: say where to write, e.g. --prometheus FILE")
+    extras.need("export", "export")
+    from guardctl.export import collect, prometheus_text, write_prometheus  # guardctl[export]
+
     result = collect(open_source(app.settings, from_opt, input_path))
     if dry_run:
         click.echo(prometheus_text(result), nl=False)

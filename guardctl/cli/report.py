@@ -1,4 +1,5 @@
-"""``guardctl report``: a fleet health report over a period, for cron (Markdown or HTML)."""
+"""``guardctl report``: a fleet health report over a period, for cron (Markdown or HTML), with
+what guardctl did (and, observing only, would have done) from the action log."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from guardctl import extras
 from guardctl.analyze.timespec import parse_duration, parse_time
 from guardctl.cli.base import AppContext, main, pass_app
 from guardctl.errors import ExitCode
@@ -60,9 +62,12 @@ def report_cmd(
     step: str | None,
     from_opt: tuple[str, str] | None = None,
 ) -> None:
-    """Write a fleet health report; exit 1 when a node is suspect (something to act on)."""
+    """Write a fleet health report, each finding with what guardctl did about it; exit 1 when
+    a suspect node is left to an operator (guardctl is not handling it)."""
     if as_json:
         fmt = "json"
+    if fmt == "html":
+        extras.need("report", "report --format html")
     source = open_source(app.settings, from_opt, input_path)
     report = make_report(
         source.store,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from guardctl import extras
 from guardctl.cli.base import echo_json, json_option
 from guardctl.cli.simulate import simulate_cmd
 from guardctl.errors import UsageError
@@ -47,6 +48,8 @@ def cluster_cmd(nodes: int | None, gpus: int | None, days: float, seed: int, see
     controller's own decisions). Prints goodput against a fault-free run, the large jobs'
     step-time variation, GPU-hours lost, drains and false drains per policy.
     """
+    if report_dir is not None:
+        extras.need("report", "simulate cluster --report")  # before the simulation, not after
     params = _params(nodes, gpus, days, seed, fault_scale, recall, seeds)
     try:
         cfg = control_settings(params, **({"relapses": relapses} if relapses is not None

@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from guardctl.actionlog import Entry
+from guardctl.analyze.impact import describe
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
-from guardctl.controller.impact import describe
 from guardctl.nodeops import NodeOps
 from guardctl.nodes import expand_all
 from guardctl.slurm.types import JobInfo

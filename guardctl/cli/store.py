@@ -32,6 +32,8 @@ def init_command(path: Path) -> None:
     """Mark PATH as the site's shared store: once, at install time, with the shared filesystem
     mounted there. The agent, the controller and the hooks refuse (exit 8) a store root without
     this marker, so that an unmounted store is never replaced by a directory on local disk.
+    Also lays out the store's directories with their modes: steps/ and dds/ 1777 (users' jobs
+    write there), the rest 0755 (root-run daemons write there); run again, it repairs them.
     """
     marker = store.init(path)
     click.echo(f"{path}: marked as guardctl's shared store ({marker.name})")

@@ -5,7 +5,6 @@ One concern per module:
 * :mod:`~guardctl.controller.lease`: only one controller acts at a time (a leader lease);
 * :mod:`~guardctl.controller.classify`: what kind of finding each suspect is (transient,
   persistent node fault, structural, deterministic heterogeneity);
-* :mod:`~guardctl.controller.impact`: what a finding costs its job (% and GPU-hours a day);
 * :mod:`~guardctl.controller.requeue`: the ski-rental rule for requeueing a job off a slow node;
 * :mod:`~guardctl.controller.rebalance`: rung a, whether a rebalanced job's step time recovers;
 * :mod:`~guardctl.controller.sweeps`: the daemon's sweeps in flight, polled pass by pass;

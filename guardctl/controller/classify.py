@@ -155,7 +155,8 @@ def _fleet_wide(analysis: Analysis, faults: Sequence[str], cfg: ControlSettings,
     """Jobs, racks or the fleet with more of their nodes flagged than ``[control]`` allows.
 
     The narrowest scope that explains the flagged nodes wins: the fleet is named only when
-    they are over the fleet's fraction and no single job or rack holds them all.
+    they are over the fleet's fraction and no single job or rack smaller than the fleet holds
+    them all.
     """
     seen = [v.node for v in analysis.nodes]
     jobs = {v.node: v.job for v in analysis.nodes}
@@ -169,7 +170,8 @@ def _fleet_wide(analysis: Analysis, faults: Sequence[str], cfg: ControlSettings,
             if (f := _group_finding("rack", r, nodes, rack_members[r], cfg)) is not None]
     if not _too_many(len(faults), fleet_size, cfg.max_fleet_fraction, cfg.min_group):
         return out
-    whole = [f for f in out if len(f.nodes) == len(faults)]  # one job or rack holds them all
+    # One job or rack smaller than the fleet holds them all: its cause, not the fleet's.
+    whole = [f for f in out if len(f.nodes) == len(faults) and f.of < fleet_size]
     return whole[:1] or [FleetFinding(
         "fleet", "fleet", tuple(faults), fleet_size,
         f"{len(faults)} of {fleet_size} nodes flagged at once (over "

@@ -21,6 +21,10 @@ nothing and any pass, on any host, reads the same ladder:
   drain is such a start too: the node goes to repair (the fleet simulation found a node
   drained for a failed sweep, repaired, and drained again as a lemon at its next flag, on
   passes from before the repair).
+
+Observe-only's paper ladder (``control rehearsal`` notes, :mod:`guardctl.controller.rehearsal`)
+goes to ``NodeLadder.rehearsal`` alone: what the controller would have done never counts as
+done, never quarantines a node on the real ladder and never starts its relapses over.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ BY = "control"  # the evidence key 'by' of node actions the controller took
 FRESH_START = "control fresh start"
 REBALANCE = "control rebalance"
 SWEEPING = "control sweeping"
+REHEARSAL = "control rehearsal"
 
 
 @dataclass
@@ -51,6 +56,7 @@ class NodeLadder:
     rebalance: dict[str, Any] = field(default_factory=dict)  # rung a's latest record
     sweeping: dict[str, Any] = field(default_factory=dict)  # a started sweep, not yet judged
     last_sweep_why: str = ""  # the newest verdict's evidence (what an undetermined one lacked)
+    rehearsal: dict[str, Any] = field(default_factory=dict)  # observe-only's newest paper step
 
     def passes_since(self, since: float) -> int:
         since = max(since, self.fresh_start)
@@ -93,7 +99,8 @@ class NodeLadder:
                 "sweeps": [{"ts": ts, "verdict": v} for ts, v in self.sweeps],
                 "onsets": self.onsets, "last_decision": self.last_decision,
                 "fresh_start": self.fresh_start, "rebalance": self.rebalance,
-                "sweeping": self.sweeping, "last_sweep_why": self.last_sweep_why}
+                "sweeping": self.sweeping, "last_sweep_why": self.last_sweep_why,
+                "rehearsal": self.rehearsal}
 
 
 def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
@@ -128,6 +135,9 @@ def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
         elif e.action == REBALANCE:
             for node in e.nodes:
                 of(node).rebalance = dict(e.evidence)
+        elif e.action == REHEARSAL:
+            for node in e.nodes:
+                of(node).rehearsal = {**e.evidence, "ts": e.ts}
         elif e.phase in ("done", "reconciled") and e.action in ("quarantine", "release",
                                                                "drain"):
             for node in e.nodes:

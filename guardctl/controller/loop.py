@@ -6,7 +6,8 @@ observe only for this pass when an agent's clock is too far from this host's
 (:mod:`guardctl.clock`); close intents a crash left (:meth:`NodeOps.reconcile`); read the
 newest analysis, Slurm's nodes, reservations and jobs, and the action log; classify and decide
 (pure, :mod:`policy`); then act through the node-action door and the sweep, or, observing only,
-record what it would do.
+record what it would do (observe-only walks the whole ladder on paper:
+:mod:`~guardctl.controller.rehearsal`).
 A sweep starts only after a second look (Slurm and the log read again): what landed since the
 read (a user's job, an operator's quarantine) makes the node wait or leaves it to its owner.
 
@@ -25,7 +26,7 @@ logged as an intent first, so nothing is half done that the next pass cannot rec
 The analysis comes from the telemetry source ``[source]`` names: guardctl's store (through the
 incremental analyzer) or Prometheus (the exporters' series, mixed with the store's
 ``source.store_kinds``). It is read first, once per pass: a source that gives no complete answer
-(:class:`~guardctl.sources.SourceError`) stops the pass before it reconciles, decides or acts;
+(:class:`~guardctl.errors.SourceError`) stops the pass before it reconciles, decides or acts;
 a window that ended long before now (stale) or ends after it
 (:func:`~guardctl.analyze.engine.out_of_date`) is reported, said in one line, and nothing is
 decided on it. One decision's error never stops the others; Slurm down and a lost lease do.
@@ -34,6 +35,7 @@ decided on it. One decision's error never stops the others; Slurm down and a los
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -46,22 +48,22 @@ from guardctl import layout
 from guardctl.actionlog import Entry
 from guardctl.analyze.allocator import keep_freed_memory
 from guardctl.analyze.engine import Analysis, ahead_line, out_of_date
+from guardctl.analyze.impact import describe
 from guardctl.analyze.incremental import Analyzer
 from guardctl.clock import Clock, skew_refusal
 from guardctl.config import Settings, check_lease
-from guardctl.controller import policy, record
+from guardctl.controller import policy, record, rehearsal
 from guardctl.controller.classify import Classified, classify
 from guardctl.controller.fence import FencedLog, FencedSlurm
-from guardctl.controller.impact import describe
 from guardctl.controller.ladder import BY, SWEEPING, NodeLadder, derive
 from guardctl.controller.lease import Holder, Lease, LeaseLost
 from guardctl.controller.sweeps import InFlight, Sweeps
-from guardctl.errors import RefusedError, SlurmError, SlurmUnavailable, UsageError
+from guardctl.errors import RefusedError, SlurmError, SlurmUnavailable, SourceError, UsageError
 from guardctl.nodeops import NodeOps
 from guardctl.nodeops.ownership import NODE_ACTIONS, REQUEUE
 from guardctl.slurm import make_client
 from guardctl.slurm.types import JobInfo, SlurmClient
-from guardctl.sources import Source, SourceError, analyze_source, open_source
+from guardctl.sources import Source, analyze_source, open_source
 from guardctl.sweep.engine import SweepOptions, SweepReport, run_sweep
 
 Progress = Callable[[str], None]
@@ -202,6 +204,7 @@ class Controller:
         self.analyzer = Analyzer(settings)  # one pass judges up to the newest record
         self.progress = progress
         self.polled = False  # the daemon: sweeps run across passes (see the module docstring)
+        self.interval_s = self.cfg.interval_s  # between passes (the daemon's --interval)
         self.sweeps = Sweeps(self.ops, progress)
 
     @property
@@ -228,6 +231,7 @@ class Controller:
         aligning it would only hide the newest minute, as nothing is kept after it.
         An interval the lease does not outlast by far (``--interval``) is a ConfigError."""
         check_lease(self.cfg.lease_s, interval_s, "--interval")
+        self.interval_s = interval_s
         self.polled = True
         if self.cfg.align:
             self.analyzer.grid_s = interval_s
@@ -263,6 +267,33 @@ class Controller:
 
     # -- one pass ---------------------------------------------------------------------------
     def run_pass(self, dry_run: bool = False) -> PassReport:
+        """One pass (:meth:`_pass`) and, but for a dry run, this host's last-pass file: when it
+        ended, how long it took, whether it led, acted or was held back, or why it failed
+        (:func:`record.write_pass`; what ``guardctl export`` reports the controller's
+        liveness from)."""
+        if dry_run:
+            return self._pass(True)
+        started = time.monotonic()
+        try:
+            report = self._pass(False)
+        except Exception as exc:  # said in the file, then raised as ever
+            self._note_pass(started, None, " ".join(f"{type(exc).__name__}: {exc}".split()))
+            raise
+        self._note_pass(started, report, "")
+        return report
+
+    def _note_pass(self, started: float, report: PassReport | None, error: str) -> None:
+        why = record.write_pass(self.settings.store.root, socket.gethostname(), {
+            "ts": self.clock.wall(), "duration_s": time.monotonic() - started,
+            "pid": os.getpid(), "interval_s": self.interval_s,
+            "leader": bool(report and report.leader), "acting": bool(report and report.acting),
+            "observe_only": not self.wants_to_act,
+            "held_back": report.held_back if report and report.leader else "",
+            "refused": report.refused if report else "", "error": error})
+        if why:
+            self.progress(f"control: {why}")
+
+    def _pass(self, dry_run: bool) -> PassReport:
         """Lead, read, decide, act (or record what it would do); see the module docstring."""
         self.held_back = ""
         if not dry_run:
@@ -293,11 +324,16 @@ class Controller:
             record.record_pass(self.ops, g.entries, g.classified)
             record.record_fleet(self.ops, g.entries, g.classified)
             record.record_fresh_starts(self.ops, g.ladders, g.view.owners, g.out_for_repair)
-        for decision in policy.decide(g.view, self.cfg):
+        # Observe-only walks the ladder on paper: its paper quarantines are the policy's view.
+        view = g.view if self.wants_to_act else rehearsal.paper_view(g.view)
+        for decision in policy.decide(view, self.cfg):
             if not dry_run:  # rung a's watch is a record, observing only or not
                 record.record_rebalance(self.ops, decision, g.ladders.get(decision.node))
             outcome, extra = self._carry_out(decision, g, dry_run)
-            if not dry_run and (decision.acts or record.changed(
+            if not dry_run and not self.wants_to_act and not self.held_back:
+                outcome = rehearsal.rehearse(self.ops, view, decision,
+                                             g.ladders.get(decision.node))
+            if not dry_run and ((decision.acts and self.wants_to_act) or record.changed(
                     decision, g.ladders.get(decision.node), outcome)):
                 record.record_decision(self.ops, decision, outcome, extra)
             report.decisions.append({**decision.as_dict(), "outcome": outcome, **extra})

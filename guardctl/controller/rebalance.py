@@ -3,7 +3,7 @@
 The controller does not move the work itself (the service does, from each rank's speed); it
 checks that the job gets its speed back. When it takes rung a it records a *watch*: the job's
 step time then and what it would be were the node at its peers' pace (the finding's impact,
-:mod:`guardctl.controller.impact`), and the end of the analysis window they come from. Later
+:mod:`guardctl.analyze.impact`), and the end of the analysis window they come from. Later
 passes compare the job's step time in a newer window:
 
 * won back ``[control] recovery`` of the slowdown (step time at most ``before - recovery x

@@ -13,17 +13,28 @@ Everything goes through :meth:`guardctl.nodeops.NodeOps.record` as ``control ...
   recovered or did not (:mod:`guardctl.controller.rebalance`);
 * ``control fresh start``: a node with passed sweeps that someone else now holds; its
   relapse count starts over (:mod:`guardctl.controller.ladder`).
+
+Beside the log, each controller host keeps its last pass in ``<store>/control/passes/<host>.json``
+(:func:`write_pass`: when it ended, how long it took, whether it led, acted or was held back,
+and the error of a pass that failed), rewritten each pass, so that ``guardctl export`` can say
+whether the controller is alive (:func:`read_passes`): the log says only what it decided.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from guardctl import layout
 from guardctl.actionlog import Entry
 from guardctl.controller.classify import Classified
 from guardctl.controller.ladder import FRESH_START, REBALANCE, NodeLadder
 from guardctl.controller.policy import Decision
+from guardctl.errors import StoreError
+from guardctl.fileio import atomic_write
 from guardctl.nodeops import NodeOps
 
 
@@ -97,4 +108,35 @@ def record_fresh_starts(ops: NodeOps, ladders: Mapping[str, NodeLadder],
             ops.record(FRESH_START, [node], reason=f"held by someone else ({why}): its "
                        "relapse count starts over", evidence={"owner": why})
             out.append(node)
+    return out
+
+
+def write_pass(root: Path, host: str, status: Mapping[str, Any]) -> str:
+    """Rewrite this host's last-pass file (atomically); "" or why it could not (never raised:
+    a store that cannot be written is what the export's ``guardctl_store_writable`` says)."""
+    try:
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", host).lstrip(".") or "host"
+        path = layout.control_passes_dir(root) / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps({"host": host, **status}, sort_keys=True) + "\n")
+    except (OSError, StoreError) as exc:
+        return f"cannot write the controller's pass status: {exc}"
+    return ""
+
+
+def read_passes(root: Path) -> list[dict[str, Any]]:
+    """Every controller host's last pass, as written by :func:`write_pass` (unreadable or torn
+    files left out: the next pass rewrites them)."""
+    out = []
+    try:
+        files = sorted(layout.control_passes_dir(root).glob("*.json"))
+    except OSError:
+        return []
+    for path in files:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("ts"), (int, float)):
+            out.append(data)
     return out

@@ -10,7 +10,7 @@ busy and the backlog of a pause takes four times the pause to drain, so these
 pauses set the latency's 99th percentile. Collecting on a clock instead does
 not help much: with a thousand connections open, the objects of each
 connection's next request are always young (about 12 000), so every young
-collection, however frequent, took at least 4 ms (docs/dds.md).
+collection, however frequent, took at least 4 ms (``bench/dds_throughput.py``).
 
 The request path makes no reference cycles at all, nor does a closed
 connection once the service's server breaks the one asyncio leaves before
@@ -29,11 +29,10 @@ the ledger or an unusual error may. So the service
 * after a restore, which replaces the ledger, sweeps everything (frozen or
   not) and freezes again, as a start does.
 
-Sweeps used to unfreeze and walk everything, with what was alive frozen again
-every second in between: 16-24 ms per sweep at 1024 connections (about 60 000
-objects, nearly every visit a cache miss in a large heap), and a sweep that
-fell into a benchmark point at 10 000 operations/s moved its 99th percentile
-past 20 ms (docs/dds.md).
+Why not unfreeze and walk everything at each sweep, freezing what is alive again
+every second in between: that costs 16-24 ms per sweep at 1024 connections (about
+60 000 objects, nearly every visit a cache miss in a large heap), enough to move
+the 99th percentile at 10 000 operations/s past 20 ms (``bench/dds_throughput.py``).
 
 What cycles there are wait up to a minute to be freed; one through an object
 frozen at start waits for the next restore.

@@ -11,9 +11,9 @@ Why not a web framework: with aiohttp's server (which this service used
 first) a request cost about 40 us of the event loop's CPU more than it does
 here (measured with a bare health check on 1024 connections: 42-51 us per
 request against 13), and with one core for the loop that was the service's
-limit at 1024 ranks (docs/dds.md). Here a request is parsed in C, handed to
-the service's handler as one small object, and answered with one write; no
-task, future or stream per request.
+limit at 1024 ranks (``bench/dds_http_cost.py`` measures it). Here a request
+is parsed in C, handed to the service's handler as one small object, and
+answered with one write; no task, future or stream per request.
 
 A handler is called for every complete request and must answer it exactly
 once (``Request.answer``), now or later (after the group commit that holds

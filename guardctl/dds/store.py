@@ -68,7 +68,7 @@ CHECKPOINT_S = 0.05  # how often the commit process's checkpointer copies the WA
 # WAL pages (256 MiB at 4 KiB) past which the log is made to start over. Each such pass holds
 # the commits for 4-8 ms (its syncs); at 10k operations/s the log grows by about 27 000 pages a
 # second, so at 8192 pages the passes held the commits 2 % of the time, enough to move the
-# 99th percentile of the answers (docs/dds.md).
+# 99th percentile of the answers (bench/dds_throughput.py).
 WAL_CAP_FRAMES = 65536
 
 

@@ -10,7 +10,8 @@ store cannot be reached, observe-only, or many nodes fail the same check at once
 fleet-wide cause) the hook passes and raises an alert, unless
 ``hooks.fail_when_not_drained`` says otherwise. A failing prolog writes the reason to the
 job's stderr file as the job's user, so the user reads why. Slurm is contacted only when a
-check fails.
+check fails. Alerts and the epilog's straggler summary go to syslog (tag ``guardctl``, facility
+daemon) as well as to stderr: Slurm keeps a hook's output only when the hook fails.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ def run_hook(settings: Settings, hook: Hook, *, environ: Mapping[str, str] | Non
     if not dry_run:
         for alert in report.alerts:
             _syslog(f"guardctl {hook} {report.node}: {alert}")
+        if report.stragglers:  # Slurm keeps an epilog's output only when the epilog fails
+            _syslog(f"guardctl {hook} {report.node}: {report.stragglers}", syslog.LOG_INFO)
     return report
 
 
@@ -188,10 +191,10 @@ def _noted_lately(entries: Sequence[Entry], report: HookReport, held: bool,
                for e in entries)
 
 
-def _syslog(line: str) -> None:
-    # The alert also reaches the site's log collection, where slurmd's log may not.
+def _syslog(line: str, priority: int = syslog.LOG_WARNING) -> None:
+    # The line also reaches the site's log collection, where slurmd's log may not.
     syslog.openlog("guardctl", syslog.LOG_PID, syslog.LOG_DAEMON)
-    syslog.syslog(syslog.LOG_WARNING, line)
+    syslog.syslog(priority, line)
 
 
 # -- the note to the user -----------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Fleet health reports for cron: Markdown for mail, self-contained HTML with plots.
 
-:func:`make_report` runs the analyzer over a period (:mod:`.timeline`) and
-renders it (:mod:`.markdown`, :mod:`.html`); ``findings`` tells the caller
-whether something needs acting on (a node suspect at the end of the period).
+:func:`make_report` runs the analyzer over a period (:mod:`.timeline`), reads what guardctl
+did in it from the action log (:mod:`.actions`) and renders both (:mod:`.markdown`,
+:mod:`.html`); ``findings`` tells the caller whether something needs an operator (a node
+suspect at the end of the period that guardctl is not handling).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from guardctl.config import Settings
 from guardctl.errors import UsageError
+from guardctl.report.actions import Actions, read_actions
 from guardctl.report.timeline import Timeline, build_timeline
 
 if TYPE_CHECKING:
@@ -46,21 +48,26 @@ def make_report(
         raise UsageError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     tl = build_timeline(path, settings, period_s, end=end, step_s=step_s, source=source)
     where = source.describe() if source else str(path if path is not None else settings.store.root)
+    acts = read_actions(settings.store.root, tl.start)
     if fmt == "html":
         from guardctl.report.html import render_html
 
-        text = render_html(tl, where)
+        text = render_html(tl, where, acts)
     elif fmt == "json":
-        text = json.dumps(report_data(tl, where), indent=2) + "\n"
+        text = json.dumps(report_data(tl, where, acts), indent=2) + "\n"
     else:
         from guardctl.report.markdown import render_markdown
 
-        text = render_markdown(tl, where)
-    return Report(text, bool(tl.latest.suspects), tl)
+        text = render_markdown(tl, where, acts)
+    left = [n for n in tl.latest.suspects if not ((s := acts.of(n.node)) and s.next_step())]
+    return Report(text, bool(left), tl)
 
 
-def report_data(tl: Timeline, source: str) -> dict[str, Any]:
+def report_data(tl: Timeline, source: str, acts: Actions | None = None) -> dict[str, Any]:
     """The report as plain data (``--format json``)."""
+    from guardctl.report.content import fleet_summary
+
+    acts = acts or Actions()
     return {
         "schema": 1,
         "source": source,
@@ -70,4 +77,10 @@ def report_data(tl: Timeline, source: str) -> dict[str, Any]:
         "suspect_now": [n.node for n in tl.latest.suspects],
         "ever_suspect": {n: tl.first_suspect(n) for n in tl.ever_suspect()},
         "latest": tl.latest.to_dict(),
+        "fleet": dict(fleet_summary(tl, acts)),
+        "guardctl_did": {n: {"steps": s.steps, "state": s.state, "operator": s.next_step()}
+                         for n, s in sorted(acts.stories.items())},
+        "would_have_done": [{"ts": e.ts, "nodes": list(e.nodes), **e.evidence,
+                             "line": e.reason} for e in acts.rehearsal],
+        "action_log_problem": acts.problem,
     }

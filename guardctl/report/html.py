@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
+from guardctl.report.actions import Actions
 from guardctl.report.content import sections, summary
 from guardctl.report.plots import deviation_plot, heatmap
 from guardctl.report.timeline import Timeline
@@ -36,16 +37,16 @@ def _table(headers: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_html(tl: Timeline, source: str) -> str:
+def render_html(tl: Timeline, source: str, acts: Actions | None = None) -> str:
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         "<title>guardctl fleet health report</title>",
         f"<style>{_STYLE}</style></head><body>",
         "<h1>guardctl fleet health report</h1>",
-        _table(("", ""), [(k, v) for k, v in summary(tl, source)]),
+        _table(("", ""), [(k, v) for k, v in summary(tl, source, acts)]),
     ]
-    for sec in sections(tl):
+    for sec in sections(tl, acts):
         parts.append(f"<h2>{escape(sec.title)}</h2><p>{escape(sec.note)}</p>")
         parts.append(_table(sec.headers, sec.rows) if sec.rows else "<p>None.</p>")
     parts.append("<h2>Plots</h2>")

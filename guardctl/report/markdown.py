@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from guardctl.report.actions import Actions
 from guardctl.report.content import sections, summary
 from guardctl.report.timeline import Timeline
 
@@ -10,10 +11,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(tl: Timeline, source: str) -> str:
+def render_markdown(tl: Timeline, source: str, acts: Actions | None = None) -> str:
     out = ["# guardctl fleet health report", ""]
-    out += [f"- **{k}**: {_cell(v)}" for k, v in summary(tl, source)]
-    for sec in sections(tl):
+    out += [f"- **{k}**: {_cell(v)}" for k, v in summary(tl, source, acts)]
+    for sec in sections(tl, acts):
         out += ["", f"## {sec.title}", "", sec.note, ""]
         if not sec.rows:
             out.append("None.")

@@ -7,7 +7,8 @@ a real cluster. Everything is deterministic: job ids count from 1, time is a num
 only through :meth:`MemorySlurm.advance` (or :meth:`~MemorySlurm.sleep`), and the scheduler
 places jobs first come, first served, on the lowest free nodes.
 
-What it models, the way Slurm 22.05 behaves (see DESIGN.md, "how Slurm really behaves"):
+What it models, the way Slurm 22.05 behaves (docs/foundation.md, "Tested releases, and what
+differs"):
 
 * nodes: idle / allocated / down, the DRAIN flag (a draining node keeps its job), reasons with
   who set them and when; RESUME of a node that is neither drained nor down is an error, and so

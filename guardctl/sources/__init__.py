@@ -27,9 +27,9 @@ from guardctl.analyze import Analysis, analyze, analyze_frame, history_needed, l
 from guardctl.analyze.engine import until_now
 from guardctl.analyze.frame import Frame, concat
 from guardctl.config import Settings
-from guardctl.errors import UsageError
+from guardctl.errors import SourceError, UsageError
 from guardctl.slurm.types import SlurmClient
-from guardctl.sources.prometheus import Coverage, PrometheusClient, SourceError, fetch
+from guardctl.sources.prometheus import Coverage, PrometheusClient, fetch
 from guardctl.sources.slurm_jobs import NodeJobs, read_node_jobs
 
 KINDS = ("store", "prometheus")
@@ -38,7 +38,6 @@ __all__ = [
     "KINDS",
     "Coverage",
     "Source",
-    "SourceError",
     "analyze_source",
     "open_source",
     "prometheus_frame",

@@ -13,7 +13,7 @@ with the other GPUs of its job.
 
 Anything short of a complete answer is an error, never a verdict: a server that is
 down or too slow, an HTTP or API error, a body that is not Prometheus's JSON, and a
-*partial* result (the API's ``warnings``) raise :class:`SourceError`.
+*partial* result (the API's ``warnings``) raise :class:`~guardctl.errors.SourceError`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from guardctl.analyze.frame import Frame, parse_lines
-from guardctl.errors import InputError
+from guardctl.errors import SourceError
 from guardctl.nodes import validate_name
 from guardctl.sections.source import SourceSettings
 from guardctl.sources import dcgm_fields as F
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 DEFAULT_NODE_LABELS = ("Hostname", "hostname", "instance")
-
-
-class SourceError(InputError):
-    """The telemetry source did not give a complete answer (exit code 7, bad input)."""
 
 
 @dataclass

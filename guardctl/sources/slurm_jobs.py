@@ -21,9 +21,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from guardctl.errors import SlurmError
+from guardctl.errors import SlurmError, SourceError
 from guardctl.slurm.types import JobInfo, SlurmClient
-from guardctl.sources.prometheus import SourceError
 
 
 @dataclass(frozen=True)

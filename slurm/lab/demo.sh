@@ -131,5 +131,6 @@ findings_ok g report --period 1h --format md --output "$DEMO_DIR/report.md"
 findings_ok g export --prometheus "$DEMO_DIR/guardctl.prom"
 echo
 echo "Report: $DEMO_DIR/report.html   Metrics: $DEMO_DIR/guardctl.prom   Store: $STORE"
+echo "The loop on a real job, a user's, with one node's ranks really slow: examples/real_job/"
 echo "The lab is still running (export SLURM_CONF=$SLURM_CONF). Stop it with:"
 echo "  bash slurm/lab/down.sh --dir $LAB --purge"

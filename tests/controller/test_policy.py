@@ -96,6 +96,10 @@ def test_the_narrowest_scope_that_explains_the_flagged_nodes_wins() -> None:
     a = Analysis(NOW - 300, NOW, (*spread, *(NodeVerdict(f"n{i}", "healthy", 0.0, job="x")
                                              for i in range(4, 9))))
     assert [f.scope for f in classify(a, CFG).fleet] == ["fleet"]
+    # A job that spans the whole fleet is no narrower than the fleet.
+    whole = [verdict(f"n{i}", "thermal", job="all") for i in range(1, 9)]
+    assert [f.scope for f in classify(Analysis(NOW - 300, NOW, tuple(whole)), CFG).fleet] == [
+        "fleet"]
 
 
 def test_the_fleet_is_the_nodes_slurm_knows_not_the_nodes_seen() -> None:

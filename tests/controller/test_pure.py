@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from guardctl.controller.impact import describe, job_impact
+from guardctl.analyze.impact import describe, job_impact
 from guardctl.controller.lease import Holder, Lease, may_take
 from guardctl.controller.requeue import decide, restart_cost_s
 from guardctl.sections.control import ControlSettings

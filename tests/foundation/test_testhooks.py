@@ -68,23 +68,29 @@ def test_sweep_inject_is_refused_on_a_real_cluster(gctl_factory: Callable[..., A
     else:
         args += list(hook)
     gctl = gctl_factory(conf=str(production_conf), env=env)
+    laid_out = tree(gctl.store)
     proc = gctl(*args, "sweep", "node1", "--kind", "single")
     assert proc.returncode == ExitCode.REFUSED, proc.stderr
     assert proc.stderr.startswith("guardctl: error:") and proc.stderr.count("\n") == 1
     assert "test hook" in proc.stderr and str(production_conf) in proc.stderr
-    # nothing was done, not even in the store (only the marker of its installation is there)
-    assert [p.name for p in gctl.store.iterdir()] == [".guardctl-store"]
+    assert tree(gctl.store) == laid_out  # nothing was done, not even in the store
 
 
 def test_crash_points_are_refused_on_a_real_cluster(gctl_factory: Callable[..., Any],
                                                     production_conf: Path,
                                                     tmp_path: Path) -> None:
     gctl = gctl_factory(conf=str(production_conf))
+    laid_out = tree(gctl.store)
     proc = gctl("--set", nobin(tmp_path), "drain", "node1", "--reason", "x",
                 env={"GUARDCTL_TEST_CRASH": "drain:after-slurm"})
     assert proc.returncode == ExitCode.REFUSED, proc.stderr
     assert "GUARDCTL_TEST_CRASH is a test hook" in proc.stderr
-    assert [p.name for p in gctl.store.iterdir()] == [".guardctl-store"]
+    assert tree(gctl.store) == laid_out
+
+
+def tree(root: Path) -> list[tuple[str, int]]:
+    """Every path under *root* (as ``guardctl store init`` laid it out) with its size."""
+    return sorted((str(p.relative_to(root)), p.stat().st_size) for p in root.rglob("*"))
 
 
 def burn(conf: Path, inject: str) -> subprocess.CompletedProcess[str]:

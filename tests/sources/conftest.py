@@ -21,12 +21,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from promtools import SCRAPE_S, PromFleet, PromServer, openmetrics, require_prometheus
+from promtools import (
+    SCRAPE_S,
+    PromFleet,
+    PromServer,
+    controller_state,
+    openmetrics,
+    require_prometheus,
+)
 
 from guardctl.analyze import analyze_frame, history_needed, load
 from guardctl.analyze.frame import select
 from guardctl.config import Settings
-from guardctl.export import prometheus_text
+from guardctl.export import Export, prometheus_text
 from guardctl.simulate import simulate
 from guardctl.sources.dcgm_fields import exporter_series
 from guardctl.telemetry.schema import read_path
@@ -43,7 +50,8 @@ def _guardctl_series(store: Path, start: float, end: float) -> dict:  # type: ig
     out: dict = {}  # type: ignore[type-arg]
     for at in range(int(end - 1800), int(end) + 1, 300):
         result = analyze_frame(select(frame, at - span, at), settings.analyze, at=float(at))
-        for family in text_string_to_metric_families(prometheus_text(result)):
+        export = Export(result, store=controller_state(float(at)))
+        for family in text_string_to_metric_families(prometheus_text(export)):
             for s in family.samples:
                 key = (s.name, tuple(sorted(s.labels.items())))
                 out.setdefault(key, []).append((float(at), float(s.value)))

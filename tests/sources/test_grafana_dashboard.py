@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from promtools import PromFleet
+from promtools import PromFleet, controller_state
 
 from guardctl.analyze import analyze
 from guardctl.config import Settings
-from guardctl.export import prometheus_text
+from guardctl.export import Export, prometheus_text
 from guardctl.sources.dcgm_fields import metric_names
 from guardctl.sources.prometheus import PrometheusClient
 
@@ -65,9 +65,10 @@ def test_dashboard_is_well_formed() -> None:
 
 
 def test_dashboard_names_only_metrics_that_exist(prom_fleet: PromFleet) -> None:
-    text = prometheus_text(analyze(prom_fleet.store, Settings(), prom_fleet.end))
+    result = analyze(prom_fleet.store, Settings(), prom_fleet.end)
+    text = prometheus_text(Export(result, store=controller_state(prom_fleet.end)))
     families = list(text_string_to_metric_families(text))
-    exported = {f.name for f in families}
+    exported = {f.name for f in families} | {s.name for f in families for s in f.samples}
     # a family without samples in a healthy pass (bad input lines): declared, never stored
     unsampled = {f.name for f in families if not f.samples}
     known = exported | set(metric_names())

@@ -22,9 +22,10 @@ from promtools import SCRAPE_S, PromFleet
 from guardctl.analyze import analyze
 from guardctl.cli import main
 from guardctl.config import Settings
+from guardctl.errors import SourceError
 from guardctl.report import make_report
 from guardctl.sections.source import SourceSettings
-from guardctl.sources import SourceError, analyze_source, open_source
+from guardctl.sources import analyze_source, open_source
 
 BUSY_ONLY = {"busy_time", "host_contention"}  # what needs the store's step and host records
 

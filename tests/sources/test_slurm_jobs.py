@@ -15,14 +15,14 @@ import pytest
 from guardctl.analyze import Analysis, analyze_frame
 from guardctl.analyze.frame import Frame
 from guardctl.config import Settings
-from guardctl.errors import ExitCode
+from guardctl.errors import ExitCode, SourceError
 from guardctl.sections.slurm import SlurmSettings
 from guardctl.sections.source import SourceSettings
 from guardctl.slurm import parse
 from guardctl.slurm.cli_backend import CliSlurm
 from guardctl.slurm.memory import MemorySlurm
 from guardctl.slurm.types import JobInfo, SubmitRequest
-from guardctl.sources import Coverage, SourceError
+from guardctl.sources import Coverage
 from guardctl.sources.dcgm_fields import exporter_series
 from guardctl.sources.prometheus import matrices, to_frame
 from guardctl.sources.slurm_jobs import NodeJobs, Run, read_node_jobs

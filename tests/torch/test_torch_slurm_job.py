@@ -1,4 +1,7 @@
-"""The PyTorch DDP example as a real Slurm job on the local lab: 2 nodes x 2 tasks, rank 3 slow."""
+"""The PyTorch DDP example as a real Slurm job on the local lab: 2 nodes x 2 tasks, rank 3 slow.
+
+The job is an ordinary user's, as on a real cluster, in a store that root laid out.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from labtools import Lab, in_root
+from labtools import JOB_USER, Lab, in_root, job_user_ids
+
+from guardctl import store as store_layout
 
 pytestmark = pytest.mark.skipif(
     in_root(), reason="torch is installed for the host's Python only, not in the lab's roots")
@@ -23,8 +28,10 @@ SBATCH = REPO / "examples" / "torch_ddp_job.sbatch"
 RECORDS = 4096
 
 
-def test_the_ddp_example_rebalances_and_the_slow_node_is_found(lab: Lab, tmp_path: Path) -> None:
-    store, logs = tmp_path / "store", tmp_path / "logs"
+def test_the_ddp_example_rebalances_and_the_slow_node_is_found(lab: Lab) -> None:
+    work = lab.user_workdir()
+    store, logs = work / "store", work / "logs"
+    store_layout.init(store)
     exports = {
         "GUARDCTL_STORE": str(store),
         "PYTHON": sys.executable,
@@ -35,12 +42,15 @@ def test_the_ddp_example_rebalances_and_the_slow_node_is_found(lab: Lab, tmp_pat
         "TRAIN_ARGS": f"--slow-rank 3 --slow 8 --sample-ms 2 --out {logs}",
     }
     export = "ALL," + ",".join(f"{k}={v}" for k, v in exports.items())
-    out = tmp_path / "slurm-%j.out"
+    out = work / "slurm-%j.out"
     job = lab.submit(SBATCH.read_text(), f"--export={export}", "-o", str(out), "-N", "2",
-                     "--ntasks-per-node", "2")  # fmt: skip
+                     "--ntasks-per-node", "2", as_user=work)  # fmt: skip
     info = lab.wait_job(job, timeout=480)
     output = Path(str(out).replace("%j", job)).read_text(errors="replace")
     assert info["JobState"] == "COMPLETED", f"{info}\n{output}"
+    assert info["UserId"].startswith(f"{JOB_USER}(")
+    uid = job_user_ids()[0]
+    assert {p.stat().st_uid for p in (store / "steps" / job).iterdir()} == {uid}
 
     ranks = {}
     trained: list[int] = []

@@ -5,7 +5,8 @@ slowest rank's busy time plus the communication that follows. Were the slow node
 their peers' pace, the step would shrink by the gap between its busiest rank and the busiest
 rank elsewhere in the job. That gap over the step time is the job's slowdown; times the job's
 GPUs and 24 h it is what the node costs a day in GPU-hours ("node17 costs job 40117 14%,
-860 GPU-h/day"). It drives the ski-rental requeue rule (:mod:`guardctl.controller.requeue`).
+860 GPU-h/day"). The controller's ski-rental requeue rule (:mod:`guardctl.controller.requeue`)
+reads it.
 """
 
 from __future__ import annotations
