@@ -71,7 +71,9 @@ def test_bad_options_are_one_line_exit_2(tmp_path: Path, extra: list[str], messa
 
 def test_once_into_an_unwritable_store_exits_8(tmp_path: Path) -> None:
     argv = agent_argv(tmp_path / "store", "", SYSFS_IB2, "--once")
-    (tmp_path / "store" / "telemetry").write_text("not a directory\n")
+    telemetry = tmp_path / "store" / "telemetry"
+    telemetry.rmdir()  # laid out by `guardctl store init`: a file in its place cannot be written
+    telemetry.write_text("not a directory\n")
     proc = subprocess.run(argv, env=env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 8
     assert "store unwritable" in proc.stderr and "ENOTDIR" in proc.stderr

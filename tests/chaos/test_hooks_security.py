@@ -285,8 +285,10 @@ def test_at_the_cap_slurm_runs_the_job_and_drains_nothing(lab_factory: Any, tmp_
                       + (f'bin_dir = "{lab.bin_dir}"\n' if lab.bin_dir else "")
                       + "[safety]\nmax_out_nodes = 1\n"
                       + f'[agent]\nsysfs_root = "{faulty_sysfs(tmp_path)}"\n')
-    proc = subprocess.run([job_guardctl(), "--config", str(config), "drain", "node1", "--reason",
-                           "bad DIMM"], env=lab.env, capture_output=True, text=True, timeout=60)
+    # The operator's drain runs on this host (the hooks run guardctl where the lab's jobs do).
+    proc = subprocess.run([sys.executable, "-m", "guardctl", "--config", str(config), "drain",
+                           "node1", "--reason", "bad DIMM"], env=lab.env, capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr  # guardctl holds one node: its cap
     job = lab.submit("#!/bin/bash\necho ran on $SLURMD_NODENAME\n", "-w", "node2",
                      "-o", str(tmp_path / "job.out"))
