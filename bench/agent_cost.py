@@ -40,9 +40,17 @@ from fake_pynvml import FakeNvml  # noqa: E402
 IB_FILES = [
     f"{port}/{name}"
     for port in sorted(SYSFS.glob("class/infiniband/*/ports/*"))
-    for name in ("state", "rate", "counters/symbol_error", "counters/link_error_recovery",
-                 "counters/link_downed", "counters/port_rcv_errors", "counters/port_xmit_wait",
-                 "counters/port_xmit_data", "counters/port_rcv_data")
+    for name in (
+        "state",
+        "rate",
+        "counters/symbol_error",
+        "counters/link_error_recovery",
+        "counters/link_downed",
+        "counters/port_rcv_errors",
+        "counters/port_xmit_wait",
+        "counters/port_xmit_data",
+        "counters/port_rcv_data",
+    )
 ]
 TARGET_CORE_PCT = 0.5
 TARGET_RSS_MIB = 60.0
@@ -58,8 +66,12 @@ def make_agent(tmp: Path, column_files: bool = True) -> Any:
     from guardctl.agent.daemon import Agent
     from guardctl.sections.agent import AgentSettings
 
-    settings = AgentSettings(interval_s=1.0, sysfs_root=str(SYSFS),
-                             status_file=str(tmp / "status.json"), column_files=column_files)
+    settings = AgentSettings(
+        interval_s=1.0,
+        sysfs_root=str(SYSFS),
+        status_file=str(tmp / "status.json"),
+        column_files=column_files,
+    )
     return Agent(settings, tmp / "store", "bench01")
 
 
@@ -76,8 +88,9 @@ def raw_reads(nv: Any) -> None:
         nv.nvmlDeviceGetUtilizationRates(h)
         nv.nvmlDeviceGetCurrentClocksEventReasons(h)
         nv.nvmlDeviceGetTotalEccErrors(h, nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC)
-        nv.nvmlDeviceGetTotalEccErrors(h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
-                                       nv.NVML_VOLATILE_ECC)
+        nv.nvmlDeviceGetTotalEccErrors(
+            h, nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC
+        )
         nv.nvmlDeviceGetPcieReplayCounter(h)
         for link in range(18):
             nv.nvmlDeviceGetNvLinkErrorCounter(h, link, nv.NVML_NVLINK_ERROR_DL_CRC_FLIT)
@@ -143,6 +156,7 @@ def child(mode: str, samples: int) -> None:
     import psutil  # noqa: F401
 
     import guardctl.collectors  # noqa: F401
+
     nv = sys.modules["pynvml"]
     with tempfile.TemporaryDirectory() as tmp:
         if mode in ("agent", "agent_no_mirror"):
@@ -158,14 +172,22 @@ def child(mode: str, samples: int) -> None:
 
 
 def measure_rss(samples: int) -> dict[str, float]:
-    bare = ("import json; print(json.dumps({'rss_mib': [int(l.split()[1]) / 1024.0 for l in "
-            "open('/proc/self/status') if l.startswith('VmHWM:')][0]}))")
+    bare = (
+        "import json; print(json.dumps({'rss_mib': [int(l.split()[1]) / 1024.0 for l in "
+        "open('/proc/self/status') if l.startswith('VmHWM:')][0]}))"
+    )
     runs = {
         "bare": [sys.executable, "-c", bare],  # the interpreter alone
         "raw": [sys.executable, __file__, "--child", "raw", "--samples", str(samples)],
         "agent": [sys.executable, __file__, "--child", "agent", "--samples", str(samples)],
-        "agent_no_mirror": [sys.executable, __file__, "--child", "agent_no_mirror",
-                            "--samples", str(samples)],
+        "agent_no_mirror": [
+            sys.executable,
+            __file__,
+            "--child",
+            "agent_no_mirror",
+            "--samples",
+            str(samples),
+        ],
     }
     out = {}
     for mode, argv in runs.items():
@@ -180,32 +202,42 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer samples (for CI)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--samples", type=int, default=0)
-    parser.add_argument("--child", choices=["agent", "agent_no_mirror", "raw"],
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", choices=["agent", "agent_no_mirror", "raw"], help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     samples = args.samples or (100 if args.quick else 1000)
     if args.child:
         child(args.child, samples)
         return 0
     result = {**measure_cpu(samples), **measure_rss(samples)}
-    result["within_target"] = (result["core_pct_at_1s"] < TARGET_CORE_PCT
-                               and result["agent_rss_mib"] < TARGET_RSS_MIB)
+    result["within_target"] = (
+        result["core_pct_at_1s"] < TARGET_CORE_PCT and result["agent_rss_mib"] < TARGET_RSS_MIB
+    )
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"agent, 8 GPUs + 8 IB ports + host, {samples} samples "
-              f"({result['records_per_sample']:.0f} records each)")
-        print(f"  CPU per sample: agent {result['agent_cpu_ms']:.2f} ms, raw reads "
-              f"{result['raw_cpu_ms']:.2f} ms ({result['agent_vs_raw']:.1f}x), "
-              f"overhead {result['overhead_cpu_ms']:.2f} ms; without column mirrors "
-              f"{result['agent_no_mirror_cpu_ms']:.2f} ms")
-        print(f"  at a 1 s interval: {result['core_pct_at_1s']:.3f}% of one core "
-              f"(target < {TARGET_CORE_PCT}%)")
-        print(f"  resident memory: agent {result['agent_rss_mib']:.1f} MiB, raw reads "
-              f"{result['raw_rss_mib']:.1f} MiB (+{result['agent_extra_rss_mib']:.1f} MiB), "
-              f"bare interpreter {result['bare_rss_mib']:.1f} MiB, without column mirrors "
-              f"{result['agent_no_mirror_rss_mib']:.1f} MiB "
-              f"(target < {TARGET_RSS_MIB:.0f} MiB)")
+        print(
+            f"agent, 8 GPUs + 8 IB ports + host, {samples} samples "
+            f"({result['records_per_sample']:.0f} records each)"
+        )
+        print(
+            f"  CPU per sample: agent {result['agent_cpu_ms']:.2f} ms, raw reads "
+            f"{result['raw_cpu_ms']:.2f} ms ({result['agent_vs_raw']:.1f}x), "
+            f"overhead {result['overhead_cpu_ms']:.2f} ms; without column mirrors "
+            f"{result['agent_no_mirror_cpu_ms']:.2f} ms"
+        )
+        print(
+            f"  at a 1 s interval: {result['core_pct_at_1s']:.3f}% of one core "
+            f"(target < {TARGET_CORE_PCT}%)"
+        )
+        print(
+            f"  resident memory: agent {result['agent_rss_mib']:.1f} MiB, raw reads "
+            f"{result['raw_rss_mib']:.1f} MiB (+{result['agent_extra_rss_mib']:.1f} MiB), "
+            f"bare interpreter {result['bare_rss_mib']:.1f} MiB, without column mirrors "
+            f"{result['agent_no_mirror_rss_mib']:.1f} MiB "
+            f"(target < {TARGET_RSS_MIB:.0f} MiB)"
+        )
     return 0 if result["within_target"] else 1
 
 

@@ -161,15 +161,24 @@ def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
     # reading helper's own memory (its buffers are in ours already).
     extra = (unmapped + helper * 1024) / 2**20
     passes_peak = max((p for p in peaks if not math.isnan(p)), default=math.nan)
-    return {"seconds": passes[-1], "passes_s": passes, "first_s": first, "passes_cpu_s": cpu,
-            "peak_mib": max(first_peak, _peak_mib(), passes_peak) + extra,
-            "passes_peak_mib": passes_peak + extra,
-            "passes_mib": peaks,
-            "unmapped_mib": unmapped / 2**20, "helper_mib": helper / 1024,
-            "helper_files": helped, "helper_groups": groups,
-            "digest": _digest(result.to_dict()),
-            "restarts": analyzer.restarts, "tables_kept": kept,
-            "kept": analyzer.kept_records(), "end": result.window_end}  # fmt: skip
+    return {
+        "seconds": passes[-1],
+        "passes_s": passes,
+        "first_s": first,
+        "passes_cpu_s": cpu,
+        "peak_mib": max(first_peak, _peak_mib(), passes_peak) + extra,
+        "passes_peak_mib": passes_peak + extra,
+        "passes_mib": peaks,
+        "unmapped_mib": unmapped / 2**20,
+        "helper_mib": helper / 1024,
+        "helper_files": helped,
+        "helper_groups": groups,
+        "digest": _digest(result.to_dict()),
+        "restarts": analyzer.restarts,
+        "tables_kept": kept,
+        "kept": analyzer.kept_records(),
+        "end": result.window_end,
+    }
 
 
 def _profiled(analyze: Any, n: int) -> Any:
@@ -308,8 +317,10 @@ def hold_back(store: Path, passes: int = 1) -> tuple[list[Minute], dict[str, byt
             lines = fh.read().splitlines(keepends=True)
         minute = [bisect.bisect_left(cuts, ts) for ts in _times(lines)]  # 0: kept
         kept = b"".join(line for line, m in zip(lines, minute, strict=True) if not m)
-        chunks = [b"".join(line for line, m in zip(lines, minute, strict=True) if m == k)
-                  for k in range(1, passes + 1)]  # fmt: skip
+        chunks = [
+            b"".join(line for line, m in zip(lines, minute, strict=True) if m == k)
+            for k in range(1, passes + 1)
+        ]
         with open(path, "wb") as fh:
             fh.write(kept)
         cols = mirror_path(path)
@@ -380,15 +391,20 @@ def bench(
         shutil.rmtree(store, ignore_errors=True)
         # In a process of its own: the memory it took (gigabytes at 100k GPUs, not all given
         # back to the system) is not held beside the passes measured.
-        subprocess.run([sys.executable, __file__, "--simulate", str(store), str(gpus),
-                        str(minutes)], check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, __file__, "--simulate", str(store), str(gpus), str(minutes)],
+            check=True,
+        )
         made.write_text(f"{gpus} {minutes}")
     sim_s = time.perf_counter() - t0
     print(f"{label}: simulated {minutes} minutes in {sim_s:.0f} s", file=sys.stderr, flush=True)
     held, mirrors = hold_back(store, passes)  # the store *passes* minutes ago
     os.sync()  # the simulator's gigabytes written back first, not during the timed passes
-    modes = ("read_cols", "cold") if steady else (
-        "read", "read_cols", "cold", "warm", "cold_json", "warm_json")  # fmt: skip
+    modes = (
+        ("read_cols", "cold")
+        if steady
+        else ("read", "read_cols", "cold", "warm", "cold_json", "warm_json")
+    )
     after = ("inc",) if steady else ("inc_json", "inc")
     steps: dict[str, list[dict[str, Any]]] = {m: [] for m in (*modes, "incremental", *after)}
     for r in range(rounds):  # the machine may be shared: each round measures every step
@@ -421,8 +437,11 @@ def bench(
     def worst(mode: str, key: str = "seconds") -> float:
         return max(s[key] for s in steps[mode])
 
-    ratios = {f"{m}_x": best(m) / best("read") for m in ("cold", "warm", "cold_json", "warm_json")
-              if m in steps and "read" in steps}  # fmt: skip
+    ratios = {
+        f"{m}_x": best(m) / best("read")
+        for m in ("cold", "warm", "cold_json", "warm_json")
+        if m in steps and "read" in steps
+    }
     return {
         "fleet": label,
         "gpus": gpus,
@@ -441,8 +460,10 @@ def bench(
         "passes_peak_mib": max(s["passes_peak_mib"] for s in steps["incremental"]),
         "passes_mib": steps["incremental"][0]["passes_mib"],
         # after the last pass: per kind, the records kept and how far back (minutes)
-        "kept": {kind: (n, (steps["incremental"][0]["end"] - oldest) / 60)
-                 for kind, (n, oldest) in steps["incremental"][0]["kept"].items()},
+        "kept": {
+            kind: (n, (steps["incremental"][0]["end"] - oldest) / 60)
+            for kind, (n, oldest) in steps["incremental"][0]["kept"].items()
+        },
         "incremental_x": best("incremental") / best("inc"),
         **ratios,
         **({"mib": steps["read"][0]["bytes"] / 2**20} if "read" in steps else {}),
@@ -521,10 +542,11 @@ def main() -> int:
         "--rounds", type=int, default=1, help="measure every step this many times (min-max)"
     )
     parser.add_argument(
-        "--steady", action="store_true",
+        "--steady",
+        action="store_true",
         help="the controller's steady state: 21 minutes (three full windows), the last six "
         "passed over a minute at a time; only reading, cold and incremental passes",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--minutes",
         type=int,
@@ -538,11 +560,17 @@ def main() -> int:
         help="--steady: its last minutes, passed over one at a time",
     )
     parser.add_argument(
-        "--store", metavar="DIR", help="keep each fleet's store in DIR/<size> and use it again "
-        "in a later run of the same shape (the simulation is most of a 100k run)")
+        "--store",
+        metavar="DIR",
+        help="keep each fleet's store in DIR/<size> and use it again "
+        "in a later run of the same shape (the simulation is most of a 100k run)",
+    )
     parser.add_argument(
-        "--profile", metavar="DIR", help="--steady: write each incremental pass's cProfile "
-        "statistics to DIR/pass-N.prof (its times then include the profiler's)")
+        "--profile",
+        metavar="DIR",
+        help="--steady: write each incremental pass's cProfile "
+        "statistics to DIR/pass-N.prof (its times then include the profiler's)",
+    )
     parser.add_argument("--measure", nargs="+", help=argparse.SUPPRESS)  # MODE STORE [AT]
     parser.add_argument("--simulate", nargs=3, help=argparse.SUPPRESS)  # STORE GPUS MINUTES
     args = parser.parse_args()
@@ -550,8 +578,14 @@ def main() -> int:
         from guardctl.simulate import simulate
 
         store, gpus, minutes = args.simulate
-        simulate(Path(store), nodes=int(gpus) // 8, duration=60.0 * int(minutes), interval=10.0,
-                 seed=1, faults="none")  # fmt: skip
+        simulate(
+            Path(store),
+            nodes=int(gpus) // 8,
+            duration=60.0 * int(minutes),
+            interval=10.0,
+            seed=1,
+            faults="none",
+        )
         return 0
     if args.measure:
         mode, store, *at = args.measure
@@ -567,8 +601,9 @@ def main() -> int:
             steady = {"minutes": args.minutes, "passes": args.passes, "steady": True}
             shape: dict[str, Any] = steady if args.steady else {}
             where = Path(args.store) if args.store else Path(tmp)
-            rows.append(bench(label, SIZES[label], where, args.rounds, keep=bool(args.store),
-                              **shape))  # fmt: skip
+            rows.append(
+                bench(label, SIZES[label], where, args.rounds, keep=bool(args.store), **shape)
+            )
             print(f"{label}: {json.dumps(rows[-1])}", file=sys.stderr)
     show = steady_table if args.steady else table
     print(json.dumps(rows, indent=1) if args.json else show(rows))

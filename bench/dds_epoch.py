@@ -112,8 +112,18 @@ def _run_threads(target: Any) -> float:
 
 def serve(store: Path, job: str, *args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "GUARDCTL_STORE": str(store)}
-    argv = [sys.executable, "-m", "guardctl", "--set", "dds.bind=127.0.0.1", "dds", "serve",
-            "--job", job, *args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "guardctl",
+        "--set",
+        "dds.bind=127.0.0.1",
+        "dds",
+        "serve",
+        "--job",
+        job,
+        *args,
+    ]
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
     address = store / "dds" / job / "address.json"
     while not address.exists():
@@ -132,10 +142,14 @@ def main() -> int:
     records = 48_000 if args.quick else 160_000
     ideal = SLOW_FACTOR * (WORKERS - 1 + 1 / SLOW_FACTOR) / WORKERS
     result: dict[str, Any] = {
-        "workers": WORKERS, "slow_workers": 1, "slow_factor": SLOW_FACTOR,
-        "records": records, "shard_size": args.shard_size, "global_batch": args.global_batch,
+        "workers": WORKERS,
+        "slow_workers": 1,
+        "slow_factor": SLOW_FACTOR,
+        "records": records,
+        "shard_size": args.shard_size,
+        "global_batch": args.global_batch,
         "ideal_speedup": round(ideal, 2),
-    }  # fmt: skip
+    }
     result["static_s"] = round(static_epoch(records, args.global_batch), 3)
     with tempfile.TemporaryDirectory(prefix="dds-epoch-") as tmp:
         store = Path(tmp)
@@ -145,8 +159,16 @@ def main() -> int:
         finally:
             proc.terminate()
             proc.wait()
-        proc = serve(store, "step", "--records", str(records), "--shard-size",
-                     str(args.shard_size), "--global-batch", str(args.global_batch))  # fmt: skip
+        proc = serve(
+            store,
+            "step",
+            "--records",
+            str(records),
+            "--shard-size",
+            str(args.shard_size),
+            "--global-batch",
+            str(args.global_batch),
+        )
         try:
             seconds, shares = step_epoch(store, "step")
             result["per_step_s"] = round(seconds, 3)

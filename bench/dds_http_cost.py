@@ -34,8 +34,10 @@ from guardctl.dds.http_server import Request, Server
 
 SECRET = b"Bearer bench"
 REPLY = b'{"status": "ok", "job": "bench"}'
-CANNED = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-          % (len(REPLY), REPLY))  # fmt: skip
+CANNED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+    len(REPLY),
+    REPLY,
+)
 
 CLIENT = r"""
 import asyncio, sys
@@ -117,16 +119,23 @@ def measure(kind: str, clients: int, requests: int) -> dict[str, Any]:
     ready.wait()
     cpu0 = asyncio.run_coroutine_threadsafe(_thread_time(), loop).result()
     wall0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", CLIENT, str(box["port"]), str(clients), str(requests)],
-                   check=True, timeout=600)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", CLIENT, str(box["port"]), str(clients), str(requests)],
+        check=True,
+        timeout=600,
+    )
     wall = time.perf_counter() - wall0
     cpu1 = asyncio.run_coroutine_threadsafe(_thread_time(), loop).result()
     loop.call_soon_threadsafe(box["stop"])
     loop.call_soon_threadsafe(loop.stop)
     thread.join()
     done = requests // clients * clients
-    return {"kind": kind, "requests": done, "loop_cpu_us_per_request": round(
-        (cpu1 - cpu0) / done * 1e6, 2), "requests_per_s": round(done / wall)}  # fmt: skip
+    return {
+        "kind": kind,
+        "requests": done,
+        "loop_cpu_us_per_request": round((cpu1 - cpu0) / done * 1e6, 2),
+        "requests_per_s": round(done / wall),
+    }
 
 
 async def _thread_time() -> float:

@@ -62,10 +62,25 @@ JOB = "bench"
 
 def start_service(store: Path, loop: str) -> tuple[subprocess.Popen[bytes], str, int, str]:
     env = {**os.environ, "GUARDCTL_STORE": str(store)}
-    argv = [sys.executable, "-m", "guardctl", "--set", f"dds.event_loop={loop}",
-            "--set", "dds.lease_s=600", "--set",
-            "dds.bind=127.0.0.1", "dds", "serve", "--job", JOB, "--records", "20000000",
-            "--shard-size", "10"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "guardctl",
+        "--set",
+        f"dds.event_loop={loop}",
+        "--set",
+        "dds.lease_s=600",
+        "--set",
+        "dds.bind=127.0.0.1",
+        "dds",
+        "serve",
+        "--job",
+        JOB,
+        "--records",
+        "20000000",
+        "--shard-size",
+        "10",
+    ]
     proc = subprocess.Popen(argv, env=env, stderr=subprocess.DEVNULL)
     address = store / "dds" / JOB / "address.json"
     deadline = time.monotonic() + 120  # making 2 million shards takes 30 s on a busy machine
@@ -115,9 +130,15 @@ class _Connection:
 
 
 async def _drive(
-    host: str, port: int, secret: str, clients: int, seconds: float, mode: str,
-    paced_ops: float = 0.0, on_clock: Callable[[], None] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    host: str,
+    port: int,
+    secret: str,
+    clients: int,
+    seconds: float,
+    mode: str,
+    paced_ops: float = 0.0,
+    on_clock: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """One point; *on_clock* is called right when the clock starts and again when it stops."""
     latencies: list[float] = []
     requests = [0]
@@ -155,8 +176,9 @@ async def _drive(
                     continue
                 if mode == "ack+lease combined" and held is not None:
                     t0 = arrival or time.perf_counter()
-                    body = orjson.dumps({"lease": held, "next": {
-                        "worker": worker, "request_id": next(ids)}})  # fmt: skip
+                    body = orjson.dumps(
+                        {"lease": held, "next": {"worker": worker, "request_id": next(ids)}}
+                    )
                     reply = orjson.loads(await conn.call("POST", "/v1/ack", body))
                     assert reply["counted"]
                     held = reply["next"]["lease"]
@@ -211,8 +233,16 @@ def _machine_busy_s() -> float:
     return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
 
 
-def measure(server: psutil.Process, host: str, port: int, secret: str, clients: int,
-            seconds: float, mode: str, paced_ops: float = 0.0) -> dict[str, Any]:  # fmt: skip
+def measure(
+    server: psutil.Process,
+    host: str,
+    port: int,
+    secret: str,
+    clients: int,
+    seconds: float,
+    mode: str,
+    paced_ops: float = 0.0,
+) -> dict[str, Any]:
     """One point; the service's CPU counts its commit process too (its own child).
 
     The CPU figures cover only the timed interval: the snapshots are taken when
@@ -225,10 +255,15 @@ def measure(server: psutil.Process, host: str, port: int, secret: str, clients: 
 
     def snapshot() -> None:
         own = resource.getrusage(resource.RUSAGE_SELF)
-        marks.append((
-            time.perf_counter(), _cpu_s(server), sum(_cpu_s(p) for p in helpers),
-            own.ru_utime + own.ru_stime, _machine_busy_s(),
-        ))  # fmt: skip
+        marks.append(
+            (
+                time.perf_counter(),
+                _cpu_s(server),
+                sum(_cpu_s(p) for p in helpers),
+                own.ru_utime + own.ru_stime,
+                _machine_busy_s(),
+            )
+        )
 
     # The load generator's own collections would stop its clients and show as the service's
     # latency: none while it runs (it makes no cycles worth collecting over a point).
@@ -294,8 +329,10 @@ def sync_client_latency(store: Path, ops: int) -> dict[str, Any]:
     aiohttp_ms = (time.perf_counter() - t0) / ops * 1000
     asyncio.run_coroutine_threadsafe(session.close(), loop).result()
     loop.call_soon_threadsafe(loop.stop)
-    return {"stdlib_http_client_ms": round(stdlib_ms, 3), "aiohttp_background_loop_ms":
-            round(aiohttp_ms, 3)}  # fmt: skip
+    return {
+        "stdlib_http_client_ms": round(stdlib_ms, 3),
+        "aiohttp_background_loop_ms": round(aiohttp_ms, 3),
+    }
 
 
 async def _session(secret: str) -> aiohttp.ClientSession:
@@ -308,13 +345,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, help="seconds per point")
     parser.add_argument("--clients", default="64,256,1024")
     parser.add_argument(
-        "--paced-ops", default="2000,10000",
+        "--paced-ops",
+        default="2000,10000",
         help="offered loads of the open-loop points, operations/s (comma list)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--event-loop", choices=["auto", "asyncio", "uvloop"], default="auto",
+        "--event-loop",
+        choices=["auto", "asyncio", "uvloop"],
+        default="auto",
         help="the service's event loop (uvloop is optional: installed or not)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     seconds = args.seconds or (1.5 if args.quick else 5.0)
     open_files = raise_open_files_limit(65536)  # 1024 client connections in this one process
@@ -333,8 +373,9 @@ def main() -> int:
                 base = measure(server, host, port, secret, clients, seconds, "health")
                 dds = measure(server, host, port, secret, clients, seconds, "lease+ack")
                 dds["ratio_to_bare_http"] = round(dds["ops_per_s"] / max(base["ops_per_s"], 1), 2)
-                combined = measure(server, host, port, secret, clients, seconds,
-                                   "ack+lease combined")  # fmt: skip
+                combined = measure(
+                    server, host, port, secret, clients, seconds, "ack+lease combined"
+                )
                 combined["ratio_to_bare_http"] = round(
                     combined["ops_per_s"] / max(base["ops_per_s"], 1), 2
                 )
@@ -346,8 +387,9 @@ def main() -> int:
                 results["points"] += [base, dds, combined, *paced]
                 for point in (base, dds, combined, *paced):
                     print(json.dumps(point), file=sys.stderr)
-            status = Client(JOB, settings=load_settings(
-                assignments=(f"store.root={tmp}",), environ={})).status()  # fmt: skip
+            status = Client(
+                JOB, settings=load_settings(assignments=(f"store.root={tmp}",), environ={})
+            ).status()
             service = status["service"]
             results["statements_per_commit"] = round(
                 service["statements"] / max(service["commits"], 1), 1

@@ -57,9 +57,15 @@ def start(code: str, tree: str | None = None) -> tuple[float, float]:
 
 
 def what_it_imports(code: str, tree: str | None = None) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", f"{code}\n{REPORT}"], capture_output=True,
-                         text=True, check=True, timeout=120, env=_env(tree),
-                         cwd=tree)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\n{REPORT}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env=_env(tree),
+        cwd=tree,
+    )
     return json.loads(out.stdout.splitlines()[-1])
 
 
@@ -105,10 +111,12 @@ def main() -> int:
     print(f"import cost, best of {result['runs']} fresh interpreters (Python {result['python']})")
     for name in result["cases"]:
         r = result[name]
-        print(f"  {name:12} {r['wall_ms']:6.1f} ms (+{r['over_bare_ms']:5.1f} ms, "
-              f"{r['vs_bare']:.2f}x bare)  peak RSS {r['peak_rss_mib']:5.1f} MiB "
-              f"(+{r['over_bare_mib']:4.1f})  {r['modules']} modules, "
-              f"numpy {'yes' if r['numpy'] else 'no'}, analyzer {'yes' if r['analyze'] else 'no'}")
+        print(
+            f"  {name:12} {r['wall_ms']:6.1f} ms (+{r['over_bare_ms']:5.1f} ms, "
+            f"{r['vs_bare']:.2f}x bare)  peak RSS {r['peak_rss_mib']:5.1f} MiB "
+            f"(+{r['over_bare_mib']:4.1f})  {r['modules']} modules, "
+            f"numpy {'yes' if r['numpy'] else 'no'}, analyzer {'yes' if r['analyze'] else 'no'}"
+        )
     return 0
 
 

@@ -46,15 +46,17 @@ def main() -> int:
     rows = []
     for size in QUICK if args.quick else SIZES:
         best = min(step(size) for _ in range(3))
-        rows.append({"nodes": size, "seconds": round(best, 4),
-                     "us_per_node": round(best / size * 1e6, 2)})
+        rows.append(
+            {"nodes": size, "seconds": round(best, 4), "us_per_node": round(best / size * 1e6, 2)}
+        )
     ratio = rows[-1]["us_per_node"] / rows[0]["us_per_node"]
     if args.json:
         print(json.dumps({"rows": rows, "per_node_ratio": round(ratio, 2)}, indent=1))
     else:
         for r in rows:
-            print(f"{r['nodes']:>6} nodes  {r['seconds']:>8.4f} s  "
-                  f"{r['us_per_node']:>7.2f} us/node")
+            print(
+                f"{r['nodes']:>6} nodes  {r['seconds']:>8.4f} s  {r['us_per_node']:>7.2f} us/node"
+            )
         print(f"per-node cost, largest / smallest fleet: {ratio:.2f}")
     return 0
 

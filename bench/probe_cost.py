@@ -35,8 +35,7 @@ def probe_loop(n: int) -> tuple[float, float, dict[str, int]]:
     from guardctl import probe
 
     with tempfile.TemporaryDirectory() as store:
-        p = probe.configure(store=store, job="bench", rank=0, node="bench01",
-                            queue_size=n + 1)
+        p = probe.configure(store=store, job="bench", rank=0, node="bench01", queue_size=n + 1)
         cpu0, wall0 = time.process_time(), time.perf_counter()
         for _ in range(n):
             with probe.step():
@@ -75,12 +74,16 @@ def main() -> int:
         print(json.dumps(result, indent=2))
     else:
         print(f"probe, {result['steps']} steps")
-        print(f"  training loop: empty {result['empty_ns_per_step']:.0f} ns/step, with probe "
-              f"{result['probe_ns_per_step']:.0f} ns/step "
-              f"(+{result['probe_overhead_ns_per_step']:.0f} ns)")
-        print(f"  whole process incl. writing: {result['process_cpu_us_per_step']:.2f} us CPU/step "
-              f"(target < {TARGET_US:g} us); written {result['written']}, "
-              f"dropped {result['dropped']}")
+        print(
+            f"  training loop: empty {result['empty_ns_per_step']:.0f} ns/step, with probe "
+            f"{result['probe_ns_per_step']:.0f} ns/step "
+            f"(+{result['probe_overhead_ns_per_step']:.0f} ns)"
+        )
+        print(
+            f"  whole process incl. writing: {result['process_cpu_us_per_step']:.2f} us CPU/step "
+            f"(target < {TARGET_US:g} us); written {result['written']}, "
+            f"dropped {result['dropped']}"
+        )
     return 0 if result["within_target"] else 1
 
 

@@ -42,27 +42,38 @@ def main() -> int:
         p = Params(nodes=size, days=days)
         calm = timed(p.calm(), "none")
         full = timed(p, "guardctl")
-        rows.append({"nodes": size, "gpus": size * p.gpus_per_node, "days": days,
-                     "calm_s": round(calm, 2), "guardctl_s": round(full, 2),
-                     "ratio": round(full / calm, 2),
-                     "us_per_node_day": round(full / (size * days) * 1e6, 1)})
+        rows.append(
+            {
+                "nodes": size,
+                "gpus": size * p.gpus_per_node,
+                "days": days,
+                "calm_s": round(calm, 2),
+                "guardctl_s": round(full, 2),
+                "ratio": round(full / calm, 2),
+                "us_per_node_day": round(full / (size * days) * 1e6, 1),
+            }
+        )
     scaling = rows[-1]["us_per_node_day"] / rows[0]["us_per_node_day"]
     whole = Params(nodes=rows[-1]["nodes"], days=days)
     started = time.perf_counter()
     compare(whole, [0])
-    out = {"rows": rows, "per_node_day_ratio": round(scaling, 2),
-           "compare_all_s": round(time.perf_counter() - started, 1),
-           "compare_of": f"{whole.nodes * whole.gpus_per_node} GPUs x {days:g} days"}
+    out = {
+        "rows": rows,
+        "per_node_day_ratio": round(scaling, 2),
+        "compare_all_s": round(time.perf_counter() - started, 1),
+        "compare_of": f"{whole.nodes * whole.gpus_per_node} GPUs x {days:g} days",
+    }
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
     for r in rows:
-        print(f"{r['gpus']:>6} GPUs x {r['days']:g} d  calm {r['calm_s']:>6.2f} s  "
-              f"guardctl {r['guardctl_s']:>6.2f} s  ratio {r['ratio']:>5.2f}  "
-              f"{r['us_per_node_day']:>7.1f} us/node-day")
+        print(
+            f"{r['gpus']:>6} GPUs x {r['days']:g} d  calm {r['calm_s']:>6.2f} s  "
+            f"guardctl {r['guardctl_s']:>6.2f} s  ratio {r['ratio']:>5.2f}  "
+            f"{r['us_per_node_day']:>7.1f} us/node-day"
+        )
     print(f"per-node-day cost, largest / smallest fleet: {scaling:.2f}")
-    print(f"all policies and the fault-free run, {out['compare_of']}: "
-          f"{out['compare_all_s']:.1f} s")
+    print(f"all policies and the fault-free run, {out['compare_of']}: {out['compare_all_s']:.1f} s")
     return 0
 
 

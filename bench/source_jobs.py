@@ -39,8 +39,14 @@ def series(nodes: list[str]) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     for options in F.GPU_FIELDS.values():
         metric = options[0].metric
-        out[metric] = [{"metric": {"__name__": metric, "Hostname": n, "gpu": str(g)},
-                        "values": [[t, "1"] for t in stamps]} for n in nodes for g in range(8)]
+        out[metric] = [
+            {
+                "metric": {"__name__": metric, "Hostname": n, "gpu": str(g)},
+                "values": [[t, "1"] for t in stamps],
+            }
+            for n in nodes
+            for g in range(8)
+        ]
     return out
 
 
@@ -57,13 +63,18 @@ def measure(size: int) -> dict[str, Any]:
     nodes = [f"gn{i:05d}" for i in range(size)]
     slurm = MemorySlurm(nodes, start=START - 60)
     for i in range(0, size, 8):
-        slurm.submit(SubmitRequest("train.sbatch", nodes=tuple(nodes[i:i + 8])))
+        slurm.submit(SubmitRequest("train.sbatch", nodes=tuple(nodes[i : i + 8])))
     slurm.advance(SPAN_S + 60)
     matrix = series(nodes)
     pairs = [(one_pass(matrix, None), one_pass(matrix, slurm)) for _ in range(ROUNDS)]
     without, with_jobs = min(p[0] for p in pairs), min(p[1] for p in pairs)
-    return {"nodes": size, "gpus": size * 8, "without_s": round(without, 3),
-            "with_slurm_jobs_s": round(with_jobs, 3), "ratio": round(with_jobs / without, 3)}
+    return {
+        "nodes": size,
+        "gpus": size * 8,
+        "without_s": round(without, 3),
+        "with_slurm_jobs_s": round(with_jobs, 3),
+        "ratio": round(with_jobs / without, 3),
+    }
 
 
 def main() -> int:
@@ -76,8 +87,10 @@ def main() -> int:
         print(json.dumps({"rows": rows}, indent=1))
     else:
         for r in rows:
-            print(f"{r['gpus']:>6} GPUs  without jobs {r['without_s']:>7.3f} s  "
-                  f"with Slurm's jobs {r['with_slurm_jobs_s']:>7.3f} s  ratio {r['ratio']:.3f}")
+            print(
+                f"{r['gpus']:>6} GPUs  without jobs {r['without_s']:>7.3f} s  "
+                f"with Slurm's jobs {r['with_slurm_jobs_s']:>7.3f} s  ratio {r['ratio']:.3f}"
+            )
     return 0
 
 

@@ -41,8 +41,15 @@ def train_pull(client: Client, per_sample_s: float, out: TextIO | None) -> int:
         if done:
             # Only a completion that counted may update the model (see docs/dds.md).
             counted += 1
-            _log(out, {"epoch": shard.epoch, "shard": shard.shard, "start": shard.start,
-                       "end": shard.end})  # fmt: skip
+            _log(
+                out,
+                {
+                    "epoch": shard.epoch,
+                    "shard": shard.shard,
+                    "start": shard.start,
+                    "end": shard.end,
+                },
+            )
         shard = following
     return counted
 
@@ -55,8 +62,16 @@ def train_steps(client: Client, per_sample_s: float, out: TextIO | None, first: 
         time.sleep(batch.share * per_sample_s)  # forward/backward on batch.indices()
         compute_s = time.perf_counter() - started
         # The gradient of this rank is scaled by batch.weight before the all-reduce.
-        _log(out, {"step": batch.step, "epoch": batch.epoch, "share": batch.share,
-                   "weight": batch.weight, "ranges": batch.ranges})  # fmt: skip
+        _log(
+            out,
+            {
+                "step": batch.step,
+                "epoch": batch.epoch,
+                "share": batch.share,
+                "weight": batch.weight,
+                "ranges": batch.ranges,
+            },
+        )
         step += 1
     return step - first
 

@@ -63,8 +63,9 @@ class Slowness(nn.Module):
 
 def build_model(per_sample_s: float) -> nn.Module:
     torch.manual_seed(0)  # every rank starts from the same weights
-    return nn.Sequential(Slowness(per_sample_s), nn.Linear(FEATURES, 64), nn.ReLU(),
-                         nn.Linear(64, 1))  # fmt: skip
+    return nn.Sequential(
+        Slowness(per_sample_s), nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, 1)
+    )
 
 
 def evaluate(model: nn.Module, data: TensorDataset) -> float:
@@ -74,8 +75,9 @@ def evaluate(model: nn.Module, data: TensorDataset) -> float:
         return float(nn.functional.mse_loss(inner[1:](x), y))
 
 
-def train_steps(model: DistributedDataParallel, data: TensorDataset, opt: torch.optim.Optimizer,
-                log: Any) -> int:  # fmt: skip
+def train_steps(
+    model: DistributedDataParallel, data: TensorDataset, opt: torch.optim.Optimizer, log: Any
+) -> int:
     """Per-step mode: this rank's share of each global step, its gradient scaled to match."""
     sampler = StepSampler()
     steps = 0
@@ -89,14 +91,27 @@ def train_steps(model: DistributedDataParallel, data: TensorDataset, opt: torch.
             loss.backward()  # the communication hook marks probe.comm_begin() inside
             opt.step()
         if share.share:
-            log({"step": share.step, "epoch": share.epoch, "share": share.share,
-                 "batch": share.batch, "indices": index.tolist()})  # fmt: skip
+            log(
+                {
+                    "step": share.step,
+                    "epoch": share.epoch,
+                    "share": share.share,
+                    "batch": share.batch,
+                    "indices": index.tolist(),
+                }
+            )
         steps += 1
     return steps
 
 
-def train_pull(model: DistributedDataParallel, data: TensorDataset, opt: torch.optim.Optimizer,
-               log: Any, batch_size: int, workers: int) -> int:  # fmt: skip
+def train_pull(
+    model: DistributedDataParallel,
+    data: TensorDataset,
+    opt: torch.optim.Optimizer,
+    log: Any,
+    batch_size: int,
+    workers: int,
+) -> int:
     """Pull mode: shards on demand; Join keeps DDP going when ranks run out unevenly."""
     shards = ShardDataset(data, batch_size)
     loader = DataLoader(shards, batch_size=None, num_workers=workers)
@@ -152,8 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     else:
         steps = train_pull(model, data, opt, log, args.batch, args.workers)
     after = evaluate(model, data)
-    log({"rank": who.rank, "node": who.node, "steps": steps, "loss_before": before,
-         "loss_after": after, "seconds": time.monotonic() - started})  # fmt: skip
+    log(
+        {
+            "rank": who.rank,
+            "node": who.node,
+            "steps": steps,
+            "loss_before": before,
+            "loss_after": after,
+            "seconds": time.monotonic() - started,
+        }
+    )
     if out is not None:
         out.close()
     print(f"rank {who.rank}: {steps} steps, loss {before:.4f} -> {after:.4f}", file=sys.stderr)

@@ -66,11 +66,18 @@ class Entry:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-                "id": self.id, "ts": self.ts, "action": self.action, "phase": self.phase,
-                "nodes": list(self.nodes), "actor": self.actor, "host": self.host,
-                "pid": self.pid, "reason": self.reason, "evidence": self.evidence,
-                "writer": self.writer.as_dict(),
-        }  # fmt: skip
+            "id": self.id,
+            "ts": self.ts,
+            "action": self.action,
+            "phase": self.phase,
+            "nodes": list(self.nodes),
+            "actor": self.actor,
+            "host": self.host,
+            "pid": self.pid,
+            "reason": self.reason,
+            "evidence": self.evidence,
+            "writer": self.writer.as_dict(),
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), separators=(",", ":"), default=str)
@@ -80,13 +87,18 @@ class Entry:
         try:
             raw = json.loads(line)
             return cls(
-                id=str(raw["id"]), ts=float(raw["ts"]), action=str(raw["action"]),
-                phase=str(raw["phase"]), nodes=tuple(str(n) for n in raw["nodes"]),
-                actor=str(raw.get("actor", "")), host=str(raw.get("host", "")),
-                pid=int(raw.get("pid", 0)), reason=str(raw.get("reason", "")),
+                id=str(raw["id"]),
+                ts=float(raw["ts"]),
+                action=str(raw["action"]),
+                phase=str(raw["phase"]),
+                nodes=tuple(str(n) for n in raw["nodes"]),
+                actor=str(raw.get("actor", "")),
+                host=str(raw.get("host", "")),
+                pid=int(raw.get("pid", 0)),
+                reason=str(raw.get("reason", "")),
                 evidence=dict(raw.get("evidence") or {}),
                 writer=Writer.from_dict(raw.get("writer")),
-            )  # fmt: skip
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -182,7 +194,11 @@ class ActionLog:
                 if not self._still_read(f):  # another file, or not the bytes read before
                     st = os.fstat(f.fileno())
                     self._file, self._offset, self._seen, self._parsed = (
-                        (st.st_dev, st.st_ino), 0, b"", [])
+                        (st.st_dev, st.st_ino),
+                        0,
+                        b"",
+                        [],
+                    )
                 f.seek(self._offset)
                 data = f.read()
         except FileNotFoundError:
@@ -244,8 +260,9 @@ class ActionLog:
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     tmp.unlink()
-                raise StoreError(f"cannot checkpoint the action log {self.path}: "
-                                 f"{exc.strerror}") from None
+                raise StoreError(
+                    f"cannot checkpoint the action log {self.path}: {exc.strerror}"
+                ) from None
             return archive
         finally:
             os.close(fd)

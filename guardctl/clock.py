@@ -73,8 +73,9 @@ def beat(root: Path, role: str, name: str, clock: Clock | None = None) -> Beat:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         before = clock.wall()
-        atomic_write(path, json.dumps({"role": role, "name": name, "wall": before}) + "\n",
-                     fsync=False)
+        atomic_write(
+            path, json.dumps({"role": role, "name": name, "wall": before}) + "\n", fsync=False
+        )
         os.utime(path)  # the file server's "now"
         after = clock.wall()
         at = path.stat().st_mtime
@@ -102,8 +103,9 @@ def read_beats(root: Path) -> list[Beat]:
     return out
 
 
-def skew_refusal(root: Path, role: str, name: str, tolerance_s: float,
-                 clock: Clock | None = None) -> str:
+def skew_refusal(
+    root: Path, role: str, name: str, tolerance_s: float, clock: Clock | None = None
+) -> str:
     """Why this host must not act now because of clocks, in one line ("" when it may act).
 
     Writes this host's heartbeat, then compares the agents' recent heartbeats with it.
@@ -112,12 +114,17 @@ def skew_refusal(root: Path, role: str, name: str, tolerance_s: float,
         mine = beat(root, role, name, clock)
     except StoreError as exc:
         return f"cannot tell whether the clocks agree ({exc})"
-    off = [(b, b.skew_s - mine.skew_s) for b in read_beats(root)
-           if b.role == "agent" and mine.at - b.at <= FRESH_S]
+    off = [
+        (b, b.skew_s - mine.skew_s)
+        for b in read_beats(root)
+        if b.role == "agent" and mine.at - b.at <= FRESH_S
+    ]
     bad = sorted((b for b in off if abs(b[1]) > tolerance_s), key=lambda x: -abs(x[1]))
     if not bad:
         return ""
     shown = ", ".join(f"{b.name} {d:+.0f} s" for b, d in bad[:5])
     more = f" (+{len(bad) - 5} more)" if len(bad) > 5 else ""
-    return (f"the clocks of {len(bad)} agent host(s) differ from this controller's by more "
-            f"than control.max_clock_skew_s = {tolerance_s:g} s: {shown}{more}")
+    return (
+        f"the clocks of {len(bad)} agent host(s) differ from this controller's by more "
+        f"than control.max_clock_skew_s = {tolerance_s:g} s: {shown}{more}"
+    )

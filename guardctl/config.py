@@ -253,7 +253,8 @@ def check_lease(lease_s: float, interval_s: float, interval_from: str) -> None:
         raise ConfigError(
             f"control.lease_s = {lease_s:g}: must be at least {LEASE_PER_INTERVAL:g} x the "
             f"pass interval ({interval_from} = {interval_s:g} s), or a leader's lease runs out "
-            "inside its own pass")
+            "inside its own pass"
+        )
 
 
 def load_settings(

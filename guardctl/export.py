@@ -75,8 +75,11 @@ def collect(source: Source) -> Export:
         frame = prometheus_frame(source)
     else:
         frame = load_recent(source.store, settings, steps_needed(settings.analyze))
-    return Export(analyze_frame(frame, settings.analyze), health.latest(frame),
-                  store_state(settings.store.root))
+    return Export(
+        analyze_frame(frame, settings.analyze),
+        health.latest(frame),
+        store_state(settings.store.root),
+    )
 
 
 def store_state(root: Path) -> StoreState:
@@ -121,20 +124,33 @@ class _Metrics(Collector):
 
 def _verdicts(result: Analysis) -> Iterator[GaugeMetricFamily]:
     per_node = [
-        ("guardctl_node_suspect", "1 when the analyzer holds the node suspect.",
-         lambda n: float(n.verdict == SUSPECT)),
-        ("guardctl_node_unknown",
-         "1 when the node's telemetry cannot support a verdict (too little of it, too short a "
-         "run, ranks with nothing to compare with) or a collector fails.",
-         lambda n: float(n.verdict == UNKNOWN)),
-        ("guardctl_node_watch", "1 when the node is flagged but not yet in enough windows.",
-         lambda n: float(n.verdict == WATCH)),
-        ("guardctl_node_score",
-         "Largest severity among the node's findings (1 = at a detector threshold).",
-         lambda n: n.score),
-        ("guardctl_node_flagged_windows", "Recent windows in which a detector flagged the node.",
-         lambda n: float(n.flagged_windows)),
-    ]  # fmt: skip
+        (
+            "guardctl_node_suspect",
+            "1 when the analyzer holds the node suspect.",
+            lambda n: float(n.verdict == SUSPECT),
+        ),
+        (
+            "guardctl_node_unknown",
+            "1 when the node's telemetry cannot support a verdict (too little of it, too short a "
+            "run, ranks with nothing to compare with) or a collector fails.",
+            lambda n: float(n.verdict == UNKNOWN),
+        ),
+        (
+            "guardctl_node_watch",
+            "1 when the node is flagged but not yet in enough windows.",
+            lambda n: float(n.verdict == WATCH),
+        ),
+        (
+            "guardctl_node_score",
+            "Largest severity among the node's findings (1 = at a detector threshold).",
+            lambda n: n.score,
+        ),
+        (
+            "guardctl_node_flagged_windows",
+            "Recent windows in which a detector flagged the node.",
+            lambda n: float(n.flagged_windows),
+        ),
+    ]
     for name, doc, value in per_node:
         family = _gauge(name, doc, ["node"])
         for n in result.nodes:
@@ -159,15 +175,19 @@ def _pass(result: Analysis) -> Iterator[GaugeMetricFamily]:
     for verdict in _VERDICTS:
         nodes.add_metric([verdict], float(sum(n.verdict == verdict for n in result.nodes)))
     yield nodes
-    end = _gauge("guardctl_analyze_window_end_seconds",
-                 "End of the newest analysis window (Unix time).")  # fmt: skip
+    end = _gauge(
+        "guardctl_analyze_window_end_seconds", "End of the newest analysis window (Unix time)."
+    )
     end.add_metric([], result.window_end)
     yield end
     records = _gauge("guardctl_analyze_input_records", "Valid records read by the last pass.")
     records.add_metric([], float(result.records))
     yield records
-    bad = _gauge("guardctl_analyze_bad_lines", "Input lines skipped by the last pass, per reason.",
-                 ["reason"])  # fmt: skip
+    bad = _gauge(
+        "guardctl_analyze_bad_lines",
+        "Input lines skipped by the last pass, per reason.",
+        ["reason"],
+    )
     for reason, count in sorted(result.bad.items()):
         bad.add_metric([reason], float(count))
     yield bad
@@ -200,33 +220,59 @@ def _collectors(statuses: Sequence[health.CollectorStatus]) -> Iterator[GaugeMet
 def _controller(passes: Sequence[Mapping[str, Any]]) -> Iterator[GaugeMetricFamily]:
     """Each controller host's last pass: its liveness, and whether it acts."""
     per_host = [
-        ("guardctl_control_last_pass_seconds", "When the controller's last pass ended (Unix "
-         "time); a pass that failed counts (see guardctl_control_pass_failed).",
-         lambda p: float(p["ts"])),
-        ("guardctl_control_pass_duration_seconds", "How long the controller's last pass took.",
-         lambda p: float(p.get("duration_s") or 0.0)),
-        ("guardctl_control_interval_seconds", "The controller's time between passes.",
-         lambda p: float(p.get("interval_s") or 0.0)),
-        ("guardctl_control_pass_failed", "1 when the last pass failed (Slurm down, the "
-         "telemetry source, the lease lost mid-pass): nothing was decided after the failure.",
-         lambda p: float(bool(p.get("error")))),
-        ("guardctl_control_leader", "1 when the controller held the leader lease at its last "
-         "pass (exactly one host should).", lambda p: float(bool(p.get("leader")))),
-        ("guardctl_control_acting", "1 when the last pass acted on Slurm; 0: it observed only "
-         "(configured so, not the leader, or held back).", lambda p: float(bool(p.get("acting")))),
-        ("guardctl_control_observe_only", "1 when the controller is configured to observe only "
-         "(safety.observe_only, or guardctl control without --act).",
-         lambda p: float(bool(p.get("observe_only")))),
-    ]  # fmt: skip
+        (
+            "guardctl_control_last_pass_seconds",
+            "When the controller's last pass ended (Unix "
+            "time); a pass that failed counts (see guardctl_control_pass_failed).",
+            lambda p: float(p["ts"]),
+        ),
+        (
+            "guardctl_control_pass_duration_seconds",
+            "How long the controller's last pass took.",
+            lambda p: float(p.get("duration_s") or 0.0),
+        ),
+        (
+            "guardctl_control_interval_seconds",
+            "The controller's time between passes.",
+            lambda p: float(p.get("interval_s") or 0.0),
+        ),
+        (
+            "guardctl_control_pass_failed",
+            "1 when the last pass failed (Slurm down, the "
+            "telemetry source, the lease lost mid-pass): nothing was decided after the failure.",
+            lambda p: float(bool(p.get("error"))),
+        ),
+        (
+            "guardctl_control_leader",
+            "1 when the controller held the leader lease at its last "
+            "pass (exactly one host should).",
+            lambda p: float(bool(p.get("leader"))),
+        ),
+        (
+            "guardctl_control_acting",
+            "1 when the last pass acted on Slurm; 0: it observed only "
+            "(configured so, not the leader, or held back).",
+            lambda p: float(bool(p.get("acting"))),
+        ),
+        (
+            "guardctl_control_observe_only",
+            "1 when the controller is configured to observe only "
+            "(safety.observe_only, or guardctl control without --act).",
+            lambda p: float(bool(p.get("observe_only"))),
+        ),
+    ]
     for name, doc, value in per_host:
         family = _gauge(name, doc, ["host"])
         for p in passes:
             family.add_metric([str(p.get("host", ""))], value(p))
         yield family
-    held = _gauge("guardctl_control_held_back",
-                  "1 when the leader's last pass was held back from acting, and why: clock_skew "
-                  "(an agent's clock too far from the controller's) or window (the newest "
-                  "analysis window stale or in the future: nothing decided).", ["host", "why"])
+    held = _gauge(
+        "guardctl_control_held_back",
+        "1 when the leader's last pass was held back from acting, and why: clock_skew "
+        "(an agent's clock too far from the controller's) or window (the newest "
+        "analysis window stale or in the future: nothing decided).",
+        ["host", "why"],
+    )
     for p in passes:
         host = str(p.get("host", ""))
         held.add_metric([host, "clock_skew"], float(bool(p.get("held_back"))))
@@ -244,42 +290,83 @@ def _log(state: StoreState) -> Iterator[Family]:
     """Counts over the action log as it is (a checkpoint that shrinks it reads as a reset)."""
     entries = state.entries
     families: list[tuple[str, str, list[str], Counter[tuple[str, ...]]]] = [
-        ("guardctl_node_actions", "Node actions in the action log, by action and outcome (done, "
-         "failed, reconciled, abandoned).", ["action", "outcome"],
-         Counter((e.action, e.phase) for e in entries
-                 if e.phase not in ("intent", "note") and e.action in _NODE_ACTIONS)),
-        ("guardctl_control_decisions", "The controller's recorded decisions, by decision and "
-         "outcome (done, would_do, refused, skipped, failed, swept, ...).",
-         ["decision", "outcome"],
-         Counter((str(e.evidence.get("decision", "")), _word(str(e.evidence.get("outcome", ""))))
-                 for e in entries if e.action == "control decision")),
-        ("guardctl_control_sweeps", "The controller's judged sweeps, by verdict (pass, fail, "
-         "undetermined, aborted).", ["verdict"],
-         Counter((str(e.evidence.get("verdict", "")),) for e in entries
-                 if e.action == "control sweep")),
-        ("guardctl_control_rehearsal_steps", "Observe-only's paper steps (what the controller "
-         "would have done), by step.", ["step"],
-         Counter((str(e.evidence.get("step", "")),) for e in entries
-                 if e.action == "control rehearsal")),
-        ("guardctl_hook_failures", "Failing prolog/epilog/health-check runs noted in the log, by "
-         "hook and whether guardctl drained the node.", ["hook", "drained"],
-         Counter((str(e.evidence.get("hook", "")), str(bool(e.evidence.get("drained"))).lower())
-                 for e in entries if e.action == "hook failed")),
-    ]  # fmt: skip
+        (
+            "guardctl_node_actions",
+            "Node actions in the action log, by action and outcome (done, "
+            "failed, reconciled, abandoned).",
+            ["action", "outcome"],
+            Counter(
+                (e.action, e.phase)
+                for e in entries
+                if e.phase not in ("intent", "note") and e.action in _NODE_ACTIONS
+            ),
+        ),
+        (
+            "guardctl_control_decisions",
+            "The controller's recorded decisions, by decision and "
+            "outcome (done, would_do, refused, skipped, failed, swept, ...).",
+            ["decision", "outcome"],
+            Counter(
+                (str(e.evidence.get("decision", "")), _word(str(e.evidence.get("outcome", ""))))
+                for e in entries
+                if e.action == "control decision"
+            ),
+        ),
+        (
+            "guardctl_control_sweeps",
+            "The controller's judged sweeps, by verdict (pass, fail, undetermined, aborted).",
+            ["verdict"],
+            Counter(
+                (str(e.evidence.get("verdict", "")),)
+                for e in entries
+                if e.action == "control sweep"
+            ),
+        ),
+        (
+            "guardctl_control_rehearsal_steps",
+            "Observe-only's paper steps (what the controller would have done), by step.",
+            ["step"],
+            Counter(
+                (str(e.evidence.get("step", "")),)
+                for e in entries
+                if e.action == "control rehearsal"
+            ),
+        ),
+        (
+            "guardctl_hook_failures",
+            "Failing prolog/epilog/health-check runs noted in the log, by "
+            "hook and whether guardctl drained the node.",
+            ["hook", "drained"],
+            Counter(
+                (str(e.evidence.get("hook", "")), str(bool(e.evidence.get("drained"))).lower())
+                for e in entries
+                if e.action == "hook failed"
+            ),
+        ),
+    ]
     for name, doc, labels, counts in families:
         family = CounterMetricFamily(name, doc, labels=labels)
         for key, n in sorted(counts.items()):
             family.add_metric(list(key), float(n))
         yield family
-    intents = _gauge("guardctl_action_intents_open", "Intents with no outcome (a crash mid-"
-                     "action): the next acting command reconciles them.")
+    intents = _gauge(
+        "guardctl_action_intents_open",
+        "Intents with no outcome (a crash mid-action): the next acting command reconciles them.",
+    )
     intents.add_metric([], float(len(pending_intents(entries))))
     yield intents
     for name, doc, ok in (
-        ("guardctl_action_log_readable", "1 when the action log could be read.",
-         state.log_readable),
-        ("guardctl_store_writable", "1 when a file could be created in the store (every writer "
-         "needs it: agents, hooks, the controller's log and lease).", state.writable),
+        (
+            "guardctl_action_log_readable",
+            "1 when the action log could be read.",
+            state.log_readable,
+        ),
+        (
+            "guardctl_store_writable",
+            "1 when a file could be created in the store (every writer "
+            "needs it: agents, hooks, the controller's log and lease).",
+            state.writable,
+        ),
     ):
         gauge = _gauge(name, doc)
         gauge.add_metric([], float(ok))

@@ -26,5 +26,7 @@ def need(extra: str, command: str) -> None:
         try:
             importlib.import_module(module)
         except ImportError:
-            raise ConfigError(f"guardctl {command} needs {module}, which is not installed: "
-                              f"pip install 'guardctl[{extra}]'") from None
+            raise ConfigError(
+                f"guardctl {command} needs {module}, which is not installed: "
+                f"pip install 'guardctl[{extra}]'"
+            ) from None

@@ -43,11 +43,15 @@ EXIT_CODES = {
 
 EXAMPLES = [
     ("The fleet at a glance, and as JSON for scripts:", "guardctl status\nguardctl status --json"),
-    ("Take a suspect out of production for sweeps, then put it back:",
-     "guardctl quarantine node7 --reason 'straggler in job 4242'\nguardctl release node7"),
-    ("See what a drain would do, then do it:",
-     "guardctl drain 'node[3-4]' --reason 'XID 79' --dry-run\n"
-     "guardctl drain 'node[3-4]' --reason 'XID 79'"),
+    (
+        "Take a suspect out of production for sweeps, then put it back:",
+        "guardctl quarantine node7 --reason 'straggler in job 4242'\nguardctl release node7",
+    ),
+    (
+        "See what a drain would do, then do it:",
+        "guardctl drain 'node[3-4]' --reason 'XID 79' --dry-run\n"
+        "guardctl drain 'node[3-4]' --reason 'XID 79'",
+    ),
     ("Who did what, and why:", "guardctl history node7"),
 ]
 
@@ -55,8 +59,9 @@ EXAMPLES = [
 def esc(text: str) -> str:
     """Escape text for roff."""
     out = text.replace("\\", "\\e").replace("-", "\\-")
-    return "\n".join(("\\&" + line) if line.startswith((".", "'")) else line
-                     for line in out.split("\n"))
+    return "\n".join(
+        ("\\&" + line) if line.startswith((".", "'")) else line for line in out.split("\n")
+    )
 
 
 def _commands(group: click.Group, prefix: str) -> Iterator[tuple[str, click.Command]]:
@@ -72,8 +77,9 @@ def _commands(group: click.Group, prefix: str) -> Iterator[tuple[str, click.Comm
 
 
 def _usage(cmd: click.Command, full: str) -> str:
-    pieces = [p.make_metavar(click.Context(cmd)) for p in cmd.params
-              if isinstance(p, click.Argument)]
+    pieces = [
+        p.make_metavar(click.Context(cmd)) for p in cmd.params if isinstance(p, click.Argument)
+    ]
     return " ".join([full, "[OPTIONS]", *pieces])
 
 
@@ -104,11 +110,13 @@ def guardctl_1(main: click.Group) -> str:
         "[\\fB\\-\\-set\\fR \\fISECTION.KEY=VALUE\\fR] [\\fB\\-\\-debug\\fR] "
         "\\fICOMMAND\\fR [\\fIARGS\\fR]...",
         ".SH DESCRIPTION",
-        esc("guardctl watches the nodes of a Slurm cluster while training jobs run, finds the "
+        esc(
+            "guardctl watches the nodes of a Slurm cluster while training jobs run, finds the "
             "nodes that fall behind their peers, proves it with burn-in sweeps, and drains or "
             "returns them. It never resumes, releases or rewrites a node that someone else "
             "drained, downed or reserved; every action is logged with its evidence in the "
-            "store's action log. Node sets use Slurm's hostlist syntax, e.g. node[1-4,7]."),
+            "store's action log. Node sets use Slurm's hostlist syntax, e.g. node[1-4,7]."
+        ),
         ".SH GLOBAL OPTIONS",
         *_options(main),
         ".SH COMMANDS",
@@ -118,16 +126,22 @@ def guardctl_1(main: click.Group) -> str:
     out += [".SH EXIT STATUS"]
     for code, text in EXIT_CODES.items():
         out += [".TP", f"\\fB{int(code)}\\fR", esc(text)]
-    out += [".SH ENVIRONMENT",
-            ".TP", "\\fBGUARDCTL_CONFIG\\fR", esc("A further configuration file, read after "
-                                                 "/etc/guardctl."),
-            ".TP", "\\fBGUARDCTL_STORE\\fR", esc("Overrides store.root for every command and "
-                                                "for the training-job probe."),
-            ".SH FILES",
-            ".TP", "\\fB/etc/guardctl/guardctl.toml\\fR, \\fB/etc/guardctl/conf.d/*.toml\\fR",
-            esc("Configuration; see guardctl.toml(5)."),
-            ".TP", "\\fI<store>\\fR\\fB/actions/actions.jsonl\\fR",
-            esc("The append-only action log: who, when, why, evidence.")]
+    out += [
+        ".SH ENVIRONMENT",
+        ".TP",
+        "\\fBGUARDCTL_CONFIG\\fR",
+        esc("A further configuration file, read after /etc/guardctl."),
+        ".TP",
+        "\\fBGUARDCTL_STORE\\fR",
+        esc("Overrides store.root for every command and for the training-job probe."),
+        ".SH FILES",
+        ".TP",
+        "\\fB/etc/guardctl/guardctl.toml\\fR, \\fB/etc/guardctl/conf.d/*.toml\\fR",
+        esc("Configuration; see guardctl.toml(5)."),
+        ".TP",
+        "\\fI<store>\\fR\\fB/actions/actions.jsonl\\fR",
+        esc("The append-only action log: who, when, why, evidence."),
+    ]
     out += [".SH EXAMPLES"]
     for text, commands in EXAMPLES:
         out += [".PP", esc(text), ".PP", ".nf", ".RS", esc(commands), ".RE", ".fi"]
@@ -158,8 +172,9 @@ def _type_text(tp: Any) -> str:
         return f"list of {_type_text(typing.get_args(tp)[0])}"
     if origin is dict:
         return f"table of {_type_text(typing.get_args(tp)[1])}"
-    return {bool: "boolean", int: "integer", float: "number", str: "string",
-            Path: "path"}.get(tp, getattr(tp, "__name__", str(tp)))
+    return {bool: "boolean", int: "integer", float: "number", str: "string", Path: "path"}.get(
+        tp, getattr(tp, "__name__", str(tp))
+    )
 
 
 def _default_text(value: Any) -> str:
@@ -178,15 +193,19 @@ def guardctl_toml_5() -> str:
     """The guardctl.toml(5) page, from the section dataclasses."""
     out = [
         f'.TH GUARDCTL.TOML 5 "{DATE}" "guardctl {__version__}" "File Formats"',
-        ".SH NAME", "guardctl.toml \\- configuration of guardctl",
+        ".SH NAME",
+        "guardctl.toml \\- configuration of guardctl",
         ".SH DESCRIPTION",
         esc("guardctl reads its settings from layers; later layers win key by key:"),
         *[item for n, text in enumerate(LAYERS, 1) for item in (".IP", f"{n}.", esc(text))],
-        ".PP", esc("Every key is optional; an unknown key, a value of the wrong type or a "
-                   "number that is not finite (nan, inf) is an error (exit 3) that names the "
-                   "file and the key. So is a control.racks or control.models hostlist that "
-                   "does not expand, and a control.lease_s shorter than 3 x control.interval_s "
-                   "(the lease must outlast a pass by far)."),
+        ".PP",
+        esc(
+            "Every key is optional; an unknown key, a value of the wrong type or a "
+            "number that is not finite (nan, inf) is an error (exit 3) that names the "
+            "file and the key. So is a control.racks or control.models hostlist that "
+            "does not expand, and a control.lease_s shorter than 3 x control.interval_s "
+            "(the lease must outlast a pass by far)."
+        ),
     ]
     defaults = Settings()
     hints = typing.get_type_hints(Settings)
@@ -203,8 +222,7 @@ def guardctl_toml_5() -> str:
             if fld.name in comments:
                 text += " " + comments[fld.name][0].upper() + comments[fld.name][1:]
             out += [".TP", f"\\fB{fld.name}\\fR", esc(text)]
-    out += [".SH EXAMPLE", ".nf", esc(EXAMPLE_TOML), ".fi",
-            ".SH SEE ALSO", "guardctl(1)", ""]
+    out += [".SH EXAMPLE", ".nf", esc(EXAMPLE_TOML), ".fi", ".SH SEE ALSO", "guardctl(1)", ""]
     return "\n".join(out)
 
 

@@ -23,8 +23,9 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Plugins of one kind, by name."""
 
-    def __init__(self, kind: str, package: str | None = None,
-                 unknown: type[GuardctlError] = UsageError) -> None:
+    def __init__(
+        self, kind: str, package: str | None = None, unknown: type[GuardctlError] = UsageError
+    ) -> None:
         self.kind = kind
         self.package = package
         self.unknown = unknown

@@ -184,8 +184,9 @@ class Probe:
         self.job = who.job or LOCAL_JOB  # outside a job the probe still writes
         layout.step_file(Path("."), self.job, who.node, who.rank, 0.0)  # validate names now
         self.role = role or Role()
-        make_record("step", who.node, 0.0, job=self.job, rank=who.rank, step_s=0.0,
-                    **self.role.fields())  # fmt: skip
+        make_record(
+            "step", who.node, 0.0, job=self.job, rank=who.rank, step_s=0.0, **self.role.fields()
+        )
         self._root = store
         self.queue_size = queue_size
         self.flush_interval_s = flush_interval_s
@@ -416,10 +417,14 @@ class Probe:
         if not state.writable:
             hint = ""
             if "EACCES" in state.error or "EPERM" in state.error:
-                hint = (f"; {self.root}/steps must be writable by every user (mode 1777, as "
-                        "'guardctl store init' makes it)")
-            _say(f"{who}: cannot write step records: {state.error}{hint}; keeping up to "
-                 f"{self.queue_size} steps in memory and retrying")
+                hint = (
+                    f"; {self.root}/steps must be writable by every user (mode 1777, as "
+                    "'guardctl store init' makes it)"
+                )
+            _say(
+                f"{who}: cannot write step records: {state.error}{hint}; keeping up to "
+                f"{self.queue_size} steps in memory and retrying"
+            )
         else:
             _say(f"{who}: step records written again ({state.dropped} steps dropped so far)")
 

@@ -173,8 +173,13 @@ class Writer:
     start: int = 0  # the process's start time in clock ticks since boot (/proc/PID/stat)
 
     def as_dict(self) -> dict[str, str | int]:
-        return {"machine": self.machine, "boot": self.boot, "pidns": self.pidns,
-                "pid": self.pid, "start": self.start}
+        return {
+            "machine": self.machine,
+            "boot": self.boot,
+            "pidns": self.pidns,
+            "pid": self.pid,
+            "start": self.start,
+        }
 
     @classmethod
     def from_dict(cls, raw: object) -> Writer:
@@ -182,9 +187,13 @@ class Writer:
         if not isinstance(raw, dict):
             return cls()
         try:
-            return cls(str(raw.get("machine") or ""), str(raw.get("boot") or ""),
-                       int(raw.get("pidns") or 0), int(raw.get("pid") or 0),
-                       int(raw.get("start") or 0))
+            return cls(
+                str(raw.get("machine") or ""),
+                str(raw.get("boot") or ""),
+                int(raw.get("pidns") or 0),
+                int(raw.get("pid") or 0),
+                int(raw.get("start") or 0),
+            )
         except (TypeError, ValueError):
             return cls()
 
@@ -217,8 +226,13 @@ def _writer_of(pid: int) -> Writer:
         pidns = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         pidns = 0
-    return Writer(_read_id("/etc/machine-id"), _read_id("/proc/sys/kernel/random/boot_id"),
-                  pidns, pid, _start_ticks(pid))
+    return Writer(
+        _read_id("/etc/machine-id"),
+        _read_id("/proc/sys/kernel/random/boot_id"),
+        pidns,
+        pid,
+        _start_ticks(pid),
+    )
 
 
 def writer_alive(writer: Writer) -> bool | None:
@@ -244,8 +258,9 @@ def writer_alive(writer: Writer) -> bool | None:
 AS_USER_FAILED = 255  # as_user's child could not drop to the user, or its work raised
 
 
-def as_user(uid: int, gid: int, groups: Sequence[int], work: Callable[[], int], *,
-            timeout: float) -> int:
+def as_user(
+    uid: int, gid: int, groups: Sequence[int], work: Callable[[], int], *, timeout: float
+) -> int:
     """Run *work* in a forked child that has given up root for *uid*, *gid* and *groups* for
     good; return its result (0-254), 255 when the child could not take that identity or *work*
     raised, or -1 when it ran past *timeout* and was killed.

@@ -40,8 +40,10 @@ def parse_duration(text: str) -> float:
     """``"7d"`` -> 604800.0; units s, m, h, d, w. Raises UsageError otherwise."""
     match = _DURATION.match(text)
     if not match or float(match.group(1)) <= 0:
-        raise UsageError(f"invalid duration {text!r}: expected a positive number and a unit "
-                         "(s, m, h, d, w), e.g. 7d or 12h")
+        raise UsageError(
+            f"invalid duration {text!r}: expected a positive number and a unit "
+            "(s, m, h, d, w), e.g. 7d or 12h"
+        )
     return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
@@ -88,8 +90,9 @@ def init(root: Path) -> Path:
             os.chmod(root / name, mode)
         if not marker.is_file():
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            atomic_write(marker, f"guardctl shared store, marked {when} on "
-                                 f"{socket.gethostname()}\n")
+            atomic_write(
+                marker, f"guardctl shared store, marked {when} on {socket.gethostname()}\n"
+            )
     except OSError as exc:
         raise StoreError(f"cannot mark {root} as the store: {exc.strerror or exc}") from None
     return marker
@@ -101,12 +104,16 @@ def unmarked(root: Path) -> str:
         os.stat(root / MARKER)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            where = ("store.root is not set and the default is a local directory"
-                     if root == StoreSettings().root
-                     else "the shared filesystem is not mounted there, or store.root is wrong")
-            return (f"store {root} is not guardctl's shared store: {MARKER} is missing ({where});"
-                    " set [store] root or GUARDCTL_STORE to the mounted store, or mark it once "
-                    f"with 'guardctl store init {root}'; nothing was written")
+            where = (
+                "store.root is not set and the default is a local directory"
+                if root == StoreSettings().root
+                else "the shared filesystem is not mounted there, or store.root is wrong"
+            )
+            return (
+                f"store {root} is not guardctl's shared store: {MARKER} is missing ({where});"
+                " set [store] root or GUARDCTL_STORE to the mounted store, or mark it once "
+                f"with 'guardctl store init {root}'; nothing was written"
+            )
         return f"store {root}: cannot read {MARKER}: {exc.strerror or exc}; nothing was written"
     return ""
 
@@ -162,8 +169,9 @@ def check(path: Path) -> CheckReport:
     try:
         files = input_files(path)
     except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or 'no such file or directory'}") \
-            from None
+        raise InputError(
+            f"{path}: cannot read: {exc.strerror or 'no such file or directory'}"
+        ) from None
     report = CheckReport(str(path))
     for file in files:
         bad: Counter[str] = Counter()
@@ -248,8 +256,9 @@ def expired_files(root: Path, cutoff: float) -> list[Path]:
     return found
 
 
-def prune(root: Path, older_than_s: float, *, now: float | None = None,
-          dry_run: bool = False) -> PruneReport:
+def prune(
+    root: Path, older_than_s: float, *, now: float | None = None, dry_run: bool = False
+) -> PruneReport:
     """Delete hourly files older than *older_than_s*, and node/job directories left empty."""
     cutoff = (time.time() if now is None else now) - older_than_s
     report = PruneReport(str(root), cutoff, dry_run)

@@ -84,8 +84,12 @@ class Helper:
             path = os.environ.get("PYTHONPATH")
             env = dict(os.environ, PYTHONPATH=package + (os.pathsep + path if path else ""))
             fds = [theirs.fileno(), *(b.fd for b in self.buffers)]
-            self.proc = runner.spawn([sys.executable, "-m", "guardctl.tails", *map(str, fds)],
-                                     env=env, cwd=package, pass_fds=fds)  # fmt: skip
+            self.proc = runner.spawn(
+                [sys.executable, "-m", "guardctl.tails", *map(str, fds)],
+                env=env,
+                cwd=package,
+                pass_fds=fds,
+            )
         except BaseException:
             ours.close()
             for b in self.buffers:

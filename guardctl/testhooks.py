@@ -46,8 +46,7 @@ def is_lab(conf: Path) -> bool:
         return False
 
 
-def require_lab(hook: str, configured: str = "", environ: Mapping[str, str] | None = None
-                ) -> None:
+def require_lab(hook: str, configured: str = "", environ: Mapping[str, str] | None = None) -> None:
     """Raise :class:`NotALab` unless the slurm.conf in use is a local lab's."""
     conf = slurm_conf(configured, environ)
     if not is_lab(conf):

@@ -68,13 +68,18 @@ def wait_for(path: Path, timeout: float) -> str:
 class Ring:
     """A ring of connections: this rank sends to rank+1 and receives from rank-1."""
 
-    def __init__(self, rank: int, world: int, rendezvous: Path, bind: str, authkey: bytes,
-                 timeout: float) -> None:
+    def __init__(
+        self, rank: int, world: int, rendezvous: Path, bind: str, authkey: bytes, timeout: float
+    ) -> None:
         self.rank, self.world = rank, world
         listener = Listener((bind, 0), authkey=authkey)
         host, port = listener.address
-        me = {"rank": rank, "node": node_name(), "host": bind if bind != "0.0.0.0" else host,
-              "port": port}
+        me = {
+            "rank": rank,
+            "node": node_name(),
+            "host": bind if bind != "0.0.0.0" else host,
+            "port": port,
+        }
         write_atomic(rendezvous / f"rank{rank}.json", json.dumps(me))
         peers = [json.loads(wait_for(rendezvous / f"rank{r}.json", timeout)) for r in range(world)]
         self.nodes = [p["node"] for p in peers]
@@ -83,8 +88,7 @@ class Ring:
         # every rank connecting first would deadlock the ring.
         with ThreadPoolExecutor(1) as pool:
             accepted = pool.submit(listener.accept)
-            self.next: Connection = Client((successor["host"], successor["port"]),
-                                           authkey=authkey)
+            self.next: Connection = Client((successor["host"], successor["port"]), authkey=authkey)
             self.prev: Connection = accepted.result(timeout=timeout)
         listener.close()
         self.sender = ThreadPoolExecutor(1)
@@ -117,8 +121,9 @@ class Ring:
         self.prev.close()
 
 
-def ring_backend(args: argparse.Namespace, rank: int, world: int
-                 ) -> tuple[Callable[[np.ndarray], None], list[str], str, Callable[[], None]]:
+def ring_backend(
+    args: argparse.Namespace, rank: int, world: int
+) -> tuple[Callable[[np.ndarray], None], list[str], str, Callable[[], None]]:
     key = os.environ.get("GUARDCTL_SWEEP_AUTHKEY", "")
     if not key:
         raise SystemExit("allreduce: GUARDCTL_SWEEP_AUTHKEY is not set")
@@ -128,8 +133,9 @@ def ring_backend(args: argparse.Namespace, rank: int, world: int
     return ring.allreduce, ring.nodes, "numpy-ring", ring.close
 
 
-def torch_backend(args: argparse.Namespace, rank: int, world: int
-                  ) -> tuple[Callable[[np.ndarray], None], list[str], str, Callable[[], None]]:
+def torch_backend(
+    args: argparse.Namespace, rank: int, world: int
+) -> tuple[Callable[[np.ndarray], None], list[str], str, Callable[[], None]]:
     import torch
     import torch.distributed as dist
 
@@ -140,9 +146,13 @@ def torch_backend(args: argparse.Namespace, rank: int, world: int
     store = Path(args.rendezvous) / "torch_store"
     # --timeout bounds the rendezvous (as the ring's) and each collective: a rank that never
     # comes fails the job in minutes instead of holding its nodes for torch's default 30.
-    dist.init_process_group("nccl" if gpu else "gloo", init_method=f"file://{store}",
-                            rank=rank, world_size=world,
-                            timeout=timedelta(seconds=args.timeout))
+    dist.init_process_group(
+        "nccl" if gpu else "gloo",
+        init_method=f"file://{store}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=args.timeout),
+    )
     nodes: list[Any] = [None] * world
     dist.all_gather_object(nodes, node_name())
     device = torch.device("cuda", local) if gpu else torch.device("cpu")
@@ -154,8 +164,12 @@ def torch_backend(args: argparse.Namespace, rank: int, world: int
             torch.cuda.synchronize()
         buf[:] = t.cpu().numpy()
 
-    return allreduce, [str(n) for n in nodes], "torch-nccl" if gpu else "torch-gloo", \
-        dist.destroy_process_group
+    return (
+        allreduce,
+        [str(n) for n in nodes],
+        "torch-nccl" if gpu else "torch-gloo",
+        dist.destroy_process_group,
+    )
 
 
 def torch_gpus() -> str:
@@ -175,8 +189,15 @@ def sizes(min_bytes: int, max_bytes: int) -> list[int]:
     return out
 
 
-def measure(allreduce: Callable[[np.ndarray], None], size: int, world: int, rank: int,
-            iters: int, warmup: int, factor: float) -> dict[str, Any]:
+def measure(
+    allreduce: Callable[[np.ndarray], None],
+    size: int,
+    world: int,
+    rank: int,
+    iters: int,
+    warmup: int,
+    factor: float,
+) -> dict[str, Any]:
     count = max(world, size // 4)
     buf = np.empty(count, dtype=np.float32)
     nominal = float("inf")
@@ -201,9 +222,16 @@ def measure(allreduce: Callable[[np.ndarray], None], size: int, world: int, rank
     seconds = statistics.median(times)
     nbytes = count * 4
     algbw = nbytes / seconds / 1e9
-    return {"kind": "allreduce_sample", "size": nbytes, "count": count, "type": "float",
-            "time_us": round(seconds * 1e6, 1), "algbw": round(algbw, 6),
-            "busbw": round(algbw * 2 * (world - 1) / world, 6), "wrong": wrong}
+    return {
+        "kind": "allreduce_sample",
+        "size": nbytes,
+        "count": count,
+        "type": "float",
+        "time_us": round(seconds * 1e6, 1),
+        "algbw": round(algbw, 6),
+        "busbw": round(algbw * 2 * (world - 1) / world, 6),
+        "wrong": wrong,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,10 +242,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-bytes", type=int, default=16 << 20)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--bind", default=os.environ.get("GUARDCTL_SWEEP_BIND", ""),
-                        help="address to listen on (default: this host's address)")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="rendezvous timeout (s); with torch, each collective's too")
+    parser.add_argument(
+        "--bind",
+        default=os.environ.get("GUARDCTL_SWEEP_BIND", ""),
+        help="address to listen on (default: this host's address)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="rendezvous timeout (s); with torch, each collective's too",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.min_bytes <= args.max_bytes:
         parser.error("need 0 < --min-bytes <= --max-bytes")
@@ -230,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     if backend == "auto":
         try:
             import torch.distributed
+
             backend = "torch"
         except ImportError:
             backend = "ring"
@@ -238,10 +274,17 @@ def main(argv: list[str] | None = None) -> int:
     unusable = torch_gpus() if args.backend == "auto" and gpus else ""
     if unusable:
         if rank == 0:
-            print(json.dumps({"node": node_name(), "kind": "sweep_undetermined",
-                              "why": f"no GPU backend: the node has {gpus} GPU(s) and "
-                                     f"{sys.executable} cannot use them ({unusable})"}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "node": node_name(),
+                        "kind": "sweep_undetermined",
+                        "why": f"no GPU backend: the node has {gpus} GPU(s) and "
+                        f"{sys.executable} cannot use them ({unusable})",
+                    }
+                ),
+                flush=True,
+            )
         return NO_BACKEND
     make = torch_backend if backend == "torch" else ring_backend
     allreduce, nodes, name, close = make(args, rank, world)
@@ -259,12 +302,22 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             device = torch.cuda.get_device_name()
-        print(json.dumps({
-            "node": node_name(), "kind": "allreduce_result", "backend": name, "ranks": world,
-            "nodes": sorted(set(nodes)), "device": device,
-            "busbw_avg": round(statistics.fmean(busbw), 6),
-            "busbw_peak": round(max(busbw), 6), "wrong": sum(r["wrong"] for r in results),
-        }), flush=True)
+        print(
+            json.dumps(
+                {
+                    "node": node_name(),
+                    "kind": "allreduce_result",
+                    "backend": name,
+                    "ranks": world,
+                    "nodes": sorted(set(nodes)),
+                    "device": device,
+                    "busbw_avg": round(statistics.fmean(busbw), 6),
+                    "busbw_peak": round(max(busbw), 6),
+                    "wrong": sum(r["wrong"] for r in results),
+                }
+            ),
+            flush=True,
+        )
     return 0
 
 

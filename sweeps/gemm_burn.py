@@ -50,9 +50,11 @@ def require_lab() -> None:
         from guardctl.testhooks import NotALab
         from guardctl.testhooks import require_lab as check
     except ImportError:
-        sys.stderr.write("sweep: error: GUARDCTL_SWEEP_INJECT is a test hook honoured only on a "
-                         "guardctl lab cluster, and guardctl is not importable here to tell; "
-                         "nothing was done\n")
+        sys.stderr.write(
+            "sweep: error: GUARDCTL_SWEEP_INJECT is a test hook honoured only on a "
+            "guardctl lab cluster, and guardctl is not importable here to tell; "
+            "nothing was done\n"
+        )
         sys.exit(6)
     try:
         check("GUARDCTL_SWEEP_INJECT")
@@ -203,13 +205,20 @@ def pick_devices(backend: str, size: int | None, gpus: int = 0) -> tuple[str, li
             return name, devices
         failures.append(f"{name}: no device")
     if gpus:
-        raise NoGpuBackend(f"no GPU backend: the node has {gpus} GPU(s) and {sys.executable} "
-                           f"cannot use them ({'; '.join(failures)})")
+        raise NoGpuBackend(
+            f"no GPU backend: the node has {gpus} GPU(s) and {sys.executable} "
+            f"cannot use them ({'; '.join(failures)})"
+        )
     raise SystemExit("gemm_burn: no usable backend")
 
 
-def burn(device: Device, duration: float, interval: float, factor: float,
-         emit: Callable[[dict[str, Any]], None]) -> None:
+def burn(
+    device: Device,
+    duration: float,
+    interval: float,
+    factor: float,
+    emit: Callable[[dict[str, Any]], None],
+) -> None:
     """Multiply for *duration* seconds, recording TFLOP/s once per *interval*."""
     start = time.monotonic()
     window_start, done = start, 0
@@ -224,8 +233,14 @@ def burn(device: Device, duration: float, interval: float, factor: float,
         if now - window_start >= interval or now - start >= duration:
             tflops = done * device.flops_per_multiply / (now - window_start) / 1e12
             device.samples.append((now - start, tflops))
-            emit({"kind": "gemm_sample", "gpu": device.index, "t": round(now - start, 3),
-                  "tflops": round(tflops, 6)})
+            emit(
+                {
+                    "kind": "gemm_sample",
+                    "gpu": device.index,
+                    "t": round(now - start, 3),
+                    "tflops": round(tflops, 6),
+                }
+            )
             window_start, done = now, 0
         if now - start >= duration:
             return
@@ -234,7 +249,7 @@ def burn(device: Device, duration: float, interval: float, factor: float,
 def summary(device: Device) -> dict[str, Any]:
     values = [v for _, v in device.samples]
     # The second half is the hot, sustained part: what a long training job gets.
-    sustained = values[len(values) // 2:] or values
+    sustained = values[len(values) // 2 :] or values
     return {
         "kind": "gemm_result",
         "gpu": device.index,
@@ -249,8 +264,12 @@ def summary(device: Device) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=300.0, help="seconds per device")
-    parser.add_argument("--interval", type=float, default=0.0,
-                        help="seconds per sample (default: duration/20, at least 0.5)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=0.0,
+        help="seconds per sample (default: duration/20, at least 0.5)",
+    )
     parser.add_argument("--size", type=int, default=None, help="matrix size n (n x n)")
     parser.add_argument("--backend", choices=["auto", "torch", "cupy", "numpy"], default="auto")
     args = parser.parse_args(argv)
@@ -273,10 +292,20 @@ def main(argv: list[str] | None = None) -> int:
         return NO_BACKEND
 
     shape = f"{len(devices)}x" if backend != "numpy" else "cpu"
-    emit({"kind": "gemm_start", "backend": backend, "devices": len(devices), "shape": shape,
-          "duration": args.duration, "injected_factor": factor})
-    threads = [threading.Thread(target=burn, args=(d, args.duration, interval, factor, emit))
-               for d in devices]
+    emit(
+        {
+            "kind": "gemm_start",
+            "backend": backend,
+            "devices": len(devices),
+            "shape": shape,
+            "duration": args.duration,
+            "injected_factor": factor,
+        }
+    )
+    threads = [
+        threading.Thread(target=burn, args=(d, args.duration, interval, factor, emit))
+        for d in devices
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -55,11 +55,27 @@ def scrub(text: str, lab: Lab) -> str:
 
 def set_states(lab: Lab) -> None:
     lab.sh("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=admin: bad dimm")
-    lab.sh("scontrol", "create", "reservation", "ReservationName=plain", "Nodes=node3",
-           "Users=root", "StartTime=now", "Duration=infinite")
-    lab.sh("scontrol", "create", "reservation", "ReservationName=guardctl_q_node4",
-           "Nodes=node4", "Users=root", "StartTime=now", "Duration=infinite",
-           "Flags=MAINT,IGNORE_JOBS")
+    lab.sh(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=plain",
+        "Nodes=node3",
+        "Users=root",
+        "StartTime=now",
+        "Duration=infinite",
+    )
+    lab.sh(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=guardctl_q_node4",
+        "Nodes=node4",
+        "Users=root",
+        "StartTime=now",
+        "Duration=infinite",
+        "Flags=MAINT,IGNORE_JOBS",
+    )
     lab.sh("scontrol", "update", "NodeName=node5", "State=DOWN", "Reason=admin: psu")
     lab.submit("#!/bin/bash\nsleep 300\n", "-w", "node1", "-J", "running")
     lab.submit("#!/bin/bash\nsleep 300\n", "-w", "node2", "-J", "pending")
@@ -88,7 +104,8 @@ def capture(lab: Lab, out: Path, reads: dict[str, tuple[str, ...]] = READS) -> l
                 if not parser:
                     break  # no JSON at all: no version of it either
     (out / "reservations.txt").write_text(
-        scrub(lab.sh("scontrol", "show", "-o", "reservation").stdout, lab))
+        scrub(lab.sh("scontrol", "show", "-o", "reservation").stdout, lab)
+    )
     (out / "nodes.txt").write_text(scrub(lab.sh("scontrol", "show", "-o", "node").stdout, lab))
     (out / "unsupported.txt").write_text("\n".join(unsupported) + "\n")
     return unsupported
@@ -102,8 +119,9 @@ def capture_blocked(out: Path) -> list[str]:
         topology.write_text("BlockName=b1 Nodes=node[1-4]\nBlockSizes=4\n")
         lab = Lab.start(nodes=4, up_args=["--conf-extra", str(extra), "--topology", str(topology)])
         try:
-            lab.submit("#!/bin/bash\nsleep 300\n", "-w", "node1", "-J", "exclusive",
-                       "--exclusive=topo")
+            lab.submit(
+                "#!/bin/bash\nsleep 300\n", "-w", "node1", "-J", "exclusive", "--exclusive=topo"
+            )
             deadline = time.monotonic() + 30
             while "blocked" not in lab.sh("sinfo", "-h", "-n", "node2", "-o", "%T").stdout:
                 if time.monotonic() > deadline:
@@ -133,8 +151,10 @@ def main() -> int:
     if tuple(int(p) for p in release.split(".")) >= (24, 11):
         (out / "blocked").mkdir(parents=True, exist_ok=True)
         missing += capture_blocked(out / "blocked")
-    print(f"captured Slurm {release} into {out.relative_to(FIXTURES.parent.parent)}; "
-          f"{len(missing)} command/parser pairs unsupported")
+    print(
+        f"captured Slurm {release} into {out.relative_to(FIXTURES.parent.parent)}; "
+        f"{len(missing)} command/parser pairs unsupported"
+    )
     return 0
 
 

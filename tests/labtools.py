@@ -75,8 +75,13 @@ def host_release() -> str:
     the package: a client whose SLURM_CONF names a missing file retries for 60 s."""
     if not shutil.which("dpkg-query"):
         return ""
-    out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "slurm-client"],
-                         capture_output=True, text=True, timeout=30, check=False).stdout
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "slurm-client"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    ).stdout
     match = re.match(r"(\d+\.\d+)", out)
     return match.group(1) if match else ""
 
@@ -120,8 +125,10 @@ def let_job_user_run(program: str) -> None:
             mode = parent.stat().st_mode
             if not mode & stat.S_IXOTH:
                 parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
-                sys.stderr.write(f"labtools: {parent} made searchable by others, so that "
-                                 f"{JOB_USER} can run {program}\n")
+                sys.stderr.write(
+                    f"labtools: {parent} made searchable by others, so that "
+                    f"{JOB_USER} can run {program}\n"
+                )
 
 
 class LabError(RuntimeError):
@@ -555,8 +562,15 @@ class Lab:
         if self.root is None:
             return ("runuser", "-u", JOB_USER, "--", *argv)
         uid, gid = job_user_ids()
-        return ("chroot", f"--userspec={uid}:{gid}", f"--groups={gid}", str(self.root),
-                "/usr/bin/env", f"--chdir={cwd}", *argv)
+        return (
+            "chroot",
+            f"--userspec={uid}:{gid}",
+            f"--groups={gid}",
+            str(self.root),
+            "/usr/bin/env",
+            f"--chdir={cwd}",
+            *argv,
+        )
 
     def job_info(self, job_id: str) -> dict[str, str]:
         """``scontrol show job -o ID`` as a dict (JobState, NodeList, ExitCode...)."""

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command: set up a fresh machine, then lint, type-check and run every test
+# The project's test command: set up a fresh machine, then lint, check the format, type-check,
+# check the import rules and run every test
 # (unit tests and the tests against a real local Slurm, which the test harness starts itself)
 # on the host's Slurm, then the Slurm-facing tests (marker `slurm`) again on each other release
 # in GUARDCTL_LAB_RELEASES (default: those of 22.05, 24.11 and 26.05 that the host does not
@@ -9,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash tools/setup.sh
-echo "== ruff" && python3 -m ruff check .
+echo "== ruff" && python3 -m ruff check . && python3 -m ruff format --check .
 echo "== mypy" && python3 -m mypy
 echo "== import rules" && lint-imports --no-cache
 

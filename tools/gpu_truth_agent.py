@@ -33,8 +33,10 @@ from typing import Any
 from guardctl import runner
 from guardctl.telemetry.schema import read_path
 
-QUERY = ("index,clocks.sm,power.draw,power.limit,temperature.gpu,utilization.gpu,"
-         "clocks_event_reasons.active")
+QUERY = (
+    "index,clocks.sm,power.draw,power.limit,temperature.gpu,utilization.gpu,"
+    "clocks_event_reasons.active"
+)
 PAIR_WINDOW_S = 1.5
 
 
@@ -80,8 +82,9 @@ def parse_smi(text: str, ts: float) -> list[tuple[float, int, list[float | None]
     return rows
 
 
-def pair(smi: list[tuple[float, int, list[float | None]]], records: list[dict[str, Any]]
-         ) -> list[tuple[dict[str, Any], list[float | None]]]:
+def pair(
+    smi: list[tuple[float, int, list[float | None]]], records: list[dict[str, Any]]
+) -> list[tuple[dict[str, Any], list[float | None]]]:
     """Each nvidia-smi row with the agent record of its GPU nearest in time."""
     by_gpu: dict[int, list[dict[str, Any]]] = {}
     for record in records:
@@ -104,20 +107,40 @@ def compare(pairs: list[tuple[dict[str, Any], list[float | None]]]) -> list[dict
     gpus = sorted({record["gpu"] for record, _ in pairs})
     for gpu in gpus:
         for field in FIELDS:
-            both = [(float(r[field.agent]), v[field.column]) for r, v in pairs
-                    if r["gpu"] == gpu and r.get(field.agent) is not None
-                    and v[field.column] is not None]
+            both = [
+                (float(r[field.agent]), v[field.column])
+                for r, v in pairs
+                if r["gpu"] == gpu
+                and r.get(field.agent) is not None
+                and v[field.column] is not None
+            ]
             if not both:
-                rows.append({"gpu": gpu, "field": field.agent, "pairs": 0, "agree": None,
-                             "agent": None, "smi": None, "ok": True, "note": "not reported"})
+                rows.append(
+                    {
+                        "gpu": gpu,
+                        "field": field.agent,
+                        "pairs": 0,
+                        "agree": None,
+                        "agent": None,
+                        "smi": None,
+                        "ok": True,
+                        "note": "not reported",
+                    }
+                )
                 continue
             agree = sum(field.agrees(a, s) for a, s in both) / len(both)  # type: ignore[arg-type]
-            rows.append({
-                "gpu": gpu, "field": field.agent, "pairs": len(both), "agree": agree,
-                "agent": statistics.median(a for a, _ in both),
-                "smi": statistics.median(s for _, s in both if s is not None),
-                "ok": agree >= field.pass_fraction, "note": "",
-            })
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "field": field.agent,
+                    "pairs": len(both),
+                    "agree": agree,
+                    "agent": statistics.median(a for a, _ in both),
+                    "smi": statistics.median(s for _, s in both if s is not None),
+                    "ok": agree >= field.pass_fraction,
+                    "note": "",
+                }
+            )
     return rows
 
 
@@ -133,8 +156,20 @@ def run(seconds: float) -> tuple[list[dict[str, Any]], dict[str, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store"
         agent = runner.spawn(
-            [sys.executable, "-m", "guardctl", "--set", 'agent.status_file=""', "agent",
-             "--store", str(store), "--interval", "1", "--node", "truth"],
+            [
+                sys.executable,
+                "-m",
+                "guardctl",
+                "--set",
+                'agent.status_file=""',
+                "agent",
+                "--store",
+                str(store),
+                "--interval",
+                "1",
+                "--node",
+                "truth",
+            ],
             stdout_path=str(Path(tmp) / "agent.log"),
         )
         smi: list[tuple[float, int, list[float | None]]] = []
@@ -143,8 +178,10 @@ def run(seconds: float) -> tuple[list[dict[str, Any]], dict[str, float]]:
         try:
             while time.monotonic() - started < seconds:
                 ts = time.time()
-                out = runner.run(["nvidia-smi", f"--query-gpu={QUERY}",
-                                  "--format=csv,noheader,nounits"], timeout=10).stdout
+                out = runner.run(
+                    ["nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
+                    timeout=10,
+                ).stdout
                 smi.extend(parse_smi(out, (ts + time.time()) / 2))
                 time.sleep(max(0.0, 1.0 - (time.time() - ts)))
             usage = _agent_usage(agent.pid)
@@ -164,8 +201,10 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if shutil.which("nvidia-smi") is None:
-        print("gpu_truth_agent: nvidia-smi not found: run this on a node with NVIDIA GPUs",
-              file=sys.stderr)
+        print(
+            "gpu_truth_agent: nvidia-smi not found: run this on a node with NVIDIA GPUs",
+            file=sys.stderr,
+        )
         return 2
     rows, usage = run(args.seconds)
     if not rows:
@@ -176,14 +215,35 @@ def main() -> int:
     else:
         from tabulate import tabulate
 
-        print(tabulate(
-            [[r["gpu"], r["field"], r["pairs"],
-              "-" if r["agree"] is None else f"{100 * r['agree']:.0f}%",
-              r["agent"], r["smi"], "ok" if r["ok"] else "MISMATCH"] for r in rows],
-            headers=["gpu", "field", "pairs", "agree", "agent (median)", "nvidia-smi (median)",
-                     ""]))
-        print(f"agent over {args.seconds:g} s: {usage['cpu_pct_of_core']:.2f}% of one core, "
-              f"{usage.get('rss_mib', 0):.1f} MiB resident")
+        print(
+            tabulate(
+                [
+                    [
+                        r["gpu"],
+                        r["field"],
+                        r["pairs"],
+                        "-" if r["agree"] is None else f"{100 * r['agree']:.0f}%",
+                        r["agent"],
+                        r["smi"],
+                        "ok" if r["ok"] else "MISMATCH",
+                    ]
+                    for r in rows
+                ],
+                headers=[
+                    "gpu",
+                    "field",
+                    "pairs",
+                    "agree",
+                    "agent (median)",
+                    "nvidia-smi (median)",
+                    "",
+                ],
+            )
+        )
+        print(
+            f"agent over {args.seconds:g} s: {usage['cpu_pct_of_core']:.2f}% of one core, "
+            f"{usage.get('rss_mib', 0):.1f} MiB resident"
+        )
     return 0 if all(r["ok"] for r in rows) else 1
 
 

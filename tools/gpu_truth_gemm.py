@@ -51,8 +51,16 @@ def main() -> int:
     parser.add_argument("--backend", default="auto", choices=["auto", "torch", "cupy"])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    argv = [sys.executable, str(GEMM), "--duration", str(args.duration), "--size",
-            str(args.size), "--backend", args.backend]
+    argv = [
+        sys.executable,
+        str(GEMM),
+        "--duration",
+        str(args.duration),
+        "--size",
+        str(args.size),
+        "--backend",
+        args.backend,
+    ]
     proc = runner.run(argv, timeout=args.duration * 4 + 300, check=False)
     if proc.rc != 0:
         print(f"gpu_truth_gemm: gemm_burn.py failed: {proc.stderr.strip()}", file=sys.stderr)
@@ -61,19 +69,31 @@ def main() -> int:
     rows = []
     for r in results:
         want = expected_for(r["device"])
-        rows.append({"gpu": r["gpu"], "device": r["device"], "backend": r["backend"],
-                     "tflops": r["tflops"], "tflops_first": r["tflops_first"],
-                     "tflops_min": r["tflops_min"], "expected": want,
-                     "ratio": round(r["tflops"] / want, 3) if want else None})
+        rows.append(
+            {
+                "gpu": r["gpu"],
+                "device": r["device"],
+                "backend": r["backend"],
+                "tflops": r["tflops"],
+                "tflops_first": r["tflops_first"],
+                "tflops_min": r["tflops_min"],
+                "expected": want,
+                "ratio": round(r["tflops"] / want, 3) if want else None,
+            }
+        )
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
-        print(f"{'GPU':>3}  {'DEVICE':<28}{'TFLOP/s':>9}{'FIRST':>9}{'MIN':>9}{'EXPECT':>8}"
-              f"{'RATIO':>7}")
+        print(
+            f"{'GPU':>3}  {'DEVICE':<28}{'TFLOP/s':>9}{'FIRST':>9}{'MIN':>9}{'EXPECT':>8}"
+            f"{'RATIO':>7}"
+        )
         for r in rows:
-            print(f"{r['gpu']:>3}  {r['device'][:27]:<28}{r['tflops']:>9.1f}"
-                  f"{r['tflops_first']:>9.1f}{r['tflops_min']:>9.1f}"
-                  f"{r['expected'] or 0:>8.0f}{r['ratio'] or 0:>7.2f}")
+            print(
+                f"{r['gpu']:>3}  {r['device'][:27]:<28}{r['tflops']:>9.1f}"
+                f"{r['tflops_first']:>9.1f}{r['tflops_min']:>9.1f}"
+                f"{r['expected'] or 0:>8.0f}{r['ratio'] or 0:>7.2f}"
+            )
     # The target: the sweep reaches at least 90% of the achievable figure.
     return 0 if all(r["ratio"] is None or r["ratio"] >= TARGET_RATIO for r in rows) else 1
 

@@ -65,29 +65,43 @@ def within(tolerance: tuple[float, float]) -> Callable[[float, float], bool]:
     return lambda a, b: abs(a - b) <= max(abs_tol, rel_tol * max(abs(a), abs(b)))
 
 
-def compare(check: str, truths: list[Truth], records: dict[int, dict[str, Any]],
-            fields: tuple[str, ...], tolerance: tuple[float, float]) -> list[dict[str, Any]]:
+def compare(
+    check: str,
+    truths: list[Truth],
+    records: dict[int, dict[str, Any]],
+    fields: tuple[str, ...],
+    tolerance: tuple[float, float],
+) -> list[dict[str, Any]]:
     """One row per field: how many steps' records agree with the checker's figures."""
     agrees = within(tolerance)
     rows = []
     for field in fields:
-        pairs = [(float(records[t.step][field]), getattr(t, field)) for t in truths
-                 if t.step in records]
+        pairs = [
+            (float(records[t.step][field]), getattr(t, field)) for t in truths if t.step in records
+        ]
         share = sum(agrees(a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
-        rows.append({
-            "check": check, "field": field, "steps": len(pairs), "agree": share,
-            "probe_ms": 1e3 * statistics.median(a for a, _ in pairs) if pairs else None,
-            "truth_ms": 1e3 * statistics.median(b for _, b in pairs) if pairs else None,
-            "worst_us": 1e6 * max((abs(a - b) for a, b in pairs), default=0.0),
-            "ok": bool(pairs) and share >= AGREE_FRACTION and len(pairs) == len(truths),
-        })
+        rows.append(
+            {
+                "check": check,
+                "field": field,
+                "steps": len(pairs),
+                "agree": share,
+                "probe_ms": 1e3 * statistics.median(a for a, _ in pairs) if pairs else None,
+                "truth_ms": 1e3 * statistics.median(b for _, b in pairs) if pairs else None,
+                "worst_us": 1e6 * max((abs(a - b) for a, b in pairs), default=0.0),
+                "ok": bool(pairs) and share >= AGREE_FRACTION and len(pairs) == len(truths),
+            }
+        )
     return rows
 
 
 def step_records(store: Path, job: str) -> dict[int, dict[str, Any]]:
     """The store's step records of *job*, by step number."""
-    return {r["step"]: r for r in read_path(store).records
-            if r["kind"] == "step" and r.get("job") == job}
+    return {
+        r["step"]: r
+        for r in read_path(store).records
+        if r["kind"] == "step" and r.get("job") == job
+    }
 
 
 class Rig:
@@ -103,8 +117,9 @@ class Rig:
 
         self.torch, self.dist = torch, dist
         if not dist.is_initialized():
-            dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{_free_port()}",
-                                    rank=0, world_size=1)
+            dist.init_process_group(
+                "nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+            )
         self.a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
         self.b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
         self.grad = torch.randn(gather_mib * 2**18, device="cuda")  # float32: 4 bytes each
@@ -196,11 +211,17 @@ def no_wait(rig: Rig, one: probe.Probe, steps: int, first: int) -> dict[str, Any
     bare_host, bare_gpu = queue_time(rig, None, steps, first)
     host, gpu = queue_time(rig, one, steps, first)
     return {
-        "check": "no wait", "field": "host queue / GPU time", "steps": steps,
-        "agree": host / gpu, "probe_ms": 1e3 * host / steps, "truth_ms": 1e3 * gpu / steps,
-        "worst_us": None, "ok": host < NO_WAIT_RATIO * gpu,
+        "check": "no wait",
+        "field": "host queue / GPU time",
+        "steps": steps,
+        "agree": host / gpu,
+        "probe_ms": 1e3 * host / steps,
+        "truth_ms": 1e3 * gpu / steps,
+        "worst_us": None,
+        "ok": host < NO_WAIT_RATIO * gpu,
         "probe_host_us": 1e6 * (host - bare_host) / steps,
-        "bare_host_ms": 1e3 * bare_host / steps, "bare_gpu_ms": 1e3 * bare_gpu / steps,
+        "bare_host_ms": 1e3 * bare_host / steps,
+        "bare_gpu_ms": 1e3 * bare_gpu / steps,
         "note": f"the probe's host cost: {1e6 * (host - bare_host) / steps:+.1f} us a step",
     }
 
@@ -214,8 +235,9 @@ def run_ddp(store: Path, steps: int, width: int) -> tuple[list[Truth], dict[int,
 
     layers = [torch.nn.Linear(width, width) for _ in range(8)]
     model = DistributedDataParallel(torch.nn.Sequential(*layers).cuda(), device_ids=[0])
-    one = guardctl_torch.configure(model, store=store, job="ddp", rank=0, node="truth",
-                                   flush_interval_s=0.2)
+    one = guardctl_torch.configure(
+        model, store=store, job="ddp", rank=0, node="truth", flush_interval_s=0.2
+    )
     guardctl_torch.instrument(model, into=one)
     optimiser = torch.optim.SGD(model.parameters(), lr=1e-3)
     batch = torch.randn(4096, width, device="cuda")
@@ -239,12 +261,18 @@ def ddp_rows(truths: list[Truth], records: dict[int, dict[str, Any]]) -> list[di
     rows = compare("ddp", truths, records, ("step_s",), EVENT_TOL)
     marked = [records[t.step] for t in truths if t.step in records]
     share = sum(r["comm_s"] > 0 for r in marked) / len(marked) if marked else 0.0
-    rows.append({
-        "check": "ddp", "field": "comm_s > 0 (hook marked)", "steps": len(marked),
-        "agree": share,
-        "probe_ms": 1e3 * statistics.median(r["comm_s"] for r in marked) if marked else None,
-        "truth_ms": None, "worst_us": None, "ok": bool(marked) and share == 1.0,
-    })
+    rows.append(
+        {
+            "check": "ddp",
+            "field": "comm_s > 0 (hook marked)",
+            "steps": len(marked),
+            "agree": share,
+            "probe_ms": 1e3 * statistics.median(r["comm_s"] for r in marked) if marked else None,
+            "truth_ms": None,
+            "worst_us": None,
+            "ok": bool(marked) and share == 1.0,
+        }
+    )
     return rows
 
 
@@ -295,12 +323,35 @@ def main() -> int:
         from tabulate import tabulate
 
         print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
-        print(tabulate(
-            [[r["check"], r["field"], r["steps"], _cell(r["agree"], "pct"),
-              _cell(r["probe_ms"], ""), _cell(r["truth_ms"], ""), _cell(r["worst_us"], ""),
-              "ok" if r["ok"] else "MISMATCH", r.get("note", "")] for r in rows],
-            headers=["check", "field", "steps", "agree", "probe ms (median)",
-                     "truth ms (median)", "worst diff us", "", ""]))
+        print(
+            tabulate(
+                [
+                    [
+                        r["check"],
+                        r["field"],
+                        r["steps"],
+                        _cell(r["agree"], "pct"),
+                        _cell(r["probe_ms"], ""),
+                        _cell(r["truth_ms"], ""),
+                        _cell(r["worst_us"], ""),
+                        "ok" if r["ok"] else "MISMATCH",
+                        r.get("note", ""),
+                    ]
+                    for r in rows
+                ],
+                headers=[
+                    "check",
+                    "field",
+                    "steps",
+                    "agree",
+                    "probe ms (median)",
+                    "truth ms (median)",
+                    "worst diff us",
+                    "",
+                    "",
+                ],
+            )
+        )
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -65,8 +65,9 @@ def recv_exact(conn: socket.socket, size: int) -> bytes:
     return data
 
 
-def allreduce_mean(grad: np.ndarray, rank: int, links: list[socket.socket],
-                   stop: bool) -> tuple[np.ndarray, bool]:
+def allreduce_mean(
+    grad: np.ndarray, rank: int, links: list[socket.socket], stop: bool
+) -> tuple[np.ndarray, bool]:
     """The mean of every rank's *grad*, and rank 0's *stop* (so that all ranks stop at the same
     step); returns when all ranks have sent theirs."""
     size = grad.nbytes
@@ -94,8 +95,12 @@ def main() -> None:
 
     who = identity.from_env()
     slow = who.node == args.slow_node
-    links = connect(who.rank, who.world, os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                    int(os.environ.get("MASTER_PORT", "29500")))
+    links = connect(
+        who.rank,
+        who.world,
+        os.environ.get("MASTER_ADDR", "127.0.0.1"),
+        int(os.environ.get("MASTER_PORT", "29500")),
+    )
     rng = np.random.default_rng(who.rank)
     target = np.linspace(-1.0, 1.0, DIM)
     weights = np.zeros(DIM)
@@ -112,8 +117,11 @@ def main() -> None:
             weights -= 0.01 * mean
         step += 1
     probe.flush()
-    print(f"rank {who.rank} on {who.node}: {step} steps, loss "
-          f"{float(np.mean((weights - target) ** 2)):.4f}, slowed={slow}", flush=True)
+    print(
+        f"rank {who.rank} on {who.node}: {step} steps, loss "
+        f"{float(np.mean((weights - target) ** 2)):.4f}, slowed={slow}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

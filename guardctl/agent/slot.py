@@ -60,7 +60,9 @@ class _Call:
         self.started = time.perf_counter()
         self.duration_s = 0.0
         self.thread = threading.Thread(
-            target=self._run, args=(collector, node, ts), name=f"collector-{collector.name}",
+            target=self._run,
+            args=(collector, node, ts),
+            name=f"collector-{collector.name}",
             daemon=True,
         )
         self.thread.start()

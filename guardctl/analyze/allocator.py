@@ -114,12 +114,21 @@ _policy = {"taken": False}  # whether this process asked for the policy and glib
 class _Heap(ctypes.Structure):
     """glibc's ``struct mallinfo2`` (2.33 and later): the main heap's figures, in bytes."""
 
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-        "uordblks",  # in use
-        "fordblks",  # free, within the heap and at its top
-        "keepcost",  # free at its top (what trimming it would give back)
-    )]  # fmt: skip
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",  # in use
+            "fordblks",  # free, within the heap and at its top
+            "keepcost",  # free at its top (what trimming it would give back)
+        )
+    ]
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -168,4 +177,3 @@ def _trim_top(libc: ctypes.CDLL, pad: int, arena: int) -> bool:
                 mallopt(param, value)
     after = _heap(libc)
     return after is not None and after.arena < arena
-

@@ -262,11 +262,15 @@ def out_of_date(analysis: Analysis, now: float, tolerance_s: float) -> str | Non
     if not math.isfinite(end):
         return None
     if end > now + tolerance_s:
-        return (f"the newest window ends {end - now:.0f} s after this host's clock (beyond "
-                f"control.max_clock_skew_s={tolerance_s:g}): its data cannot be current")
+        return (
+            f"the newest window ends {end - now:.0f} s after this host's clock (beyond "
+            f"control.max_clock_skew_s={tolerance_s:g}): its data cannot be current"
+        )
     if now - end > STALE_WINDOWS * length + tolerance_s:
-        return (f"stale telemetry: the newest window ended {_span(now - end)} ago (more than "
-                f"{STALE_WINDOWS} windows of {length:g} s)")
+        return (
+            f"stale telemetry: the newest window ended {_span(now - end)} ago (more than "
+            f"{STALE_WINDOWS} windows of {length:g} s)"
+        )
     return None
 
 
@@ -277,8 +281,10 @@ def ahead_line(analysis: Analysis, now: float) -> str | None:
     names = sorted(analysis.ahead)
     most = max(analysis.ahead.values()) - now
     listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-    return (f"{len(names)} node(s) stamp records up to {_span(most)} ahead of this host's "
-            f"clock, ignored for where the window ends: {listed}")
+    return (
+        f"{len(names)} node(s) stamp records up to {_span(most)} ahead of this host's "
+        f"clock, ignored for where the window ends: {listed}"
+    )
 
 
 def _span(seconds: float) -> str:
@@ -326,8 +332,16 @@ def analyze_frame(
         ahead = _ahead_of(frame.nodes, newest, until) if until is not None else {}
         at = _end_of(newest, window_s, until)
     if at is None:
-        return Analysis(math.nan, math.nan, (), frame.files, frame.records, dict(frame.bad),
-                        (cfg.persist_k, n), ahead=ahead)
+        return Analysis(
+            math.nan,
+            math.nan,
+            (),
+            frame.files,
+            frame.records,
+            dict(frame.bad),
+            (cfg.persist_k, n),
+            ahead=ahead,
+        )
     f = feat.extract(
         frame,
         at,
@@ -420,8 +434,10 @@ def _too_short(f: feat.Features, node: int, cfg: AnalyzeSettings) -> tuple[str, 
     windows = int((f.has_data[:, node] & f.seen[:, node]).sum())  # (a window never seen: none)
     if windows >= cfg.persist_k:
         return ()
-    return (f"too short to judge: {windows} of the last {f.n_windows} windows hold enough of "
-            f"its data, a verdict needs {cfg.persist_k} (analyze.persist_k x window_s)",)
+    return (
+        f"too short to judge: {windows} of the last {f.n_windows} windows hold enough of "
+        f"its data, a verdict needs {cfg.persist_k} (analyze.persist_k x window_s)",
+    )
 
 
 def _impact(f: feat.Features, node: int, job_idx: int, job: str | None) -> dict[str, Any] | None:
@@ -432,9 +448,13 @@ def _impact(f: feat.Features, node: int, job_idx: int, job: str | None) -> dict[
     rows = (t["w"] == 0) & (t["job"] == job_idx)
     mine = rows & (t["node"] == node)
     others = rows & (t["node"] != node)
-    found = job_impact(job, t["compute_med"][mine].tolist(), t["compute_med"][others].tolist(),
-                       float(np.median(t["step_med"][rows])) if rows.any() else 0.0,
-                       int(rows.sum()))
+    found = job_impact(
+        job,
+        t["compute_med"][mine].tolist(),
+        t["compute_med"][others].tolist(),
+        float(np.median(t["step_med"][rows])) if rows.any() else 0.0,
+        int(rows.sum()),
+    )
     return found.as_dict() if found is not None else None
 
 
@@ -467,8 +487,10 @@ def _not_compared(f: feat.Features, cfg: AnalyzeSettings) -> dict[int, tuple[str
     jobs, counts = np.unique(t["job"][own], return_counts=True)
     witnessed = dict(zip(jobs.tolist(), counts.tolist(), strict=True))
     has_own = np.bincount(node[own], minlength=size) > 0
-    few = (f"fewer than {cfg.min_rank_peers} ranks doing the same work in its job (too small "
-           "a job or pipeline stage to compare)")  # fmt: skip
+    few = (
+        f"fewer than {cfg.min_rank_peers} ranks doing the same work in its job (too small "
+        "a job or pipeline stage to compare)"
+    )
     out: dict[int, tuple[str, ...]] = {}
     for n in alone.tolist():
         seen_by = witnessed.get(int(t["job"][first[n]]), 0)
@@ -618,8 +640,9 @@ def analyze(
     return analyze_frame(frame, cfg, window_s=window_s, until=until)
 
 
-def load_recent(path: Path | None, settings: Settings, span: float,
-                until: float | None = None) -> Frame:
+def load_recent(
+    path: Path | None, settings: Settings, span: float, until: float | None = None
+) -> Frame:
     """Read only the newest hours' files that can hold the last *span* seconds (the newest
     before *until*: an hour's file of a clock ahead does not count; it is read, though, so
     that the analysis can name its nodes)."""

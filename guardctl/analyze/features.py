@@ -194,8 +194,9 @@ def _mixed_key(keys: tuple[np.ndarray, ...], offset: int = 0) -> tuple[np.ndarra
     return key, space, sizes
 
 
-def _groups(*keys: np.ndarray, inverse: bool = True
-            ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:  # fmt: skip
+def _groups(
+    *keys: np.ndarray, inverse: bool = True
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """Group rows by several integer keys; return inverse index, count and each key per group.
 
     Groups come out ordered by the keys (the first key most significant). Without
@@ -258,15 +259,17 @@ class GroupIndex:
         first = self.starts.astype(index)
         # Each row's place in its group, in the order written.
         pos: np.ndarray = np.empty(rows, index)
-        pos[np.argsort(self.inv, kind="stable")] = (np.arange(rows, dtype=index)
-                                                   - np.repeat(first, self.counts))  # fmt: skip
+        pos[np.argsort(self.inv, kind="stable")] = np.arange(rows, dtype=index) - np.repeat(
+            first, self.counts
+        )
         if self.dense:
             grid = self._grid = np.full((self.n, self.width), np.inf)
             grid[self.inv, pos] = ts
             pos = _in_time_order(grid, self.inv, pos)
         else:  # one group is huge (duplicated records, a broken agent): sort globally instead
-            pos[np.lexsort((ts, self.inv))] = (np.arange(rows, dtype=index)
-                                               - np.repeat(first, self.counts))  # fmt: skip
+            pos[np.lexsort((ts, self.inv))] = np.arange(rows, dtype=index) - np.repeat(
+                first, self.counts
+            )
         # Each row's place in the groups' time order, the group's start added (one column
         # held where a place within the group and a flat matrix index would be two).
         pos += first[self.inv]
@@ -340,8 +343,9 @@ class GroupIndex:
             before, after = c[at], c[at + 1]
             step = after - before
             up = (step > 0) & (before != INT_MISSING) & (after != INT_MISSING) & same[lo + at]
-            total += np.bincount(self.inv[rows[at[up] + 1]], weights=step[up].astype(np.float64),
-                                 minlength=self.n)  # fmt: skip
+            total += np.bincount(
+                self.inv[rows[at[up] + 1]], weights=step[up].astype(np.float64), minlength=self.n
+            )
         return total
 
     def _same_series(self, series: np.ndarray) -> np.ndarray:
@@ -487,16 +491,23 @@ def _peer_of(
 
 
 GPU_COUNTERS = ("ecc_sbe_volatile", "ecc_dbe_volatile", "pcie_replay", "nvlink_crc_errors")
-NIC_COUNTERS = ("symbol_errors", "link_error_recovery", "link_downed", "rcv_errors", "xmit_wait",
-                "xmit_bytes")  # fmt: skip
+NIC_COUNTERS = (
+    "symbol_errors",
+    "link_error_recovery",
+    "link_downed",
+    "rcv_errors",
+    "xmit_wait",
+    "xmit_bytes",
+)
 # A table's counter columns also carry each group's first and last value under these names,
 # until the windows are put together (a window's increase then takes in the step from the
 # window before: see _join_counters).
 FIRST, LAST = ":first", ":last"
 
 
-def _counters(t: Table, gi: GroupIndex, series: np.ndarray, c: Columns,
-              names: tuple[str, ...]) -> None:  # fmt: skip
+def _counters(
+    t: Table, gi: GroupIndex, series: np.ndarray, c: Columns, names: tuple[str, ...]
+) -> None:
     for name in names:
         values = c[name]  # (read once: a packed column is unpacked as it is read)
         t[name] = gi.increase(series, values)
@@ -628,8 +639,9 @@ def _role_peers(t: Table, min_peers: int) -> np.ndarray:
     place_n = np.bincount(place)[place] if place.size else place
     stage_n = np.bincount(stage)[stage] if stage.size else stage
     first = int(place.max(initial=-1)) + 1
-    return np.where(place_n >= min_peers, place,
-                    np.where(stage_n >= min_peers, first + stage, -1 - t["w"]))  # fmt: skip
+    return np.where(
+        place_n >= min_peers, place, np.where(stage_n >= min_peers, first + stage, -1 - t["w"])
+    )
 
 
 @dataclass(frozen=True)
@@ -669,9 +681,15 @@ HISTORY_COLS = ("job", "rank", "per_sample", "n", "busy_hi")
 
 
 def history_rows(
-    t: Table, frame: Frame, ends: np.ndarray, at: float, window_s: float, n_windows: int,
-    history: History, parts: Parts | None = None,
-) -> Table:  # fmt: skip
+    t: Table,
+    frame: Frame,
+    ends: np.ndarray,
+    at: float,
+    window_s: float,
+    n_windows: int,
+    history: History,
+    parts: Parts | None = None,
+) -> Table:
     """The rank rows of the *history* windows before the *n_windows* ending at *at*, for
     the jobs of *t*'s ranks without peers (the rows :func:`own_reference` reads).
 
@@ -706,9 +724,12 @@ def history_rows(
 
 
 def figure_history(
-    frame: Frame, ends: np.ndarray, windows: Sequence[tuple[float, float]], low_q: float,
+    frame: Frame,
+    ends: np.ndarray,
+    windows: Sequence[tuple[float, float]],
+    low_q: float,
     parts: Parts,
-) -> None:  # fmt: skip
+) -> None:
     """Give each of *windows* (end, length) its rank rows as history in *parts*, from the
     step records (*ends*: their :func:`step_times`), as :func:`history_rows` figures them."""
     for end, length in windows:
@@ -718,9 +739,13 @@ def figure_history(
 
 
 def figure_windows(
-    frame: Frame, ends: np.ndarray, windows: Sequence[tuple[float, float]],
-    hw_xids: tuple[int, ...], low_q: float, parts: Parts,
-) -> None:  # fmt: skip
+    frame: Frame,
+    ends: np.ndarray,
+    windows: Sequence[tuple[float, float]],
+    hw_xids: tuple[int, ...],
+    low_q: float,
+    parts: Parts,
+) -> None:
     """Give each of *windows* (end, length) its tables and jobs in *parts*, as a pass that
     judges it figures them (*ends*: the step records' :func:`step_times`)."""
     if not windows:
@@ -733,8 +758,9 @@ def figure_windows(
             _figure(frame, wins, [part], counts, xids, low_q, pool)
 
 
-def _assigned(frame: Frame, ends: np.ndarray, at: float, window_s: float, n_windows: int
-              ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:  # fmt: skip
+def _assigned(
+    frame: Frame, ends: np.ndarray, at: float, window_s: float, n_windows: int
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Each record's window of the *n_windows* ending at *at*, per table's kind (a step by
     its time *ends*), and each window's count of them.
 
@@ -742,11 +768,15 @@ def _assigned(frame: Frame, ends: np.ndarray, at: float, window_s: float, n_wind
     was made of (the caller forgets those whose records changed; this catches a record that
     an end a little different put on the other side of an edge).
     """
-    wins = {kind: assign_windows(frame.cols[kind]["ts"], at, window_s, n_windows)
-            for kind in ("gpu", "host", "nic")}  # fmt: skip
+    wins = {
+        kind: assign_windows(frame.cols[kind]["ts"], at, window_s, n_windows)
+        for kind in ("gpu", "host", "nic")
+    }
     wins["step"] = assign_windows(ends, at, window_s, n_windows)
-    counts = {kind: np.array([np.count_nonzero(win == w) for w in range(n_windows)])
-              for kind, win in wins.items()}  # fmt: skip
+    counts = {
+        kind: np.array([np.count_nonzero(win == w) for w in range(n_windows)])
+        for kind, win in wins.items()
+    }
     return wins, counts
 
 
@@ -892,26 +922,51 @@ class WindowPart:
 
 
 # Per table: the records it sums and the keys of its groups (a window last).
-TABLES = {"gpu": ("gpu", ("node", "gpu")), "host": ("host", ("node",)),
-          "nic": ("nic", ("node", "port")), "rank": ("step", ("job", "rank"))}  # fmt: skip
+TABLES = {
+    "gpu": ("gpu", ("node", "gpu")),
+    "host": ("host", ("node",)),
+    "nic": ("nic", ("node", "port")),
+    "rank": ("step", ("job", "rank")),
+}
 Parts = MutableMapping[tuple[float, float], WindowPart]  # by (window end, window length)
 
 
 def _figure(
-    frame: Frame, wins: dict[str, np.ndarray], parts: list[WindowPart],
-    counts: dict[str, np.ndarray], hw_xids: np.ndarray, low_q: float, pool: ThreadPoolExecutor,
-) -> None:  # fmt: skip
+    frame: Frame,
+    wins: dict[str, np.ndarray],
+    parts: list[WindowPart],
+    counts: dict[str, np.ndarray],
+    hw_xids: np.ndarray,
+    low_q: float,
+    pool: ThreadPoolExecutor,
+) -> None:
     """Give each window's part (newest first) the tables its records no longer match, and
     its jobs where its step or GPU tables are figured again (GPU records may name jobs)."""
-    todo = [(w, name) for w, part in enumerate(parts) for name, (kind, _) in TABLES.items()
-            if name not in part.tables or part.records[name] != counts[kind][w]
-            or (name == "rank" and part.stale)]  # fmt: skip
+    todo = [
+        (w, name)
+        for w, part in enumerate(parts)
+        for name, (kind, _) in TABLES.items()
+        if name not in part.tables
+        or part.records[name] != counts[kind][w]
+        or (name == "rank" and part.stale)
+    ]
     todo.sort(key=lambda item: _LONGEST_FIRST.index(item[1]))
     # The tables only read the frame: two at a time (numpy's sorts and copies let go of the
     # interpreter), the longest first.
-    futures = {(w, name): pool.submit(_window_table, frame, name, wins[TABLES[name][0]], w,
-                                      hw_xids, low_q, parts[w], int(counts[TABLES[name][0]][w]))
-               for w, name in todo}  # fmt: skip
+    futures = {
+        (w, name): pool.submit(
+            _window_table,
+            frame,
+            name,
+            wins[TABLES[name][0]],
+            w,
+            hw_xids,
+            low_q,
+            parts[w],
+            int(counts[TABLES[name][0]][w]),
+        )
+        for w, name in todo
+    }
     redo = {w for w, name in todo if name in ("rank", "gpu")}
     redo |= {w for w, part in enumerate(parts) if part.node_job is None}
     jobs = {w: pool.submit(_window_jobs, frame, wins, w) for w in sorted(redo)}
@@ -949,8 +1004,16 @@ def _window_jobs(frame: Frame, wins: dict[str, np.ndarray], w: int) -> np.ndarra
     return _node_jobs(frame, Rows.window(wins["step"], w), Rows.window(wins["gpu"], w))[0]
 
 
-def _window_table(frame: Frame, name: str, win: np.ndarray, w: int, hw_xids: np.ndarray,
-                  low_q: float, part: WindowPart, records: int) -> Table:  # fmt: skip
+def _window_table(
+    frame: Frame,
+    name: str,
+    win: np.ndarray,
+    w: int,
+    hw_xids: np.ndarray,
+    low_q: float,
+    part: WindowPart,
+    records: int,
+) -> Table:
     """Window *w*'s table *name* (narrowed, as kept), of its *records*; a rank table whose
     rows are stale for a few jobs only (*part*'s) gets theirs figured again."""
     rows = Rows.window(win, w)
@@ -969,8 +1032,7 @@ def _window_table(frame: Frame, name: str, win: np.ndarray, w: int, hw_xids: np.
     return _narrowed(rank_table(frame, rows, low_q))
 
 
-def _rank_rows_again(frame: Frame, rows: Rows, old: Table, jobs: np.ndarray, low_q: float
-                     ) -> Table:  # fmt: skip
+def _rank_rows_again(frame: Frame, rows: Rows, old: Table, jobs: np.ndarray, low_q: float) -> Table:
     """Rank table *old* (narrowed) of one window (*rows*) with the rows of *jobs* figured
     again from the window's records: what the whole table figured anew is. Its rows are
     one per (job, rank), in that order, each figured from its own job's records only (the
@@ -981,9 +1043,10 @@ def _rank_rows_again(frame: Frame, rows: Rows, old: Table, jobs: np.ndarray, low
     count = int(np.count_nonzero(keep))
     fresh = rank_table(frame, Rows(keep, np.zeros(count, np.int8), 1), low_q)
     stays = ~np.isin(old["job"], jobs)
-    cols = {name: np.concatenate((old[name][stays].astype(fresh[name].dtype, copy=False),
-                                  fresh[name]))
-            for name in fresh.cols}  # fmt: skip
+    cols = {
+        name: np.concatenate((old[name][stays].astype(fresh[name].dtype, copy=False), fresh[name]))
+        for name in fresh.cols
+    }
     order = np.lexsort((cols["rank"], cols["job"]))
     return _narrowed(Table({name: values[order] for name, values in cols.items()}))
 
@@ -1004,8 +1067,10 @@ def _join(
     tables = {}
     for name, (_, keys) in TABLES.items():
         pieces = [(w, parts[w].tables[name]) for w in range(len(parts) - 1, -1, -1)]
-        cols = {col: np.concatenate([t[col] for _, t in pieces], dtype=_joined_dtype(pieces, col))
-                for col in pieces[0][1].cols}  # fmt: skip
+        cols = {
+            col: np.concatenate([t[col] for _, t in pieces], dtype=_joined_dtype(pieces, col))
+            for col in pieces[0][1].cols
+        }
         cols["w"] = np.concatenate([np.full(len(t), w, np.int64) for w, t in pieces])
         key, _, _ = _mixed_key(tuple(cols[k] for k in keys), offset=1)
         order = np.argsort(key, kind="stable")
@@ -1074,13 +1139,19 @@ def extract(
         _figure(frame, wins, mine, counts, np.array(hw_xids, np.int64), low_q, pool)
     node_job, tables = _join(mine, len(frame.nodes), min_peers, min_rank_peers)
     history = History(own_history, min_samples, low_q)
-    old = history_rows(tables["rank"], frame, ends, at, window_s, n_windows, history,
-                       parts if keep_history else None)  # fmt: skip
+    old = history_rows(
+        tables["rank"],
+        frame,
+        ends,
+        at,
+        window_s,
+        n_windows,
+        history,
+        parts if keep_history else None,
+    )
     own_reference(tables["rank"], old, min_samples)
     shape = (n_windows, len(frame.nodes))
-    has_data, seen = coverage(
-        tables, shape, interval.result(), window_s, min_samples, min_coverage
-    )
+    has_data, seen = coverage(tables, shape, interval.result(), window_s, min_samples, min_coverage)
     return Features(
         at=at,
         window_s=window_s,

@@ -465,10 +465,7 @@ def _remap(table: list[str], names: Sequence[str], merged: dict[str, int]) -> np
 # Per kind: (string column, its table, whether it may be absent, i.e. hold -1).
 _STRING_COLS = {
     kind: [("node", "nodes", False)]
-    + [
-        (c, TABLE_OF[c], not set(kl.sources[c]) <= set(schema.REQUIRED[kind]))
-        for c in kl.strings
-    ]
+    + [(c, TABLE_OF[c], not set(kl.sources[c]) <= set(schema.REQUIRED[kind])) for c in kl.strings]
     for kind, kl in LAYOUT.kinds.items()
 }
 
@@ -488,9 +485,7 @@ def concat(frames: Sequence[Frame]) -> Frame:
     if len(frames) == 1:  # nothing to merge: no copy (a pass over 100k GPUs reads one segment)
         return frames[0]
     out = Frame()
-    tables: dict[str, tuple[list[str], dict[str, int]]] = {
-        t: (getattr(out, t), {}) for t in TABLES
-    }
+    tables: dict[str, tuple[list[str], dict[str, int]]] = {t: (getattr(out, t), {}) for t in TABLES}
     parts: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in schema.KINDS}
     for frame in frames:
         maps = {t: _remap(tables[t][0], getattr(frame, t), tables[t][1]) for t in tables}
@@ -538,9 +533,7 @@ def assemble(parts: Sequence[Part]) -> Frame:
     files and lines are the caller's to add.
     """
     out = Frame()
-    merged: dict[str, tuple[list[str], dict[str, int]]] = {
-        t: (getattr(out, t), {}) for t in TABLES
-    }
+    merged: dict[str, tuple[list[str], dict[str, int]]] = {t: (getattr(out, t), {}) for t in TABLES}
     maps = [{t: _remap(merged[t][0], getattr(p, t), merged[t][1]) for t in merged} for p in parts]
     for kind in schema.KINDS:
         total = sum(p.count(kind) for p in parts)

@@ -56,8 +56,10 @@ def latest(frame: Frame, start: float = -math.inf, end: float = math.inf) -> lis
     )
     rows = keep[order[last]]
     # Each column read once (the incremental analyzer's kept columns unpack as read).
-    picked = {name: cols[name][rows].tolist()
-              for name in ("node", "collector", "ts", "ok", "state", "duration_s", "error")}
+    picked = {
+        name: cols[name][rows].tolist()
+        for name in ("node", "collector", "ts", "ok", "state", "duration_s", "error")
+    }
     out = []
     for node_i, coll, t, ok, state, duration, error in zip(*picked.values(), strict=True):
         out.append(

@@ -31,13 +31,19 @@ class Impact:
         return self.fraction * self.gpus * 24.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"job": self.job, "pct": round(100 * self.fraction, 1),
-                "gpu_h_per_day": round(self.gpu_hours_per_day, 1), "gpus": self.gpus,
-                "step_s": round(self.step_s, 4), "step_s_without": round(self.step_s_without, 4)}
+        return {
+            "job": self.job,
+            "pct": round(100 * self.fraction, 1),
+            "gpu_h_per_day": round(self.gpu_hours_per_day, 1),
+            "gpus": self.gpus,
+            "step_s": round(self.step_s, 4),
+            "step_s_without": round(self.step_s_without, 4),
+        }
 
 
-def job_impact(job: str, node_busy_s: Sequence[float], others_busy_s: Sequence[float],
-               step_s: float, gpus: int) -> Impact | None:
+def job_impact(
+    job: str, node_busy_s: Sequence[float], others_busy_s: Sequence[float], step_s: float, gpus: int
+) -> Impact | None:
     """The node's impact from its ranks' and the other ranks' busy times (seconds per step)."""
     if not node_busy_s or not others_busy_s or step_s <= 0:
         return None
@@ -50,5 +56,7 @@ def describe(node: str, impact: dict[str, Any] | None) -> str:
     """The operator's line: ``node17 costs job 40117 14%, 860 GPU-h/day``."""
     if not impact:
         return ""
-    return (f"{node} costs job {impact['job']} {impact['pct']:g}%, "
-            f"{impact['gpu_h_per_day']:.0f} GPU-h/day")
+    return (
+        f"{node} costs job {impact['job']} {impact['pct']:g}%, "
+        f"{impact['gpu_h_per_day']:.0f} GPU-h/day"
+    )

@@ -137,8 +137,15 @@ _T = TypeVar("_T")
 # What a pass counts of its reading (Analyzer.read): mirror rows decoded, JSON Lines bytes
 # parsed, step records placed again, window tables taken from earlier passes, files whose
 # mirror rows were decoded and, of those, files the reading helper read.
-_READ = ("mirror_rows", "parsed_bytes", "steps_placed", "tables_kept", "mirror_files",
-         "helper_files", "helper_groups")  # fmt: skip
+_READ = (
+    "mirror_rows",
+    "parsed_bytes",
+    "steps_placed",
+    "tables_kept",
+    "mirror_files",
+    "helper_files",
+    "helper_groups",
+)
 
 
 class _Restart(Exception):
@@ -222,8 +229,9 @@ class _Column:
     def dtype(self) -> np.dtype[Any]:
         return self.packing.stored
 
-    def reserve(self, room: int, start: int, used: int, packing: Packing | None = None, *,
-                at: int = 0) -> None:  # fmt: skip
+    def reserve(
+        self, room: int, start: int, used: int, packing: Packing | None = None, *, at: int = 0
+    ) -> None:
         """A ring of *room* values (a multiple of the page size), with the *used* values
         from *start* copied to *at* (packed anew with *packing*). The old ring goes with
         the last view of it."""
@@ -310,8 +318,9 @@ class _Columns:
         dtypes["hour"] = np.dtype(np.uint8)  # the hour's tag (see _tag)
         if kind == "step":  # each step's time as its job's ranks ended it, kept between passes
             dtypes["end"] = np.dtype(np.float64)
-        self._cols = {name: _Column(dtype, packs=name not in _AS_READ)
-                      for name, dtype in dtypes.items()}  # fmt: skip
+        self._cols = {
+            name: _Column(dtype, packs=name not in _AS_READ) for name, dtype in dtypes.items()
+        }
         self.start = 0
         self.n = 0
         self.placed = 0  # the first records whose "end" is their group's, as of the last pass
@@ -389,8 +398,9 @@ class _Columns:
         """The records as the frame's columns (the packed ones unpacked as they are read)."""
         lo, hi = self.start, self.start + self.n
         stored = {name: col.array[lo:hi] for name, col in self._cols.items() if name not in _OWN}
-        return PackedColumns(stored, {name: col.packing for name, col in self._cols.items()
-                                      if col.packing.packed})  # fmt: skip
+        return PackedColumns(
+            stored, {name: col.packing for name, col in self._cols.items() if col.packing.packed}
+        )
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the records where *mask*, in their order.
@@ -479,8 +489,14 @@ class Analyzer:
     what was written since the previous pass. Not thread-safe: one pass at a time.
     """
 
-    def __init__(self, settings: Settings, path: Path | None = None, *, grid_s: float = 0.0,
-                 clock: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings: Settings,
+        path: Path | None = None,
+        *,
+        grid_s: float = 0.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         """*grid_s*: a pass without a time judges the windows ending at the newest whole
         multiple of it (0: at the newest record), so that a window judged once is judged
         again, its records unchanged, by the pass a window length later, which keeps its
@@ -603,8 +619,9 @@ class Analyzer:
         self.cold_passes += 1
         return analyze(self.path, self.settings, at, window_s=window_s, until=until)
 
-    def _pass(self, at: float | None, span: float, window_s: float | None, until: float
-              ) -> Analysis:  # fmt: skip
+    def _pass(
+        self, at: float | None, span: float, window_s: float | None, until: float
+    ) -> Analysis:
         cfg = self.settings.analyze
         wanted = self._wanted(at, span, until)
         ids = {hour: self._hour_id(hour) for hour in wanted}  # (per hour: 97,500 files a pass)
@@ -625,8 +642,13 @@ class Analyzer:
         try:
             self._parse(uncovered, keep=False, extra=extra)
             # The kept tables of the windows new records joined go (a step's, once placed).
-            self._touched({kind: cols.data["ts"][before[kind] : cols.n]
-                           for kind, cols in self._kept.items() if kind != "step"})  # fmt: skip
+            self._touched(
+                {
+                    kind: cols.data["ts"][before[kind] : cols.n]
+                    for kind, cols in self._kept.items()
+                    if kind != "step"
+                }
+            )
             hours = [self._hours[h] for h in wanted]
             newest_frame = self._newest_frame(hours, extra)
             newest = default_at(newest_frame, length, until)
@@ -634,8 +656,9 @@ class Analyzer:
             end = at if at is not None else self._on_grid(newest)
             counts = self._input(hours, extra)
             if end is None:
-                return Analysis(math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n),
-                                ahead=ahead)
+                return Analysis(
+                    math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n), ahead=ahead
+                )
             if end - self._reach(window_s) < self._floor:  # the newest window moved back
                 cold = self._cold(end if self.grid_s else at, window_s, until)  # past the kept
                 return dataclasses.replace(cold, ahead=ahead)
@@ -654,22 +677,34 @@ class Analyzer:
                 raise _Restart("a history window's steps changed after they were let go")
             mine = [(end - w * length, length) for w in range(cfg.persist_n)]
             kept = [dict(self._parts[k].tables) if k in self._parts else {} for k in mine]
-            result = analyze_frame(frame, cfg, at=end, window_s=window_s, step_ends=ends,
-                                   parts=self._parts, keep_history=bool(self.grid_s))  # fmt: skip
+            result = analyze_frame(
+                frame,
+                cfg,
+                at=end,
+                window_s=window_s,
+                step_ends=ends,
+                parts=self._parts,
+                keep_history=bool(self.grid_s),
+            )
             self._rows_ahead(frame, ends, end, judged, length)
             self._windows_ahead(frame, ends, end, length)
             self.read["tables_kept"] = sum(
                 self._parts[k].tables.get(name) is table
                 for k, tables in zip(mine, kept, strict=True)
-                for name, table in tables.items())  # fmt: skip
+                for name, table in tables.items()
+            )
             del frame, ends  # (views of the kept records, whose rings may move now)
             self._settle(start, end, judged, length, marks)
         finally:
             # Windows figured with the tails read for this pass only are figured again.
-            self._touched({kind: cols.data["end" if kind == "step" else "ts"][marks[kind] : cols.n]
-                           for kind, cols in self._kept.items()
-                           if kind != "step" or placed},
-                          self._kept["step"].data["job"][marks["step"] : self._kept["step"].n])
+            self._touched(
+                {
+                    kind: cols.data["end" if kind == "step" else "ts"][marks[kind] : cols.n]
+                    for kind, cols in self._kept.items()
+                    if kind != "step" or placed
+                },
+                self._kept["step"].data["job"][marks["step"] : self._kept["step"].n],
+            )
             if placed:  # the kept ones; the tails read for this pass only come
                 self._kept["step"].placed = marks["step"]  # again next pass, as new records
             for kind, cols in self._kept.items():
@@ -677,8 +712,9 @@ class Analyzer:
         files_n, records, bad = counts
         return dataclasses.replace(result, files=files_n, records=records, bad=bad, ahead=ahead)
 
-    def _settle(self, start: float, end: float, judged: float, length: float,
-                marks: dict[str, int]) -> None:  # fmt: skip
+    def _settle(
+        self, start: float, end: float, judged: float, length: float, marks: dict[str, int]
+    ) -> None:
         """After judging: let go of the step records whose windows' rank rows this pass
         figured ahead (a first pass reads the ranks' own history, 35 minutes of steps, of
         which the passes after it keep 20; *start*: where the pass's own step records
@@ -772,8 +808,9 @@ class Analyzer:
             step += 1
         return sorted(missing)
 
-    def _rows_ahead(self, frame: Frame, ends: np.ndarray, end: float, judged: float,
-                    length: float) -> None:  # fmt: skip
+    def _rows_ahead(
+        self, frame: Frame, ends: np.ndarray, end: float, judged: float, length: float
+    ) -> None:
         """Figure the rank rows of the windows later passes read as history that no pass
         judged (most of a first pass's: it judged three windows of the half hour it read),
         while their step records are all here, so that the next pass lets those go: a
@@ -782,8 +819,7 @@ class Analyzer:
             missing = self._rows_missing(end, judged, length)
             figure_history(frame, ends, missing, self.settings.analyze.low_quantile, self._parts)
 
-    def _windows_ahead(self, frame: Frame, ends: np.ndarray, end: float, length: float
-                       ) -> None:  # fmt: skip
+    def _windows_ahead(self, frame: Frame, ends: np.ndarray, end: float, length: float) -> None:
         """On the grid, figure the tables of the windows that the passes of the next window
         length judge as older windows and that no pass judged: a daemon's first pass judged
         three windows of what it read, and each of the four passes after it would otherwise
@@ -916,8 +952,9 @@ class Analyzer:
         extra.files += 1
         state = self._files.get(name)
         if state is None:
-            state = self._files[name] = _File(hour, ino, mirror=self.settings.analyze.column_files,
-                                              cols=mirror.mirror_path(name))  # fmt: skip
+            state = self._files[name] = _File(
+                hour, ino, mirror=self.settings.analyze.column_files, cols=mirror.mirror_path(name)
+            )
         elif state.ino != ino or size < state.offset:
             raise _Restart(name)  # replaced or cut short
         if size > state.offset:
@@ -929,8 +966,9 @@ class Analyzer:
         self, mirrored: list[tuple[str, _File, int]], parsed: list[tuple[str, _File, int]]
     ) -> list[tuple[str, _File, int]]:
         uncovered = []
-        for group in _groups_of(mirrored, [size - st.offset for _, st, size in mirrored],
-                                READ_BYTES):  # fmt: skip
+        for group in _groups_of(
+            mirrored, [size - st.offset for _, st, size in mirrored], READ_BYTES
+        ):
             uncovered += self._read_mirrors(group, parsed)
         return uncovered
 
@@ -993,9 +1031,12 @@ class Analyzer:
         # a daemon's first read in 133 groups, not 15, at 100k GPUs; what overflows a group
         # the analyzer reads itself.
         width, new, share = mirror.WIDTH, _GUESS_BYTES, helper.room // 2 // HELPER_GROUP
-        guesses = [(state.last + width if state.last else share)
-                   if state is not None and state.rows else new
-                   for _, _, state in todo]  # fmt: skip
+        guesses = [
+            (state.last + width if state.last else share)
+            if state is not None and state.rows
+            else new
+            for _, _, state in todo
+        ]
         groups = _groups_of(todo, guesses, helper.room // 2, HELPER_GROUP)
         self.read["helper_groups"] = len(groups)
         self._buffer = None  # (this process's read buffer: for what the helper has no room for)
@@ -1039,8 +1080,14 @@ class Analyzer:
             if not state.rows:
                 items.append((state.number, state.offset, -1, 0))
             else:  # its tail (_tail_at, without a call a file), behind its string rows' room
-                items.append((state.number, state.offset, _TAIL_FROM + state.rows * width,
-                              len(state.strings)))  # fmt: skip
+                items.append(
+                    (
+                        state.number,
+                        state.offset,
+                        _TAIL_FROM + state.rows * width,
+                        len(state.strings),
+                    )
+                )
         return items
 
     def _take_found(
@@ -1171,8 +1218,15 @@ class Analyzer:
         raw = buf.data
         width = mirror.WIDTH
         # (As lists: tens of thousands of files a pass, a numpy scalar each costs more.)
-        per_file = zip(files, decoded.usable.tolist(), first.tolist(), used_end.tolist(),
-                       decoded.covered.tolist(), decoded.stopped.tolist(), strict=True)  # fmt: skip
+        per_file = zip(
+            files,
+            decoded.usable.tolist(),
+            first.tolist(),
+            used_end.tolist(),
+            decoded.covered.tolist(),
+            decoded.stopped.tolist(),
+            strict=True,
+        )
         for j, ((name, state, size, prefix), usable, lo, hi, covered, stopped) in enumerate(
             per_file
         ):
@@ -1316,10 +1370,13 @@ class Analyzer:
         # A record that moved leaves one window and joins another; a new one joins one.
         moved = (old != ends[redo]) & (redo < placed)
         joined = moved | (redo >= placed)
-        self._touched({"step": np.concatenate((old[moved], ends[redo][joined]))},
-                      np.concatenate((job[redo][moved], job[redo][joined])))
-        cols.by_minute(self._reordered_from(redo[moved], old[moved], placed, kept), kept,
-                       time="end")  # fmt: skip
+        self._touched(
+            {"step": np.concatenate((old[moved], ends[redo][joined]))},
+            np.concatenate((job[redo][moved], job[redo][joined])),
+        )
+        cols.by_minute(
+            self._reordered_from(redo[moved], old[moved], placed, kept), kept, time="end"
+        )
         return ends
 
     def _reordered_from(self, moved: np.ndarray, old: np.ndarray, placed: int, kept: int) -> int:
@@ -1339,8 +1396,14 @@ class Analyzer:
         # but sorting all the kept records behind a rank's writer an hour late costs more.
         return first if kept - first <= max(2 * (kept - placed), kept // 4) else placed
 
-    def _prune(self, start: float, judged: float, window_s: float, marks: dict[str, int],
-               kinds: Sequence[str] = schema.KINDS) -> None:  # fmt: skip
+    def _prune(
+        self,
+        start: float,
+        judged: float,
+        window_s: float,
+        marks: dict[str, int],
+        kinds: Sequence[str] = schema.KINDS,
+    ) -> None:
         """Let go of records (of *kinds*) neither this pass nor a later one needs: every pass
         where they are the first kept (the usual case), else once they are a good share of
         the kept.
@@ -1389,8 +1452,9 @@ def _cutoffs(start: float, judged: float, window_s: float) -> dict[str, float]:
 
 
 def _has_history(part: WindowPart | None) -> bool:
-    return part is not None and (part.history is not None
-                                 or ("rank" in part.tables and not part.stale))  # fmt: skip
+    return part is not None and (
+        part.history is not None or ("rank" in part.tables and not part.stale)
+    )
 
 
 def _times_of(kind: str, cols: _Columns, which: np.ndarray) -> np.ndarray:
@@ -1451,7 +1515,8 @@ def _put_behind(buf: np.ndarray, behind: list[tuple[int, _File]]) -> None:
     at = start + lengths  # each tail's first row: the mark it was read from
     rows = buf.reshape(-1, width)  # (every file's bytes begin on a row)
     if len(marks) != len(states) * width or not np.array_equal(
-            rows[at], np.frombuffer(marks, np.uint8).reshape(-1, width)):  # fmt: skip
+        rows[at], np.frombuffer(marks, np.uint8).reshape(-1, width)
+    ):
         raise _Restart("mirror rewritten")
     text = np.frombuffer(b"".join(strings), np.uint8).reshape(-1, width)
     rows[np.repeat(start - (np.cumsum(lengths) - lengths), lengths) + np.arange(len(text))] = text

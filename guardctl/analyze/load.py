@@ -258,8 +258,7 @@ def latest_hour_end(hours: Sequence[str], until: float | None = None) -> float |
     """The end of the newest dated bucket (to pick files before reading any), leaving out the
     buckets that start after *until* (now plus the tolerance): one record from a clock hours
     ahead must not move the window hours into the future, past everyone's data."""
-    starts = [s for s in map(hour_start, hours)
-              if s is not None and (until is None or s <= until)]
+    starts = [s for s in map(hour_start, hours) if s is not None and (until is None or s <= until)]
     return max(starts) + 3600 if starts else None
 
 

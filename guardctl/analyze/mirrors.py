@@ -110,8 +110,9 @@ def decode(
     strings = _strings(rows, kind, file_of, used, usable)
     cols, tables = _columns(rows, kind, file_of, used, strings, usable, threads)
     covered[~usable] = 0
-    return Decoded(cols, tables, usable, covered, stopped, used_end - first,
-                   int(lines[usable].sum()))  # fmt: skip
+    return Decoded(
+        cols, tables, usable, covered, stopped, used_end - first, int(lines[usable].sum())
+    )
 
 
 def _chain(
@@ -217,8 +218,9 @@ def _strings(
     rank = at - np.maximum.accumulate(np.where(first, at, 0))
     usable[f_sorted[index[order] != rank]] = False
     # Distinct texts (table, length, bytes), decoded once each.
-    first_use, inverse = _distinct(rows.view(np.uint64).reshape(rows.size, width // 8)[which],
-                                   table, size)  # fmt: skip
+    first_use, inverse = _distinct(
+        rows.view(np.uint64).reshape(rows.size, width // 8)[which], table, size
+    )
     payload = rows.view(f"V{width}")[which].view([("h", "V8"), ("p", f"V{chunk}")])["p"]
     gid = np.zeros(first_use.size, np.int64)
     tables: dict[str, list[str]] = {t: [] for t in TABLES}
@@ -316,8 +318,9 @@ def _strings_chunked(
             entries.append((f, t, ids.setdefault(value, len(ids))))
             text.clear()
 
-    found = zip(which.tolist(), table.tolist(), size.tolist(), index.tolist(), files.tolist(),
-                strict=True)  # fmt: skip
+    found = zip(
+        which.tolist(), table.tolist(), size.tolist(), index.tolist(), files.tolist(), strict=True
+    )
     for at, t, n, number, f in found:
         if not usable[f]:
             continue

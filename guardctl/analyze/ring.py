@@ -37,8 +37,14 @@ _FAILED = ctypes.c_void_p(-1).value
 _libc = ctypes.CDLL(None, use_errno=True)
 _mmap = _libc.mmap
 _mmap.restype = ctypes.c_void_p
-_mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                  ctypes.c_long)  # fmt: skip
+_mmap.argtypes = (
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+)
 _munmap = _libc.munmap
 _munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _madvise = _libc.madvise
@@ -63,21 +69,29 @@ class Ring:
         try:
             os.ftruncate(self._fd, size)
             # The address range first (no memory), then the file twice within it.
-            base = _mmap(None, 2 * size, _PROT_NONE,
-                         mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)  # fmt: skip
+            base = _mmap(None, 2 * size, _PROT_NONE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
             if base in (None, _FAILED):
                 raise _os_error("mmap")
             self.addr = base
             for half in (base, base + size):
-                got = _mmap(half, size, mmap.PROT_READ | mmap.PROT_WRITE,
-                            mmap.MAP_SHARED | _MAP_FIXED, self._fd, 0)  # fmt: skip
+                got = _mmap(
+                    half,
+                    size,
+                    mmap.PROT_READ | mmap.PROT_WRITE,
+                    mmap.MAP_SHARED | _MAP_FIXED,
+                    self._fd,
+                    0,
+                )
                 if got != half:
                     raise _os_error("mmap")
         except BaseException:
             self._close()
             raise
         self.__array_interface__: dict[str, Any] = {
-            "shape": (2 * size,), "typestr": "|u1", "data": (base, False), "version": 3,
+            "shape": (2 * size,),
+            "typestr": "|u1",
+            "data": (base, False),
+            "version": 3,
         }
 
     def let_go(self, lo: int, hi: int, *, keep: bool) -> None:

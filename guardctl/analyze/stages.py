@@ -34,13 +34,21 @@ class StageImbalance:
 
     @property
     def why(self) -> str:
-        return (f"pipeline stage {self.stage} of job {self.job} computes {self.ratio:.2f}x the "
-                f"other stages on every replica in {self.windows} windows: the job's layer "
-                "split, not a node fault")
+        return (
+            f"pipeline stage {self.stage} of job {self.job} computes {self.ratio:.2f}x the "
+            f"other stages on every replica in {self.windows} windows: the job's layer "
+            "split, not a node fault"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"job": self.job, "stage": self.stage, "nodes": list(self.nodes),
-                "ratio": round(self.ratio, 4), "windows": self.windows, "why": self.why}
+        return {
+            "job": self.job,
+            "stage": self.stage,
+            "nodes": list(self.nodes),
+            "ratio": round(self.ratio, 4),
+            "windows": self.windows,
+            "why": self.why,
+        }
 
 
 def find(f: Features, imbalance: float, persist_k: int) -> tuple[StageImbalance, ...]:
@@ -66,8 +74,9 @@ def find(f: Features, imbalance: float, persist_k: int) -> tuple[StageImbalance,
             newest, ratio = min(hits)
             mine = rows[(t["stage"][rows] == stage) & (windows == newest)]
             nodes = tuple(sorted({f.nodes[int(n)] for n in t["node"][mine].tolist()}))
-            out.append(StageImbalance(f.jobs[int(t["job"][rows[0]])], stage, nodes, ratio,
-                                      len(hits)))
+            out.append(
+                StageImbalance(f.jobs[int(t["job"][rows[0]])], stage, nodes, ratio, len(hits))
+            )
     return tuple(out)
 
 

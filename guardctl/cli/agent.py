@@ -45,10 +45,15 @@ def _print_status(status: dict[str, Any], as_json: bool) -> None:
 
 
 @main.command("agent")
-@click.option("--store", "store_root", type=click.Path(path_type=Path, file_okay=False),
-              help="Store directory (default: store.root).")
-@click.option("--interval", type=float,
-              help="Seconds between samples, 1-10 (default: agent.interval_s).")
+@click.option(
+    "--store",
+    "store_root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Store directory (default: store.root).",
+)
+@click.option(
+    "--interval", type=float, help="Seconds between samples, 1-10 (default: agent.interval_s)."
+)
 @click.option("--node", help="Node name in records (default: agent.node, else the short hostname).")
 @click.option("--once", is_flag=True, help="Take one sample of every collector, write it, exit.")
 @json_option

@@ -159,10 +159,20 @@ def _print_table(result: object) -> None:
 
 def _small_jobs(result: Analysis) -> str:
     """How many nodes ran ranks too few peers could judge: not a healthy finding, say so."""
-    counts = [sum(1 for n in result.nodes if any(r.startswith(p) for r in n.reasons))
-              for p in (NOT_COMPARED, OWN_HISTORY)]  # fmt: skip
-    parts = [text for count, text in zip(counts, (
-        f"{counts[0]} with ranks not judged: too few peers",
-        f"{counts[1]} with ranks judged against their own history only",
-    ), strict=True) if count]  # fmt: skip
+    counts = [
+        sum(1 for n in result.nodes if any(r.startswith(p) for r in n.reasons))
+        for p in (NOT_COMPARED, OWN_HISTORY)
+    ]
+    parts = [
+        text
+        for count, text in zip(
+            counts,
+            (
+                f"{counts[0]} with ranks not judged: too few peers",
+                f"{counts[1]} with ranks judged against their own history only",
+            ),
+            strict=True,
+        )
+        if count
+    ]
     return f" ({'; '.join(parts)})" if parts else ""

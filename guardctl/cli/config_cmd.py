@@ -23,8 +23,10 @@ BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 def toml_string(text: str) -> str:
     """A TOML basic string: quotes and backslashes escaped, control characters as \\uXXXX."""
-    body = "".join(f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F
-                   else "\\" + c if c in '"\\' else c for c in text)
+    body = "".join(
+        f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else "\\" + c if c in '"\\' else c
+        for c in text
+    )
     return f'"{body}"'
 
 
@@ -49,8 +51,9 @@ def toml_value(value: Any) -> str:
     if isinstance(value, dict):
         if not value:
             return "{}"
-        items = ", ".join(f"{toml_key(str(k))} = {toml_value(v)}" for k, v in value.items()
-                          if v is not None)  # an unset field inside a table is left out
+        items = ", ".join(
+            f"{toml_key(str(k))} = {toml_value(v)}" for k, v in value.items() if v is not None
+        )  # an unset field inside a table is left out
         return "{ " + items + " }"
     raise TypeError(f"no TOML form for {type(value).__name__}")
 

@@ -37,16 +37,22 @@ def _print(report: PassReport) -> None:
     mode = "acting" if report.acting else "observe only (control.act = false): nothing changed"
     if report.held_back:
         mode = f"observing only this pass, nothing changed: {report.held_back}"
-    click.echo(f"controller pass: {mode}; {len(report.findings)} flagged, "
-               f"{len(report.fleet)} fleet-wide finding(s)")
+    click.echo(
+        f"controller pass: {mode}; {len(report.findings)} flagged, "
+        f"{len(report.fleet)} fleet-wide finding(s)"
+    )
     if report.source is not None:
         missing = ", ".join(report.source["missing"]) or "nothing"
-        click.echo(f"source: prometheus {report.source['url']}: {report.source['series']} "
-                   f"series, {report.source['samples']} samples; not given: {missing}")
+        click.echo(
+            f"source: prometheus {report.source['url']}: {report.source['series']} "
+            f"series, {report.source['samples']} samples; not given: {missing}"
+        )
     for f in report.fleet:
         click.echo(f"fleet-wide ({f['scope']} {f['name']}): {f['why']}")
-    rows = [(d["node"], d["kind"] or "-", d["rung"], d["decision"], d["outcome"] or "-",
-             d["why"]) for d in report.decisions]
+    rows = [
+        (d["node"], d["kind"] or "-", d["rung"], d["decision"], d["outcome"] or "-", d["why"])
+        for d in report.decisions
+    ]
     if rows:
         echo_table(rows, ("NODE", "FINDING", "RUNG", "DECISION", "OUTCOME", "WHY"))
     for f in report.findings:
@@ -56,8 +62,10 @@ def _print(report: PassReport) -> None:
 
 def _print_explain(data: dict[str, Any]) -> None:
     d, f = data["decision"], data["finding"]
-    click.echo(f"{data['node']}: {data['owner'][0]}" + (f" ({data['owner'][1]})"
-                                                       if data['owner'][1] else ""))
+    click.echo(
+        f"{data['node']}: {data['owner'][0]}"
+        + (f" ({data['owner'][1]})" if data["owner"][1] else "")
+    )
     click.echo(f"  finding:  {f['kind']}: {f['why']}" if f else "  finding:  not flagged")
     if data["impact"]:
         click.echo(f"  impact:   {data['impact']}")
@@ -65,15 +73,20 @@ def _print_explain(data: dict[str, Any]) -> None:
         click.echo(f"  jobs:     {', '.join(map(str, data['jobs']))}")
     for fleet in data["fleet"]:
         click.echo(f"  fleet:    {fleet['why']}")
-    click.echo(f"  decision: {d['decision']} (rung {d['rung']}): {d['why']}" if d
-               else "  decision: nothing to decide")
+    click.echo(
+        f"  decision: {d['decision']} (rung {d['rung']}): {d['why']}"
+        if d
+        else "  decision: nothing to decide"
+    )
     watch = (d or {}).get("rebalance") or data["ladder"].get("rebalance")
     if watch:
         click.echo(f"  rung a:   {_watch_line(watch)}")
     if data["ladder"].get("sweeping"):
         running = data["ladder"]["sweeping"]
-        click.echo(f"  sweeping: sweep {running.get('sweep')} (pid {running.get('pid')} on "
-                   f"{running.get('host')})")
+        click.echo(
+            f"  sweeping: sweep {running.get('sweep')} (pid {running.get('pid')} on "
+            f"{running.get('host')})"
+        )
     sweeps = data["ladder"]["sweeps"]
     if sweeps:
         click.echo("  sweeps:   " + ", ".join(s["verdict"] for s in sweeps))
@@ -87,8 +100,10 @@ def _watch_line(watch: dict[str, Any]) -> str:
     """Rung a's watch of the job's step time: its phase and figures."""
     if "phase" not in watch:
         return str(watch.get("why", ""))
-    line = (f"{watch['phase']}: job {watch['job']} step time {watch['step_s']:.4g} s at rung a, "
-            f"{watch['step_s_without']:.4g} s at its peers' pace")
+    line = (
+        f"{watch['phase']}: job {watch['job']} step time {watch['step_s']:.4g} s at rung a, "
+        f"{watch['step_s_without']:.4g} s at its peers' pace"
+    )
     if watch.get("step_s_now") is not None:
         line += f", {watch['step_s_now']:.4g} s now"
         if watch.get("won_back_pct") is not None:
@@ -98,19 +113,38 @@ def _watch_line(watch: dict[str, Any]) -> str:
 
 @main.command("control")
 @click.option("--once", is_flag=True, help="One pass, then exit (for a systemd timer or cron).")
-@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=None,
-              metavar="S", help="Seconds between passes of the daemon; with control.align, "
-              "its windows end on a multiple of it (default: control.interval_s; a single "
-              "pass judges up to the newest record).")
-@click.option("--act", is_flag=True, help="Act (default: control.act; otherwise observe "
-              "only and record what it would do).")
-@click.option("--explain", "explain_node", metavar="NODE",
-              help="Say why the controller chooses what it chooses for NODE; change nothing.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="S",
+    help="Seconds between passes of the daemon; with control.align, "
+    "its windows end on a multiple of it (default: control.interval_s; a single "
+    "pass judges up to the newest record).",
+)
+@click.option(
+    "--act",
+    is_flag=True,
+    help="Act (default: control.act; otherwise observe only and record what it would do).",
+)
+@click.option(
+    "--explain",
+    "explain_node",
+    metavar="NODE",
+    help="Say why the controller chooses what it chooses for NODE; change nothing.",
+)
 @dry_run_option
 @json_option
 @pass_app
-def control(app: AppContext, once: bool, interval: float | None, act: bool,
-            explain_node: str | None, dry_run: bool, as_json: bool) -> None:
+def control(
+    app: AppContext,
+    once: bool,
+    interval: float | None,
+    act: bool,
+    explain_node: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
     """The mitigation controller: from the newest analysis to quarantine, sweep, drain,
     release or requeue, through guardctl's safety rules, with nobody in the loop.
 
@@ -155,9 +189,14 @@ def _on_change(emit: Callable[[PassReport], None]) -> Callable[[PassReport], Non
     last: list[Any] = [None]
 
     def maybe(report: PassReport) -> None:
-        now = (report.leader, report.acting, [(d["node"], d["decision"], d["why"], d["outcome"])
-                                              for d in report.decisions], report.fleet)
+        now = (
+            report.leader,
+            report.acting,
+            [(d["node"], d["decision"], d["why"], d["outcome"]) for d in report.decisions],
+            report.fleet,
+        )
         if now != last[0]:
             emit(report)
             last[0] = now
+
     return maybe

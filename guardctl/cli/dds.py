@@ -120,8 +120,10 @@ def serve(
     log_to(paths.log)
 
     def ready(host: str, port: int) -> None:
-        click.echo(f"dds: serving job {job} on {host}:{port} (state {paths.state}, "
-                   f"log {paths.log})", err=True)  # fmt: skip
+        click.echo(
+            f"dds: serving job {job} on {host}:{port} (state {paths.state}, log {paths.log})",
+            err=True,
+        )
         sys.stderr.flush()
 
     try:

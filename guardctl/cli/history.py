@@ -16,16 +16,20 @@ from guardctl.nodes import expand_all
 @main.command("history")
 @click.argument("nodes", nargs=-1)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
-@click.option("--control", "control_only", is_flag=True,
-              help="Only the controller's decisions, findings and sweeps, with their evidence.")
+@click.option(
+    "--control",
+    "control_only",
+    is_flag=True,
+    help="Only the controller's decisions, findings and sweeps, with their evidence.",
+)
 @json_option
 @pass_app
-def history(app: AppContext, nodes: tuple[str, ...], limit: int, control_only: bool,
-            as_json: bool) -> None:
+def history(
+    app: AppContext, nodes: tuple[str, ...], limit: int, control_only: bool, as_json: bool
+) -> None:
     """Show what guardctl did (and to NODES, if given): who, when, why, with what evidence."""
     names = expand_all(nodes) if nodes else None
-    entries = ActionLog(app.settings.store.root).history(names, 100_000 if control_only
-                                                         else limit)
+    entries = ActionLog(app.settings.store.root).history(names, 100_000 if control_only else limit)
     if control_only:
         entries = controller_entries(entries)[-limit:]
     if as_json:
@@ -33,8 +37,15 @@ def history(app: AppContext, nodes: tuple[str, ...], limit: int, control_only: b
         return
     echo_table(
         [
-            (format_since(e.ts), e.action, e.phase, ",".join(e.nodes), e.actor, e.reason or "-",
-             evidence_line(e.evidence))
+            (
+                format_since(e.ts),
+                e.action,
+                e.phase,
+                ",".join(e.nodes),
+                e.actor,
+                e.reason or "-",
+                evidence_line(e.evidence),
+            )
             for e in entries
         ],
         headers=("WHEN", "ACTION", "PHASE", "NODES", "WHO", "REASON", "EVIDENCE"),
@@ -44,18 +55,34 @@ def history(app: AppContext, nodes: tuple[str, ...], limit: int, control_only: b
 def controller_entries(entries: list[Entry]) -> list[Entry]:
     """The controller's records and actions, with the node actions its sweeps took (a release
     or drain on a sweep's verdict is logged by the sweep, under the controller's sweep id)."""
-    swept = {str(e.evidence["sweep"]) for e in entries
-             if e.action.startswith("control") and e.evidence.get("sweep")}
-    return [e for e in entries if e.action.startswith("control")
-            or e.evidence.get("by") == "control"
-            or (e.action in NODE_ACTIONS and str(e.evidence.get("sweep", "")) in swept)]
+    swept = {
+        str(e.evidence["sweep"])
+        for e in entries
+        if e.action.startswith("control") and e.evidence.get("sweep")
+    }
+    return [
+        e
+        for e in entries
+        if e.action.startswith("control")
+        or e.evidence.get("by") == "control"
+        or (e.action in NODE_ACTIONS and str(e.evidence.get("sweep", "")) in swept)
+    ]
 
 
 def evidence_line(evidence: dict[str, Any]) -> str:
     """The evidence an operator reads first: a decision, its outcome, a verdict, a cost."""
     parts = []
-    for key in ("decision", "rung", "outcome", "verdict", "action", "kind", "sweep", "job",
-                "phase"):
+    for key in (
+        "decision",
+        "rung",
+        "outcome",
+        "verdict",
+        "action",
+        "kind",
+        "sweep",
+        "job",
+        "phase",
+    ):
         if evidence.get(key) not in (None, "", []):
             parts.append(f"{key}={evidence[key]}")
     impact = evidence.get("impact")

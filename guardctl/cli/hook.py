@@ -35,8 +35,9 @@ def hook(app: AppContext, hook: str, node: str, dry_run: bool, as_json: bool) ->
         for alert in report.alerts:
             click.echo(f"guardctl {hook} {report.node}: ALERT: {alert}", err=True)
         if report.told_user:
-            click.echo(f"guardctl {hook} {report.node}: note to the user {report.told_user}",
-                       err=True)
+            click.echo(
+                f"guardctl {hook} {report.node}: note to the user {report.told_user}", err=True
+            )
         if report.stragglers:
             click.echo(f"guardctl {hook} {report.node}: {report.stragglers}", err=True)
     if report.fails:

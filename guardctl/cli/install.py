@@ -19,12 +19,20 @@ from guardctl.nodeops.cleanup import give_back, refuse_while_leading
 
 
 @main.command("install-hooks")
-@click.option("--prefix", type=click.Path(path_type=Path, file_okay=False),
-              default=hooks_install.DEFAULT_PREFIX, show_default=True,
-              help="Directory to install the hook scripts into (the same on every node).")
-@click.option("--slurm-conf", "slurm_conf", type=click.Path(path_type=Path, dir_okay=False),
-              help="The site's slurm.conf: merge with its PrologFlags, Prolog, Epilog and "
-                   "HealthCheckProgram instead of printing guardctl's alone.")
+@click.option(
+    "--prefix",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=hooks_install.DEFAULT_PREFIX,
+    show_default=True,
+    help="Directory to install the hook scripts into (the same on every node).",
+)
+@click.option(
+    "--slurm-conf",
+    "slurm_conf",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The site's slurm.conf: merge with its PrologFlags, Prolog, Epilog and "
+    "HealthCheckProgram instead of printing guardctl's alone.",
+)
 @dry_run_option
 def install_hooks(prefix: Path, slurm_conf: Path | None, dry_run: bool) -> None:
     """Install the Slurm hook scripts from the package and print the slurm.conf lines to merge.
@@ -44,8 +52,11 @@ def install_hooks(prefix: Path, slurm_conf: Path | None, dry_run: bool) -> None:
 
 
 @main.command("uninstall")
-@click.option("--force", is_flag=True,
-              help="Act even though a controller holds the lease (only when it is gone).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Act even though a controller holds the lease (only when it is gone).",
+)
 @dry_run_option
 @json_option
 @pass_app
@@ -68,5 +79,8 @@ def uninstall(app: AppContext, force: bool, dry_run: bool, as_json: bool) -> Non
         click.echo(f"{h.kind}: {h.name} ({h.detail}): {h.result}")
     if app.settings.safety.observe_only and not dry_run and done:
         click.echo("safety.observe_only is set: nothing was changed", err=True)
-    click.echo("then: remove guardctl's Prolog, Epilog and HealthCheckProgram lines from "
-               "slurm.conf and `scontrol reconfigure`", err=True)
+    click.echo(
+        "then: remove guardctl's Prolog, Epilog and HealthCheckProgram lines from "
+        "slurm.conf and `scontrol reconfigure`",
+        err=True,
+    )

@@ -15,8 +15,11 @@ from guardctl import datafiles, runner
 from guardctl.cli.base import main
 from guardctl.errors import InputError
 
-PAGES = {"guardctl": ("man1", "guardctl.1"), "guardctl.toml": ("man5", "guardctl.toml.5"),
-         "guardctl-schema": ("man5", "guardctl-schema.5")}
+PAGES = {
+    "guardctl": ("man1", "guardctl.1"),
+    "guardctl.toml": ("man5", "guardctl.toml.5"),
+    "guardctl-schema": ("man5", "guardctl-schema.5"),
+}
 
 
 @main.command("man")

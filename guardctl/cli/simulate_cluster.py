@@ -22,26 +22,59 @@ from guardctl.simulate.cluster.run import compare, control_settings
 @click.option("--gpus", type=int, default=None, help="GPUs instead of --nodes (a multiple of 8).")
 @click.option("--days", default=7.0, show_default=True, type=float, help="Simulated days.")
 @click.option("--seed", default=0, show_default=True, type=int, help="The first seed.")
-@click.option("--seeds", default=1, show_default=True, type=int,
-              help="Seeds to average over (seed, seed+1, ...).")
-@click.option("--policy", "policy_names", multiple=True, type=click.Choice(NAMES),
-              help="A policy to run (repeatable) [default: all].")
-@click.option("--fault-scale", default=1.0, show_default=True, type=float,
-              help="Every fault rate times this.")
-@click.option("--recall", default=None, type=float,
-              help="The analyzer's recall [default: 1.0, as measured].")
-@click.option("--relapses", default=None, type=int,
-              help="control.relapses for guardctl's controller [default: its default].")
-@click.option("--sensitivity", is_flag=True,
-              help="Also run fault rates x0.5 and x2 and recall 0.9.")
-@click.option("--report", "report_dir", default=None, type=click.Path(path_type=Path),
-              help="Write table.md and PNG plots here.")
+@click.option(
+    "--seeds",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Seeds to average over (seed, seed+1, ...).",
+)
+@click.option(
+    "--policy",
+    "policy_names",
+    multiple=True,
+    type=click.Choice(NAMES),
+    help="A policy to run (repeatable) [default: all].",
+)
+@click.option(
+    "--fault-scale", default=1.0, show_default=True, type=float, help="Every fault rate times this."
+)
+@click.option(
+    "--recall", default=None, type=float, help="The analyzer's recall [default: 1.0, as measured]."
+)
+@click.option(
+    "--relapses",
+    default=None,
+    type=int,
+    help="control.relapses for guardctl's controller [default: its default].",
+)
+@click.option(
+    "--sensitivity", is_flag=True, help="Also run fault rates x0.5 and x2 and recall 0.9."
+)
+@click.option(
+    "--report",
+    "report_dir",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Write table.md and PNG plots here.",
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
-def cluster_cmd(nodes: int | None, gpus: int | None, days: float, seed: int, seeds: int,
-                policy_names: tuple[str, ...], fault_scale: float, recall: float | None,
-                relapses: int | None, sensitivity: bool, report_dir: Path | None, quiet: bool,
-                as_json: bool) -> None:
+def cluster_cmd(
+    nodes: int | None,
+    gpus: int | None,
+    days: float,
+    seed: int,
+    seeds: int,
+    policy_names: tuple[str, ...],
+    fault_scale: float,
+    recall: float | None,
+    relapses: int | None,
+    sensitivity: bool,
+    report_dir: Path | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
     """Simulate a GPU cluster over days and compare the mitigation policies on the same seeds.
 
     Policies: none, failstop (NHC), guard (a Guard-style baseline) and guardctl (the
@@ -52,8 +85,7 @@ def cluster_cmd(nodes: int | None, gpus: int | None, days: float, seed: int, see
         extras.need("report", "simulate cluster --report")  # before the simulation, not after
     params = _params(nodes, gpus, days, seed, fault_scale, recall, seeds)
     try:
-        cfg = control_settings(params, **({"relapses": relapses} if relapses is not None
-                                          else {}))
+        cfg = control_settings(params, **({"relapses": relapses} if relapses is not None else {}))
     except ValueError as exc:
         raise UsageError(f"--relapses: {exc}") from exc
     names = policy_names or NAMES
@@ -63,18 +95,25 @@ def cluster_cmd(nodes: int | None, gpus: int | None, days: float, seed: int, see
     cases = []
     if sensitivity:
         cases = [("as measured", result)] + [
-            (label, compare(p, seed_list, names, cfg, progress)) for label, p in (
-                ("fault rates x0.5", params.scaled(0.5)), ("fault rates x2", params.scaled(2.0)),
-                ("recall 0.9", dataclasses.replace(params, recall=0.9)))]
-        result["sensitivity"] = {label: {n: r["policies"][n]["mean"] for n in names}
-                                 for label, r in cases}
+            (label, compare(p, seed_list, names, cfg, progress))
+            for label, p in (
+                ("fault rates x0.5", params.scaled(0.5)),
+                ("fault rates x2", params.scaled(2.0)),
+                ("recall 0.9", dataclasses.replace(params, recall=0.9)),
+            )
+        ]
+        result["sensitivity"] = {
+            label: {n: r["policies"][n]["mean"] for n in names} for label, r in cases
+        }
     if report_dir is not None:
         result["report"] = [str(p) for p in report.write(result, report_dir, cases)]
     if as_json:
         echo_json(result)
         return
-    click.echo(f"{params.nodes} nodes ({params.nodes * params.gpus_per_node} GPUs), "
-               f"{days:g} days, seeds {', '.join(map(str, seed_list))}")
+    click.echo(
+        f"{params.nodes} nodes ({params.nodes * params.gpus_per_node} GPUs), "
+        f"{days:g} days, seeds {', '.join(map(str, seed_list))}"
+    )
     click.echo(report.table(result))
     if cases:
         click.echo("")
@@ -83,8 +122,15 @@ def cluster_cmd(nodes: int | None, gpus: int | None, days: float, seed: int, see
         click.echo(f"report: {report_dir}")
 
 
-def _params(nodes: int | None, gpus: int | None, days: float, seed: int, fault_scale: float,
-            recall: float | None, seeds: int) -> Params:
+def _params(
+    nodes: int | None,
+    gpus: int | None,
+    days: float,
+    seed: int,
+    fault_scale: float,
+    recall: float | None,
+    seeds: int,
+) -> Params:
     if nodes is not None and gpus is not None:
         raise UsageError("give --nodes or --gpus, not both")
     if gpus is not None:
@@ -96,8 +142,12 @@ def _params(nodes: int | None, gpus: int | None, days: float, seed: int, fault_s
     if fault_scale < 0:
         raise UsageError(f"--fault-scale {fault_scale:g}: must be >= 0")
     try:
-        params = Params(nodes=2000 if nodes is None else nodes, days=days, seed=seed,
-                        recall=1.0 if recall is None else recall)
+        params = Params(
+            nodes=2000 if nodes is None else nodes,
+            days=days,
+            seed=seed,
+            recall=1.0 if recall is None else recall,
+        )
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     return params.scaled(fault_scale) if fault_scale != 1.0 else params

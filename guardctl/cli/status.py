@@ -37,14 +37,26 @@ def status(app: AppContext, nodes: tuple[str, ...], as_json: bool) -> None:
     costs = last_impacts(ops.log.entries(), ops.slurm.jobs())
     left = ops.open_intents()
     if left:
-        click.echo(f"guardctl: {left} intent(s) or leftover reservation(s) open; the next "
-                   "acting command reconciles them", err=True)
+        click.echo(
+            f"guardctl: {left} intent(s) or leftover reservation(s) open; the next "
+            "acting command reconciles them",
+            err=True,
+        )
     if as_json:
         echo_json({"nodes": [{**r.as_dict(), "impact": costs.get(r.name)} for r in rows]})
         return
     echo_table(
-        [(r.name, r.slurm_state, r.owner, r.reason or "-", format_since(r.since),
-          describe(r.name, costs.get(r.name)) or "-") for r in rows],
+        [
+            (
+                r.name,
+                r.slurm_state,
+                r.owner,
+                r.reason or "-",
+                format_since(r.since),
+                describe(r.name, costs.get(r.name)) or "-",
+            )
+            for r in rows
+        ],
         headers=("NODE", "SLURM STATE", "GUARDCTL", "REASON", "SINCE", "IMPACT"),
     )
 
@@ -57,6 +69,10 @@ def last_impacts(entries: list[Entry], jobs: list[JobInfo]) -> dict[str, dict[st
     if last is None:
         return {}
     running = {(str(j.job_id), n) for j in jobs if not j.finished for n in j.nodes}
-    return {str(f["node"]): f["impact"] for f in last.evidence.get("findings", [])
-            if isinstance(f, dict) and isinstance(f.get("impact"), dict)
-            and (str(f["impact"].get("job")), str(f["node"])) in running}
+    return {
+        str(f["node"]): f["impact"]
+        for f in last.evidence.get("findings", [])
+        if isinstance(f, dict)
+        and isinstance(f.get("impact"), dict)
+        and (str(f["impact"].get("job")), str(f["node"])) in running
+    }

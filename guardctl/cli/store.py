@@ -53,8 +53,10 @@ def check_command(path: Path, as_json: bool) -> None:
     if as_json:
         echo_json(report.to_dict())
     else:
-        click.echo(f"{report.path}: {report.files} files, {report.lines} lines, "
-                   f"{sum(report.good.values())} good, {report.bad_total} bad")
+        click.echo(
+            f"{report.path}: {report.files} files, {report.lines} lines, "
+            f"{sum(report.good.values())} good, {report.bad_total} bad"
+        )
         rows = [["good", kind, n] for kind, n in sorted(report.good.items())]
         rows += [["bad", reason, n] for reason, n in sorted(report.bad.items())]
         if rows:
@@ -68,11 +70,18 @@ def check_command(path: Path, as_json: bool) -> None:
 
 
 @store_group.command("prune")
-@click.option("--older-than", "older_than", metavar="DURATION",
-              help="Delete hourly files older than this, e.g. 7d, 12h "
-                   "(default: store.retention_days).")
-@click.option("--store", "store_root", type=click.Path(path_type=Path, file_okay=False),
-              help="Store directory (default: store.root).")
+@click.option(
+    "--older-than",
+    "older_than",
+    metavar="DURATION",
+    help="Delete hourly files older than this, e.g. 7d, 12h (default: store.retention_days).",
+)
+@click.option(
+    "--store",
+    "store_root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Store directory (default: store.root).",
+)
 @dry_run_option
 @json_option
 @pass_app

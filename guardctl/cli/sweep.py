@@ -28,31 +28,54 @@ def _progress(message: str) -> None:
 def _print(report: SweepReport) -> None:
     if report.dry_run:
         click.echo(f"dry run: sweep of {', '.join(report.nodes)} ({report.kind}); nothing changed")
-        echo_table([(a["node"], a["action"], a["outcome"], a["message"]) for a in report.actions],
-                   headers=("NODE", "ACTION", "OUTCOME", "DETAIL"))
+        echo_table(
+            [(a["node"], a["action"], a["outcome"], a["message"]) for a in report.actions],
+            headers=("NODE", "ACTION", "OUTCOME", "DETAIL"),
+        )
         click.echo("")
-        echo_table([(p["sweep"], ",".join(p["nodes"]), p["reservation"], p["program"],
-                     p["backend"]) for p in report.planned],
-                   headers=("SWEEP JOB", "NODES", "RESERVATION", "PROGRAM", "BACKEND"))
+        echo_table(
+            [
+                (p["sweep"], ",".join(p["nodes"]), p["reservation"], p["program"], p["backend"])
+                for p in report.planned
+            ],
+            headers=("SWEEP JOB", "NODES", "RESERVATION", "PROGRAM", "BACKEND"),
+        )
         return
     click.echo(f"sweep {report.sweep_id}: results in {report.directory}")
-    echo_table([(v.node, v.verdict, v.action, v.evidence) for v in report.verdicts],
-               headers=("NODE", "VERDICT", "ACTION", "EVIDENCE"))
+    echo_table(
+        [(v.node, v.verdict, v.action, v.evidence) for v in report.verdicts],
+        headers=("NODE", "VERDICT", "ACTION", "EVIDENCE"),
+    )
 
 
 @main.command("sweep")
 @click.argument("nodes", nargs=-1, required=True)
-@click.option("--kind", type=click.Choice(["single", "multi", "all"]), default="all",
-              show_default=True,
-              help="single: GEMM burn-in and all-reduce inside each node; multi: all-reduce "
-                   "with known-good partners; all: both.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
-              metavar="S", help="GEMM burn-in seconds per node (default: sweep.gemm_duration_s).")
+@click.option(
+    "--kind",
+    type=click.Choice(["single", "multi", "all"]),
+    default="all",
+    show_default=True,
+    help="single: GEMM burn-in and all-reduce inside each node; multi: all-reduce "
+    "with known-good partners; all: both.",
+)
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="S",
+    help="GEMM burn-in seconds per node (default: sweep.gemm_duration_s).",
+)
 @dry_run_option
 @json_option
 @pass_app
-def sweep(app: AppContext, nodes: tuple[str, ...], kind: str, duration: float | None,
-          dry_run: bool, as_json: bool) -> None:
+def sweep(
+    app: AppContext,
+    nodes: tuple[str, ...],
+    kind: str,
+    duration: float | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
     """Quarantine NODES, run sweep jobs in the quarantine, judge against the baseline,
     release the nodes that pass and drain those that fail (a failure is repeated once first).
     A node whose jobs measured nothing (cancelled, node failure, program missing, pending until

@@ -27,8 +27,21 @@ Kind = Literal["transient", "persistent", "structural", "heterogeneity"]
 
 # Detectors whose flags are the hardware speaking (GPU clocks, thermals, power, memory errors,
 # XIDs, links); busy_time is the job's own measurement, host_contention is someone else's load.
-HARDWARE = frozenset({"clock_events", "clocks", "thermal", "power", "ecc", "xid", "gpu_links",
-                      "link_errors", "link_flaps", "link_rate", "xmit_wait"})
+HARDWARE = frozenset(
+    {
+        "clock_events",
+        "clocks",
+        "thermal",
+        "power",
+        "ecc",
+        "xid",
+        "gpu_links",
+        "link_errors",
+        "link_flaps",
+        "link_rate",
+        "xmit_wait",
+    }
+)
 TRANSIENT_ONLY = frozenset({"host_contention"})
 
 
@@ -46,9 +59,16 @@ class Finding:
     newest: float = 0.0  # end of the newest window the node was flagged in
 
     def as_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "kind": self.kind, "why": self.why, "job": self.job,
-                "detectors": list(self.detectors), "score": self.score, "impact": self.impact,
-                "newest": self.newest}
+        return {
+            "node": self.node,
+            "kind": self.kind,
+            "why": self.why,
+            "job": self.job,
+            "detectors": list(self.detectors),
+            "score": self.score,
+            "impact": self.impact,
+            "newest": self.newest,
+        }
 
 
 @dataclass(frozen=True)
@@ -62,8 +82,13 @@ class FleetFinding:
     why: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"scope": self.scope, "name": self.name, "nodes": list(self.nodes),
-                "of": self.of, "why": self.why}
+        return {
+            "scope": self.scope,
+            "name": self.name,
+            "nodes": list(self.nodes),
+            "of": self.of,
+            "why": self.why,
+        }
 
 
 @dataclass(frozen=True)
@@ -89,8 +114,10 @@ def node_kind(v: NodeVerdict) -> tuple[Kind, str]:
     if v.verdict != SUSPECT:
         return "transient", "flagged, but not in enough windows to be persistent"
     if hardware:
-        return "persistent", f"hardware signals ({', '.join(hardware)}) in " \
-                             f"{v.flagged_windows} windows"
+        return (
+            "persistent",
+            f"hardware signals ({', '.join(hardware)}) in {v.flagged_windows} windows",
+        )
     if detectors & TRANSIENT_ONLY:
         # Someone else's load on the host explains the slow ranks: it passes with the load.
         return "transient", "host contention, no hardware signal"
@@ -117,8 +144,7 @@ def _groups(nodes: Iterable[str], key: Mapping[str, str | None]) -> dict[str, li
     return out
 
 
-def classify(analysis: Analysis, cfg: ControlSettings,
-             fleet_size: int | None = None) -> Classified:
+def classify(analysis: Analysis, cfg: ControlSettings, fleet_size: int | None = None) -> Classified:
     """Classify every flagged node of *analysis* (those with evidence, suspect or not).
 
     *fleet_size* is the number of nodes Slurm knows (the fleet the fractions are of); without
@@ -133,9 +159,16 @@ def classify(analysis: Analysis, cfg: ControlSettings,
     hetero = _heterogeneous(analysis, [n for n in faults if n not in structural], cfg)
     # A heavy stage flags none of its nodes (they are judged against their own stage): it is
     # reported, and a node fault inside that stage is still a node fault.
-    fleet += [FleetFinding("stage", f"{s.job}/stage{s.stage}", s.nodes,
-                           sum(1 for v in analysis.nodes if v.job == s.job), s.why)
-              for s in analysis.stages]
+    fleet += [
+        FleetFinding(
+            "stage",
+            f"{s.job}/stage{s.stage}",
+            s.nodes,
+            sum(1 for v in analysis.nodes if v.job == s.job),
+            s.why,
+        )
+        for s in analysis.stages
+    ]
     findings = []
     for v in flagged:
         kind, why = kinds[v.node]
@@ -143,15 +176,24 @@ def classify(analysis: Analysis, cfg: ControlSettings,
             kind, why = "structural", structural[v.node].why
         elif v.node in hetero:
             kind, why = "heterogeneity", hetero[v.node]
-        findings.append(Finding(v.node, kind, why, v.job,
-                                tuple(sorted({e.detector for e in v.evidence})), v.score,
-                                v.impact, max((e.window_end for e in v.evidence),
-                                              default=analysis.window_end)))
+        findings.append(
+            Finding(
+                v.node,
+                kind,
+                why,
+                v.job,
+                tuple(sorted({e.detector for e in v.evidence})),
+                v.score,
+                v.impact,
+                max((e.window_end for e in v.evidence), default=analysis.window_end),
+            )
+        )
     return Classified(tuple(findings), tuple(fleet))
 
 
-def _fleet_wide(analysis: Analysis, faults: Sequence[str], cfg: ControlSettings,
-                fleet_size: int) -> list[FleetFinding]:
+def _fleet_wide(
+    analysis: Analysis, faults: Sequence[str], cfg: ControlSettings, fleet_size: int
+) -> list[FleetFinding]:
     """Jobs, racks or the fleet with more of their nodes flagged than ``[control]`` allows.
 
     The narrowest scope that explains the flagged nodes wins: the fleet is named only when
@@ -162,21 +204,32 @@ def _fleet_wide(analysis: Analysis, faults: Sequence[str], cfg: ControlSettings,
     jobs = {v.node: v.job for v in analysis.nodes}
     racks = membership(cfg.racks)
     job_members, rack_members = _groups(seen, jobs), _groups(seen, racks)
-    out = [f for j, nodes in sorted(_groups(faults, jobs).items())
-           if (f := _group_finding("job", j, nodes, job_members[j], cfg)) is not None]
+    out = [
+        f
+        for j, nodes in sorted(_groups(faults, jobs).items())
+        if (f := _group_finding("job", j, nodes, job_members[j], cfg)) is not None
+    ]
     taken = {n for f in out for n in f.nodes}  # a job's finding keeps its nodes
-    out += [f for r, nodes in sorted(_groups([n for n in faults if n not in taken],
-                                             racks).items())
-            if (f := _group_finding("rack", r, nodes, rack_members[r], cfg)) is not None]
+    out += [
+        f
+        for r, nodes in sorted(_groups([n for n in faults if n not in taken], racks).items())
+        if (f := _group_finding("rack", r, nodes, rack_members[r], cfg)) is not None
+    ]
     if not _too_many(len(faults), fleet_size, cfg.max_fleet_fraction, cfg.min_group):
         return out
     # One job or rack smaller than the fleet holds them all: its cause, not the fleet's.
     whole = [f for f in out if len(f.nodes) == len(faults) and f.of < fleet_size]
-    return whole[:1] or [FleetFinding(
-        "fleet", "fleet", tuple(faults), fleet_size,
-        f"{len(faults)} of {fleet_size} nodes flagged at once (over "
-        f"control.max_fleet_fraction={cfg.max_fleet_fraction:g}): a fleet-wide cause, "
-        "not node faults")]
+    return whole[:1] or [
+        FleetFinding(
+            "fleet",
+            "fleet",
+            tuple(faults),
+            fleet_size,
+            f"{len(faults)} of {fleet_size} nodes flagged at once (over "
+            f"control.max_fleet_fraction={cfg.max_fleet_fraction:g}): a fleet-wide cause, "
+            "not node faults",
+        )
+    ]
 
 
 # Each scope's fraction setting, and the common cause its finding names.
@@ -186,19 +239,30 @@ SCOPES = {
 }
 
 
-def _group_finding(scope: Literal["job", "rack"], name: str, nodes: list[str],
-                   members: list[str], cfg: ControlSettings) -> FleetFinding | None:
+def _group_finding(
+    scope: Literal["job", "rack"],
+    name: str,
+    nodes: list[str],
+    members: list[str],
+    cfg: ControlSettings,
+) -> FleetFinding | None:
     """The finding of a job or rack with too many of its *members* among *nodes*, if any."""
     setting, cause = SCOPES[scope]
     if not _too_many(len(nodes), len(members), getattr(cfg, setting), cfg.min_group):
         return None
-    return FleetFinding(scope, name, tuple(nodes), len(members),
-                        f"{len(nodes)} of {scope} {name}'s {len(members)} nodes flagged at "
-                        f"once: {cause}, not node faults")
+    return FleetFinding(
+        scope,
+        name,
+        tuple(nodes),
+        len(members),
+        f"{len(nodes)} of {scope} {name}'s {len(members)} nodes flagged at "
+        f"once: {cause}, not node faults",
+    )
 
 
-def _heterogeneous(analysis: Analysis, faults: Sequence[str],
-                   cfg: ControlSettings) -> dict[str, str]:
+def _heterogeneous(
+    analysis: Analysis, faults: Sequence[str], cfg: ControlSettings
+) -> dict[str, str]:
     """Suspects explained by a slower device model mixed into their job."""
     if not cfg.models:
         return {}
@@ -214,8 +278,9 @@ def _heterogeneous(analysis: Analysis, faults: Sequence[str],
         if len({models.get(n) for n in job_nodes}) < 2:
             continue
         slow = set(faults)
-        if all(n in slow for n in same) and not any(n in slow for n in job_nodes
-                                                    if n not in same):
-            out[node] = (f"every {models[node]} node of job {v.job} and no other is slower: "
-                         "a slower device model mixed into the job (shares, not a drain)")
+        if all(n in slow for n in same) and not any(n in slow for n in job_nodes if n not in same):
+            out[node] = (
+                f"every {models[node]} node of job {v.job} and no other is slower: "
+                "a slower device model mixed into the job (shares, not a drain)"
+            )
     return out

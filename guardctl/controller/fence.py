@@ -61,8 +61,13 @@ class FencedSlurm:
         with self.guard():
             self.inner.resume(nodes)
 
-    def create_reservation(self, name: str, nodes: Sequence[str], users: Sequence[str],
-                           flags: Sequence[str] = ("MAINT", "IGNORE_JOBS")) -> None:
+    def create_reservation(
+        self,
+        name: str,
+        nodes: Sequence[str],
+        users: Sequence[str],
+        flags: Sequence[str] = ("MAINT", "IGNORE_JOBS"),
+    ) -> None:
         with self.guard():
             self.inner.create_reservation(name, nodes, users, flags)
 

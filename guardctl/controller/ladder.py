@@ -94,13 +94,19 @@ class NodeLadder:
         return self.onsets[-1] if self.onsets else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "quarantined_by_control": self.quarantined_by_control,
-                "quarantined_at": self.quarantined_at,
-                "sweeps": [{"ts": ts, "verdict": v} for ts, v in self.sweeps],
-                "onsets": self.onsets, "last_decision": self.last_decision,
-                "fresh_start": self.fresh_start, "rebalance": self.rebalance,
-                "sweeping": self.sweeping, "last_sweep_why": self.last_sweep_why,
-                "rehearsal": self.rehearsal}
+        return {
+            "node": self.node,
+            "quarantined_by_control": self.quarantined_by_control,
+            "quarantined_at": self.quarantined_at,
+            "sweeps": [{"ts": ts, "verdict": v} for ts, v in self.sweeps],
+            "onsets": self.onsets,
+            "last_decision": self.last_decision,
+            "fresh_start": self.fresh_start,
+            "rebalance": self.rebalance,
+            "sweeping": self.sweeping,
+            "last_sweep_why": self.last_sweep_why,
+            "rehearsal": self.rehearsal,
+        }
 
 
 def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
@@ -138,8 +144,7 @@ def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
         elif e.action == REHEARSAL:
             for node in e.nodes:
                 of(node).rehearsal = {**e.evidence, "ts": e.ts}
-        elif e.phase in ("done", "reconciled") and e.action in ("quarantine", "release",
-                                                               "drain"):
+        elif e.phase in ("done", "reconciled") and e.action in ("quarantine", "release", "drain"):
             for node in e.nodes:
                 ladder = of(node)
                 mine = e.action == "quarantine" and e.evidence.get("by") == BY

@@ -80,22 +80,35 @@ class Holder:
         return (self.token, self.renewals, self.expires, self.released)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "token": self.token,
-                "renewals": self.renewals, "lease_s": self.lease_s, "since": self.since,
-                "expires": self.expires, "released": self.released,
-                "writer": self.writer.as_dict()}
+        return {
+            "host": self.host,
+            "pid": self.pid,
+            "token": self.token,
+            "renewals": self.renewals,
+            "lease_s": self.lease_s,
+            "since": self.since,
+            "expires": self.expires,
+            "released": self.released,
+            "writer": self.writer.as_dict(),
+        }
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Holder:
         released = bool(raw.get("released", False)) or float(raw["expires"]) == 0.0
-        return cls(str(raw["host"]), int(raw["pid"]), str(raw["token"]),
-                   int(raw.get("renewals", 0)), float(raw.get("lease_s", 0.0)),
-                   float(raw.get("since", 0.0)), float(raw["expires"]), released,
-                   Writer.from_dict(raw.get("writer")))
+        return cls(
+            str(raw["host"]),
+            int(raw["pid"]),
+            str(raw["token"]),
+            int(raw.get("renewals", 0)),
+            float(raw.get("lease_s", 0.0)),
+            float(raw.get("since", 0.0)),
+            float(raw["expires"]),
+            released,
+            Writer.from_dict(raw.get("writer")),
+        )
 
 
-def may_take(current: Holder | None, unrenewed_s: float, lease_s: float,
-             gone: bool) -> bool:
+def may_take(current: Holder | None, unrenewed_s: float, lease_s: float, gone: bool) -> bool:
     """Whether a contender may take the lease from *current* (a pure rule, tested by values):
     nobody ever held it, its holder released it, the contender has seen no renewal for
     *lease_s* of its own clock, or its holder is a process of this machine that is *gone*."""
@@ -111,9 +124,14 @@ class Lease:
     clocks (a test passes a skewed or paused one).
     """
 
-    def __init__(self, root: Path, duration_s: float, *,
-                 action_lock: Callable[[], AbstractContextManager[Any]] = nullcontext,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        duration_s: float,
+        *,
+        action_lock: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        clock: Clock | None = None,
+    ) -> None:
         self.path = root / "control" / "lease.json"
         self.duration_s = duration_s
         self.action_lock = action_lock
@@ -133,8 +151,9 @@ class Lease:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise LeaseUnreadable(f"cannot read the lease {self.path}: "
-                                  f"{exc.strerror or exc}") from None
+            raise LeaseUnreadable(
+                f"cannot read the lease {self.path}: {exc.strerror or exc}"
+            ) from None
         try:
             raw = json.loads(text)
             return Holder.from_dict(raw)
@@ -157,8 +176,10 @@ class Lease:
             return
         left = self.valid_until - self.clock.mono()
         if left <= 0:
-            raise LeaseLost(f"this controller's lease ran out by its own clock {-left:.0f} s "
-                            "ago (it was paused or blocked): not acting")
+            raise LeaseLost(
+                f"this controller's lease ran out by its own clock {-left:.0f} s "
+                "ago (it was paused or blocked): not acting"
+            )
         try:
             current = self.read()
         except LeaseUnreadable as exc:
@@ -170,8 +191,10 @@ class Lease:
         if renew_due and not (self.acquire()[0] and self.token == tenure):
             raise LeaseLost(f"{self.why or 'the lease was taken anew'}: not acting")
         if self.valid_until <= self.clock.mono():  # the read itself may have hung
-            raise LeaseLost("this controller's lease ran out by its own clock while it read "
-                            "the lease: not acting")
+            raise LeaseLost(
+                "this controller's lease ran out by its own clock while it read "
+                "the lease: not acting"
+            )
 
     # -- taking and renewing -------------------------------------------------------------
     def acquire(self) -> tuple[bool, Holder | None]:
@@ -190,17 +213,23 @@ class Lease:
             gone = current is not None and writer_alive(current.writer) is False
             if not may_take(current, unrenewed, self.duration_s, gone):
                 assert current is not None
-                self.why = (f"another controller leads ({who(current)}; no renewal seen for "
-                            f"{unrenewed:.0f} s of lease_s {self.duration_s:g} s): observing, "
-                            "not acting")
+                self.why = (
+                    f"another controller leads ({who(current)}; no renewal seen for "
+                    f"{unrenewed:.0f} s of lease_s {self.duration_s:g} s): observing, "
+                    "not acting"
+                )
                 return False, current
             return True, self._write_mine(current, started, renew=False)
 
     def _renewable(self, current: Holder | None, now: float) -> bool:
         """Mine, as I last wrote it, and not run out by my clock."""
-        return (current is not None and bool(self.token) and not current.released
-                and current.version[:2] == (self.token, self.renewals)
-                and now < self.valid_until)
+        return (
+            current is not None
+            and bool(self.token)
+            and not current.released
+            and current.version[:2] == (self.token, self.renewals)
+            and now < self.valid_until
+        )
 
     def _watch(self, current: Holder | None, now: float) -> float:
         """How long this host has seen *current* unrenewed, on its monotonic clock."""
@@ -223,9 +252,17 @@ class Lease:
             assert current is not None
             self.renewals += 1
             since = current.since
-        me = Holder(socket.gethostname(), os.getpid(), self.token, self.renewals,
-                    self.duration_s, since, self.clock.wall() + self.duration_s, False,
-                    this_writer())
+        me = Holder(
+            socket.gethostname(),
+            os.getpid(),
+            self.token,
+            self.renewals,
+            self.duration_s,
+            since,
+            self.clock.wall() + self.duration_s,
+            False,
+            this_writer(),
+        )
         self._write(me)
         self.valid_until = started + self.duration_s * VALID_SHARE
         self.why = ""
@@ -242,8 +279,19 @@ class Lease:
             except LeaseUnreadable:
                 return
             if current is not None and current.version[:2] == (self.token, self.renewals):
-                self._write(Holder(current.host, current.pid, current.token, current.renewals,
-                                   current.lease_s, current.since, 0.0, True, current.writer))
+                self._write(
+                    Holder(
+                        current.host,
+                        current.pid,
+                        current.token,
+                        current.renewals,
+                        current.lease_s,
+                        current.since,
+                        0.0,
+                        True,
+                        current.writer,
+                    )
+                )
         self.valid_until = float("-inf")
 
     # -- files ---------------------------------------------------------------------------
@@ -263,9 +311,11 @@ class Lease:
 
     def _keep_watch(self, version: tuple[str, int, float, bool], seen: float) -> None:
         with contextlib.suppress(StoreError):  # a help for one-off passes, no more
-            atomic_write(self._watch_file(),
-                         json.dumps({"version": list(version), "seen": seen}) + "\n",
-                         fsync=False)
+            atomic_write(
+                self._watch_file(),
+                json.dumps({"version": list(version), "seen": seen}) + "\n",
+                fsync=False,
+            )
 
     def _locked(self) -> AbstractContextManager[IO[str]]:
         try:

@@ -129,8 +129,9 @@ class Swept:
     why: str
 
 
-def running_jobs(jobs: list[JobInfo], own: Collection[int] = frozenset()
-                 ) -> dict[str, list[JobInfo]]:
+def running_jobs(
+    jobs: list[JobInfo], own: Collection[int] = frozenset()
+) -> dict[str, list[JobInfo]]:
     """node -> the jobs running on it, guardctl's own sweep jobs (*own*) left out."""
     out: dict[str, list[JobInfo]] = {}
     for job in jobs:
@@ -140,17 +141,23 @@ def running_jobs(jobs: list[JobInfo], own: Collection[int] = frozenset()
     return out
 
 
-def own_sweep_jobs(settings: Settings, entries: Sequence[Entry],
-                   jobs: Sequence[JobInfo]) -> frozenset[int]:
+def own_sweep_jobs(
+    settings: Settings, entries: Sequence[Entry], jobs: Sequence[JobInfo]
+) -> frozenset[int]:
     """guardctl's own sweep jobs among *jobs*, by what a user cannot forge: Slurm gave the job
     an id that a sweep recorded in the action log (``sweep jobs``), and the job runs in one of
     guardctl's reservations (their users are the operators'). A job's name proves nothing:
     anyone may call a job ``guardctl-x``, and it would make a busy node look free."""
-    recorded = {str(j) for e in entries if e.action == "sweep jobs"
-                for j in dict(e.evidence.get("jobs") or {})}
+    recorded = {
+        str(j)
+        for e in entries
+        if e.action == "sweep jobs"
+        for j in dict(e.evidence.get("jobs") or {})
+    }
     prefixes = (settings.quarantine.reservation_prefix, settings.sweep.reservation_prefix)
-    return frozenset(j.job_id for j in jobs if str(j.job_id) in recorded
-                     and j.reservation.startswith(prefixes))
+    return frozenset(
+        j.job_id for j in jobs if str(j.job_id) in recorded and j.reservation.startswith(prefixes)
+    )
 
 
 def gather(settings: Settings, ops: NodeOps, analysis: Analysis, now: float) -> Gathered:
@@ -163,15 +170,27 @@ def gather(settings: Settings, ops: NodeOps, analysis: Analysis, now: float) -> 
     owners = {n: ops.owner(snap, n) for n in snap.nodes}
     root = settings.store.root
     dds = frozenset(f.job for f in classified.findings if f.job and _serves(root, f.job))
-    requeueable = {j.job_id: (j.end_time - now if j.end_time else None)
-                   for j in jobs if j.requeue and j.state == "RUNNING"}
+    requeueable = {
+        j.job_id: (j.end_time - now if j.end_time else None)
+        for j in jobs
+        if j.requeue and j.state == "RUNNING"
+    }
     duration = settings.control.sweep_duration_s or settings.sweep.gemm_duration_s
     named = {f.node for f in classified.findings} | set(ladders)
     own = own_sweep_jobs(settings, entries, jobs)
-    view = policy.View(classified, owners, running_jobs(jobs, own), ladders, now, duration, dds,
-                       requeueable, analysis.window_end,
-                       unknown=frozenset(n for n in named if n not in snap.nodes),
-                       sweeps_held=policy.sweeps_broken(ladders, now, settings.control))
+    view = policy.View(
+        classified,
+        owners,
+        running_jobs(jobs, own),
+        ladders,
+        now,
+        duration,
+        dds,
+        requeueable,
+        analysis.window_end,
+        unknown=frozenset(n for n in named if n not in snap.nodes),
+        sweeps_held=policy.sweeps_broken(ladders, now, settings.control),
+    )
     return Gathered(analysis, classified, entries, ladders, view, snap.out_for_repair)
 
 
@@ -186,8 +205,15 @@ def _serves(root: Path, job: str) -> bool:
 class Controller:
     """The mitigation loop over one store and one Slurm."""
 
-    def __init__(self, settings: Settings, *, act: bool, slurm: SlurmClient | None = None,
-                 progress: Progress = lambda _m: None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        act: bool,
+        slurm: SlurmClient | None = None,
+        progress: Progress = lambda _m: None,
+        clock: Clock | None = None,
+    ) -> None:
         """*clock*: this host's clocks (a test skews or pauses them; never a setting)."""
         self.settings = settings
         self.cfg = settings.control
@@ -198,8 +224,9 @@ class Controller:
         inner = slurm if slurm is not None else make_client(settings)
         self.ops = NodeOps(settings, FencedSlurm(inner, self._fenced), clock=self.clock.wall)
         self.ops.log = FencedLog(settings.store.root, self.clock.wall, self._fenced)
-        self.lease = Lease(settings.store.root, self.cfg.lease_s, action_lock=self.ops.locked,
-                           clock=self.clock)
+        self.lease = Lease(
+            settings.store.root, self.cfg.lease_s, action_lock=self.ops.locked, clock=self.clock
+        )
         self.source = open_source(settings, None, None, self.ops.slurm)  # its jobs: same Slurm
         self.analyzer = Analyzer(settings)  # one pass judges up to the newest record
         self.progress = progress
@@ -256,14 +283,21 @@ class Controller:
     def _renew(self, message: str) -> None:
         held, _ = self.lease.acquire()
         if not held:
-            raise LeaseLost(f"{self.lease.why}; stopping the sweep "
-                            "(the node stays quarantined for the next leader)")
+            raise LeaseLost(
+                f"{self.lease.why}; stopping the sweep "
+                "(the node stays quarantined for the next leader)"
+            )
         self.progress(message)
 
     def _clocks_refusal(self) -> str:
         """Why the clocks forbid acting this pass ("" when they agree; guardctl.clock)."""
-        return skew_refusal(self.settings.store.root, "controller", socket.gethostname(),
-                            self.cfg.max_clock_skew_s, self.clock)
+        return skew_refusal(
+            self.settings.store.root,
+            "controller",
+            socket.gethostname(),
+            self.cfg.max_clock_skew_s,
+            self.clock,
+        )
 
     # -- one pass ---------------------------------------------------------------------------
     def run_pass(self, dry_run: bool = False) -> PassReport:
@@ -283,13 +317,22 @@ class Controller:
         return report
 
     def _note_pass(self, started: float, report: PassReport | None, error: str) -> None:
-        why = record.write_pass(self.settings.store.root, socket.gethostname(), {
-            "ts": self.clock.wall(), "duration_s": time.monotonic() - started,
-            "pid": os.getpid(), "interval_s": self.interval_s,
-            "leader": bool(report and report.leader), "acting": bool(report and report.acting),
-            "observe_only": not self.wants_to_act,
-            "held_back": report.held_back if report and report.leader else "",
-            "refused": report.refused if report else "", "error": error})
+        why = record.write_pass(
+            self.settings.store.root,
+            socket.gethostname(),
+            {
+                "ts": self.clock.wall(),
+                "duration_s": time.monotonic() - started,
+                "pid": os.getpid(),
+                "interval_s": self.interval_s,
+                "leader": bool(report and report.leader),
+                "acting": bool(report and report.acting),
+                "observe_only": not self.wants_to_act,
+                "held_back": report.held_back if report and report.leader else "",
+                "refused": report.refused if report else "",
+                "error": error,
+            },
+        )
         if why:
             self.progress(f"control: {why}")
 
@@ -299,8 +342,9 @@ class Controller:
         if not dry_run:
             held, holder = self.lead()
             if not held:
-                return PassReport(False, False, holder.as_dict() if holder else None,
-                                  held_back=self.lease.why)
+                return PassReport(
+                    False, False, holder.as_dict() if holder else None, held_back=self.lease.why
+                )
             self.held_back = self._clocks_refusal()
             if self.held_back and self.wants_to_act:
                 self.progress(f"control: observing only this pass: {self.held_back}")
@@ -312,12 +356,18 @@ class Controller:
         if self.acting and not dry_run:  # observing only: not even its own sweeps' jobs
             self._sweeps_in_flight()
         g = gather(self.settings, self.ops, analysis, now)
-        report = PassReport(True, self.acting and not dry_run, reconciled=len(reconciled),
-                            window=(g.analysis.window_start, g.analysis.window_end),
-                            findings=[f.as_dict() for f in g.classified.findings],
-                            fleet=[f.as_dict() for f in g.classified.fleet],
-                            source=self._source_seen(), refused=unsure, ahead=analysis.ahead,
-                            held_back=self.held_back)
+        report = PassReport(
+            True,
+            self.acting and not dry_run,
+            reconciled=len(reconciled),
+            window=(g.analysis.window_start, g.analysis.window_end),
+            findings=[f.as_dict() for f in g.classified.findings],
+            fleet=[f.as_dict() for f in g.classified.fleet],
+            source=self._source_seen(),
+            refused=unsure,
+            ahead=analysis.ahead,
+            held_back=self.held_back,
+        )
         if unsure:  # what it saw is in the report; the next pass carries on
             return report
         if not dry_run:
@@ -331,10 +381,11 @@ class Controller:
                 record.record_rebalance(self.ops, decision, g.ladders.get(decision.node))
             outcome, extra = self._carry_out(decision, g, dry_run)
             if not dry_run and not self.wants_to_act and not self.held_back:
-                outcome = rehearsal.rehearse(self.ops, view, decision,
-                                             g.ladders.get(decision.node))
-            if not dry_run and ((decision.acts and self.wants_to_act) or record.changed(
-                    decision, g.ladders.get(decision.node), outcome)):
+                outcome = rehearsal.rehearse(self.ops, view, decision, g.ladders.get(decision.node))
+            if not dry_run and (
+                (decision.acts and self.wants_to_act)
+                or record.changed(decision, g.ladders.get(decision.node), outcome)
+            ):
                 record.record_decision(self.ops, decision, outcome, extra)
             report.decisions.append({**decision.as_dict(), "outcome": outcome, **extra})
         return report
@@ -348,20 +399,24 @@ class Controller:
             self.progress(f"control: {ahead}")
         why = out_of_date(analysis, now, self.cfg.max_clock_skew_s)
         if why:
-            self.progress(f"control: {why}: nothing decided or done on it; the next pass "
-                          "carries on")
+            self.progress(
+                f"control: {why}: nothing decided or done on it; the next pass carries on"
+            )
         return why or ""
 
-    def _carry_out(self, d: policy.Decision, g: Gathered,
-                   dry_run: bool) -> tuple[str, dict[str, Any]]:
+    def _carry_out(
+        self, d: policy.Decision, g: Gathered, dry_run: bool
+    ) -> tuple[str, dict[str, Any]]:
         if not d.acts:
             return "", {}
         if dry_run or not self.acting:
             return "would do", {}
         used = self._actions_last_hour()
         if used >= self.cfg.max_actions_per_hour:
-            return (f"skipped: {used} controller action(s) in the last hour "
-                    f"(control.max_actions_per_hour={self.cfg.max_actions_per_hour})"), {}
+            return (
+                f"skipped: {used} controller action(s) in the last hour "
+                f"(control.max_actions_per_hour={self.cfg.max_actions_per_hour})"
+            ), {}
         try:
             return self._act(d, g)
         except (LeaseLost, SlurmUnavailable):
@@ -374,9 +429,14 @@ class Controller:
             return f"failed: {' '.join(str(exc).split())}", {}
 
     def _act(self, d: policy.Decision, g: Gathered) -> tuple[str, dict[str, Any]]:
-        evidence = {"by": BY, "decision": d.action, "rung": d.rung, "kind": d.kind,
-                    "jobs": list(d.jobs), **{k: v for k, v in d.evidence.items()
-                                             if k in ("impact", "relapse", "rebalance")}}
+        evidence = {
+            "by": BY,
+            "decision": d.action,
+            "rung": d.rung,
+            "kind": d.kind,
+            "jobs": list(d.jobs),
+            **{k: v for k, v in d.evidence.items() if k in ("impact", "relapse", "rebalance")},
+        }
         if d.action == "quarantine":
             (taken,) = self.ops.quarantine([d.node], f"control: {d.why}", evidence=evidence)
             if taken.outcome != "done":  # someone quarantined it since the read: theirs
@@ -393,8 +453,9 @@ class Controller:
             return self._requeue(d)
         return "", {}
 
-    def _sweep_if_free(self, d: policy.Decision, g: Gathered,
-                       done: str) -> tuple[str, dict[str, Any]]:
+    def _sweep_if_free(
+        self, d: policy.Decision, g: Gathered, done: str
+    ) -> tuple[str, dict[str, Any]]:
         """Sweep *d*'s node if a second look (Slurm and the log read anew, the same analysis)
         still decides to: a job other than guardctl's own that landed since the read, an
         operator's quarantine, or a hold makes it wait; never a sweep beside such a job."""
@@ -402,18 +463,34 @@ class Controller:
         now = policy.decide_node(fresh.view, self.cfg, d.node)
         if now.action != "sweep":
             return f"{done + '; ' if done else ''}not swept: {now.why}", {}
-        avoid = frozenset({f.node for f in fresh.classified.findings} | {
-            n for n, lad in fresh.ladders.items()
-            if lad.quarantined_by_control or lad.sweeping or lad.rebalance})
-        return self._sweep(d.node, now.duration_s, int(now.evidence.get("relapse", 0)), d.why,
-                           avoid)
+        avoid = frozenset(
+            {f.node for f in fresh.classified.findings}
+            | {
+                n
+                for n, lad in fresh.ladders.items()
+                if lad.quarantined_by_control or lad.sweeping or lad.rebalance
+            }
+        )
+        return self._sweep(
+            d.node, now.duration_s, int(now.evidence.get("relapse", 0)), d.why, avoid
+        )
 
-    def _sweep(self, node: str, duration: float, relapse: int, why: str,
-               avoid: frozenset[str] = frozenset()) -> tuple[str, dict[str, Any]]:
+    def _sweep(
+        self,
+        node: str,
+        duration: float,
+        relapse: int,
+        why: str,
+        avoid: frozenset[str] = frozenset(),
+    ) -> tuple[str, dict[str, Any]]:
         """Sweep *node*, never with a node of *avoid* (the current suspects) as a partner."""
         lemon = policy.is_lemon(self.cfg, relapse)
-        options = SweepOptions(kind=self.cfg.sweep_kind, duration_s=duration,
-                               release_passed=not lemon, avoid=avoid - {node})
+        options = SweepOptions(
+            kind=self.cfg.sweep_kind,
+            duration_s=duration,
+            release_passed=not lemon,
+            avoid=avoid - {node},
+        )
         self.progress(f"control: sweeping {node} ({self.cfg.sweep_kind}, {duration:g} s)")
         if self.polled:
             flight = self.sweeps.start(self.settings, node, options, relapse, lemon, why)
@@ -446,18 +523,36 @@ class Controller:
         one (kept quarantined, retried later) may show the sweeps themselves broken."""
         node, relapse, lemon, why = flight.node, flight.relapse, flight.lemon, flight.why
         verdict = report.verdicts[0]
-        self.ops.record("control sweep", [node], reason=verdict.evidence, evidence={
-            "verdict": verdict.verdict, "action": verdict.action, "sweep": report.sweep_id,
-            "duration_s": flight.duration_s, "relapse": relapse, "lemon": lemon,
-            "background": self.polled})
+        self.ops.record(
+            "control sweep",
+            [node],
+            reason=verdict.evidence,
+            evidence={
+                "verdict": verdict.verdict,
+                "action": verdict.action,
+                "sweep": report.sweep_id,
+                "duration_s": flight.duration_s,
+                "relapse": relapse,
+                "lemon": lemon,
+                "background": self.polled,
+            },
+        )
         if verdict.verdict == "undetermined":
             self._note_broken_sweeps()
         if lemon and verdict.verdict == "pass":
             # Relapsing after every passed sweep: the burn-in cannot see its fault, the jobs can.
-            self.ops.drain([node], f"control: lemon after relapse {relapse}, its sweep passed "
-                           f"({verdict.evidence})", evidence={
-                               "by": BY, "decision": "drain", "rung": "e", "relapse": relapse,
-                               "sweep": report.sweep_id, "why": why})
+            self.ops.drain(
+                [node],
+                f"control: lemon after relapse {relapse}, its sweep passed ({verdict.evidence})",
+                evidence={
+                    "by": BY,
+                    "decision": "drain",
+                    "rung": "e",
+                    "relapse": relapse,
+                    "sweep": report.sweep_id,
+                    "why": why,
+                },
+            )
             return "swept: pass, drained as a lemon", {"sweep": report.sweep_id}
         return f"swept: {verdict.verdict}, {verdict.action}", {"sweep": report.sweep_id}
 
@@ -468,22 +563,41 @@ class Controller:
         now = self.ops.clock()
         why = policy.sweeps_broken(derive(entries), now, self.cfg)
         since = now - self.cfg.undetermined_window_s
-        if not why or any(e.action == "control fleet" and e.evidence.get("scope") == "sweeps"
-                          and e.ts >= since for e in entries):
+        if not why or any(
+            e.action == "control fleet" and e.evidence.get("scope") == "sweeps" and e.ts >= since
+            for e in entries
+        ):
             return
-        nodes = sorted({n for e in entries if e.action == "control sweep" and e.ts >= since
-                        and e.evidence.get("verdict") == "undetermined" for n in e.nodes})
+        nodes = sorted(
+            {
+                n
+                for e in entries
+                if e.action == "control sweep"
+                and e.ts >= since
+                and e.evidence.get("verdict") == "undetermined"
+                for n in e.nodes
+            }
+        )
         self.progress(f"control: {why}")
-        self.ops.record("control fleet", nodes, reason=why, evidence={
-            "scope": "sweeps", "name": "sweeps", "nodes": nodes, "why": why})
+        self.ops.record(
+            "control fleet",
+            nodes,
+            reason=why,
+            evidence={"scope": "sweeps", "name": "sweeps", "nodes": nodes, "why": why},
+        )
 
     def _requeue(self, d: policy.Decision) -> tuple[str, dict[str, Any]]:
         """Requeue the decision's job off its node through the door (an intent, then an
         outcome; a job it left held is released by the next pass's reconcile)."""
         assert d.job is not None
-        self.ops.requeue(d.job, d.node, d.why, signal=self.cfg.signal,
-                         grace_s=self.cfg.signal_grace_s, evidence={
-                             "by": BY, "decision": d.action, "rung": d.rung, **d.evidence})
+        self.ops.requeue(
+            d.job,
+            d.node,
+            d.why,
+            signal=self.cfg.signal,
+            grace_s=self.cfg.signal_grace_s,
+            evidence={"by": BY, "decision": d.action, "rung": d.rung, **d.evidence},
+        )
         return "done", {}
 
     def _actions_last_hour(self) -> int:
@@ -525,13 +639,17 @@ class Controller:
             "finding": finding.as_dict() if finding else None,
             "impact": describe(node, finding.impact if finding else None),
             "decision": decision.as_dict() if decision else None,
-            "owner": (["unknown to Slurm", ""] if node in g.view.unknown
-                      else list(g.view.owners.get(node, ("in service", "")))),
+            "owner": (
+                ["unknown to Slurm", ""]
+                if node in g.view.unknown
+                else list(g.view.owners.get(node, ("in service", "")))
+            ),
             "jobs": [j.job_id for j in g.view.running.get(node, ())],
             "ladder": g.ladders.get(node, NodeLadder(node)).as_dict(),
             "fleet": [f.as_dict() for f in g.classified.fleet if node in f.nodes],
-            "history": [e.as_dict() for e in g.entries
-                        if node in e.nodes and e.action.startswith("control")][-10:],
+            "history": [
+                e.as_dict() for e in g.entries if node in e.nodes and e.action.startswith("control")
+            ][-10:],
         }
 
 
@@ -541,12 +659,17 @@ def holder_line(report: PassReport) -> str:
     if report.held_back:
         return report.held_back
     h = report.holder or {}
-    return (f"another controller leads (pid {h.get('pid')} on {h.get('host')}): observing, "
-            "not acting")
+    return (
+        f"another controller leads (pid {h.get('pid')} on {h.get('host')}): observing, not acting"
+    )
 
 
-def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport], None],
-          warn: Callable[[str], None]) -> None:
+def serve(
+    controller: Controller,
+    interval_s: float,
+    emit: Callable[[PassReport], None],
+    warn: Callable[[str], None],
+) -> None:
     """Run passes every *interval_s* until interrupted, renewing the lease in between.
 
     Slurm down, the store unwritable or not mounted (its marker missing) or the telemetry source
@@ -577,8 +700,10 @@ def serve(controller: Controller, interval_s: float, emit: Callable[[PassReport]
                 controller.sweeps.forget()
                 warn(str(exc))
             except SourceError as exc:
-                warn("no analysis this pass, nothing decided or done; the next one carries on: "
-                     f"{' '.join(str(exc).split())}")
+                warn(
+                    "no analysis this pass, nothing decided or done; the next one carries on: "
+                    f"{' '.join(str(exc).split())}"
+                )
             except GuardctlError as exc:
                 warn(f"pass failed, the next one carries on: {' '.join(str(exc).split())}")
             deadline = time.monotonic() + interval_s
@@ -618,6 +743,7 @@ def counts_toward_cap(e: Entry) -> bool:
     # a requeue counts when tried: it restarts the job whether or not its release went through
     requeued = e.action == REQUEUE and e.phase == "intent"
     # a daemon's sweep counts when it starts, one pass's when it is judged
-    swept = e.action == SWEEPING or (e.action == "control sweep"
-                                      and not e.evidence.get("background"))
+    swept = e.action == SWEEPING or (
+        e.action == "control sweep" and not e.evidence.get("background")
+    )
     return node_action or requeued or swept

@@ -40,8 +40,18 @@ from guardctl.nodeops.ownership import Owner
 from guardctl.sections.control import ControlSettings
 from guardctl.slurm.types import JobInfo
 
-Act = Literal["watch", "quarantine", "sweep", "drain", "requeue", "wait", "leave", "rebalance",
-              "hold off", "none"]
+Act = Literal[
+    "watch",
+    "quarantine",
+    "sweep",
+    "drain",
+    "requeue",
+    "wait",
+    "leave",
+    "rebalance",
+    "hold off",
+    "none",
+]
 ACTING = frozenset({"quarantine", "sweep", "drain", "requeue"})
 
 
@@ -64,9 +74,17 @@ class Decision:
         return self.action in ACTING
 
     def as_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "decision": self.action, "rung": self.rung, "why": self.why,
-                "kind": self.kind, "jobs": list(self.jobs), "duration_s": self.duration_s,
-                "job": self.job, **self.evidence}
+        return {
+            "node": self.node,
+            "decision": self.action,
+            "rung": self.rung,
+            "why": self.why,
+            "kind": self.kind,
+            "jobs": list(self.jobs),
+            "duration_s": self.duration_s,
+            "job": self.job,
+            **self.evidence,
+        }
 
 
 @dataclass(frozen=True)
@@ -102,12 +120,19 @@ def _node(view: View, cfg: ControlSettings, node: str) -> Decision:
     jobs = tuple(j.job_id for j in view.running.get(node, ()))
     base: dict[str, Any] = {"kind": finding.kind if finding else "", "jobs": jobs}
     if node in view.unknown:  # nothing to hold or release there, and never "in service"
-        return Decision(node, "leave", "-", "unknown to Slurm: not a node Slurm knows "
-                        "(a renamed or removed node, or a telemetry name that is not Slurm's); "
-                        "never touched", **base)
+        return Decision(
+            node,
+            "leave",
+            "-",
+            "unknown to Slurm: not a node Slurm knows "
+            "(a renamed or removed node, or a telemetry name that is not Slurm's); "
+            "never touched",
+            **base,
+        )
     if owner == "held by someone else":
-        return Decision(node, "leave", "-", f"held by someone else ({owner_why}): never touched",
-                        **base)
+        return Decision(
+            node, "leave", "-", f"held by someone else ({owner_why}): never touched", **base
+        )
     if owner == "drained by guardctl":
         return Decision(node, "none", "-", f"already drained by guardctl ({owner_why})", **base)
     if owner == "quarantined":
@@ -117,29 +142,48 @@ def _node(view: View, cfg: ControlSettings, node: str) -> Decision:
     if finding is None:
         return Decision(node, "none", "-", "no longer flagged", **base)
     if ladder.last_pass() is not None and finding.newest <= (ladder.last_pass() or 0.0):
-        return Decision(node, "none", "-", "flagged only on data from before its sweep passed",
-                        **base)
+        return Decision(
+            node, "none", "-", "flagged only on data from before its sweep passed", **base
+        )
     if finding.kind == "transient":
         return Decision(node, "watch", "-", f"transient: {finding.why}", **base)
     if finding.kind == "structural":
         return Decision(node, "none", "-", f"structural: {finding.why}", **base)
     if finding.kind == "heterogeneity":
-        return Decision(node, "rebalance", "a", f"heterogeneity: {finding.why}", **base,
-                        evidence={"impact": finding.impact})
+        return Decision(
+            node,
+            "rebalance",
+            "a",
+            f"heterogeneity: {finding.why}",
+            **base,
+            evidence={"impact": finding.impact},
+        )
     return _fault(view, cfg, node, finding, ladder, jobs)
 
 
-def _fault(view: View, cfg: ControlSettings, node: str, finding: Finding, ladder: NodeLadder,
-           jobs: tuple[int, ...]) -> Decision:
+def _fault(
+    view: View,
+    cfg: ControlSettings,
+    node: str,
+    finding: Finding,
+    ladder: NodeLadder,
+    jobs: tuple[int, ...],
+) -> Decision:
     """A persistent node fault on a node in service: quarantine (a lemon's too: its last sweep
     gives the repair its evidence)."""
     base: dict[str, Any] = {"kind": finding.kind, "jobs": jobs}
     evidence: dict[str, Any] = {"finding": finding.why, "impact": finding.impact}
     flaps = ladder.onsets_since(view.now - cfg.flap_window_s)
     if flaps > cfg.max_flaps:
-        return Decision(node, "hold off", "-", f"flapping: flagged anew {flaps} times in "
-                        f"{cfg.flap_window_s:g} s (control.max_flaps={cfg.max_flaps})",
-                        **base, evidence=evidence)
+        return Decision(
+            node,
+            "hold off",
+            "-",
+            f"flapping: flagged anew {flaps} times in "
+            f"{cfg.flap_window_s:g} s (control.max_flaps={cfg.max_flaps})",
+            **base,
+            evidence=evidence,
+        )
     relapse = ladder.passes_since(view.now - cfg.relapse_window_s)
     if relapse == 0 and finding.job in view.dds_jobs and finding.job in map(str, jobs):
         taken, watched = _rung_a(view, cfg, node, finding, ladder, jobs)
@@ -153,16 +197,29 @@ def _fault(view: View, cfg: ControlSettings, node: str, finding: Finding, ladder
     if "rebalance" in evidence:
         why = f"{why}; rung a: {evidence['rebalance']['why']}"
     if is_lemon(cfg, relapse):
-        why = (f"lemon: flagged again after {relapse} passed sweep(s) within "
-               f"{cfg.relapse_window_s:g} s, drained for repair after its last sweep, pass or "
-               f"not: {finding.why}")
-    return Decision(node, "quarantine", rung, why + (f"; job(s) {', '.join(map(str, jobs))} "
-                    "go on undisturbed" if jobs else ""), **base,
-                    evidence={**evidence, "relapse": relapse, "lemon": is_lemon(cfg, relapse)})
+        why = (
+            f"lemon: flagged again after {relapse} passed sweep(s) within "
+            f"{cfg.relapse_window_s:g} s, drained for repair after its last sweep, pass or "
+            f"not: {finding.why}"
+        )
+    return Decision(
+        node,
+        "quarantine",
+        rung,
+        why + (f"; job(s) {', '.join(map(str, jobs))} go on undisturbed" if jobs else ""),
+        **base,
+        evidence={**evidence, "relapse": relapse, "lemon": is_lemon(cfg, relapse)},
+    )
 
 
-def _rung_a(view: View, cfg: ControlSettings, node: str, finding: Finding, ladder: NodeLadder,
-            jobs: tuple[int, ...]) -> tuple[Decision | None, dict[str, Any]]:
+def _rung_a(
+    view: View,
+    cfg: ControlSettings,
+    node: str,
+    finding: Finding,
+    ladder: NodeLadder,
+    jobs: tuple[int, ...],
+) -> tuple[Decision | None, dict[str, Any]]:
     """Rung a for a node whose running job the data-sharding service serves: take it (a watch
     of the job's step time), stay on it (watching, or recovered), or leave it for the next
     rung with the evidence (not recovered)."""
@@ -171,15 +228,24 @@ def _rung_a(view: View, cfg: ControlSettings, node: str, finding: Finding, ladde
     if watch is None or watch.job != finding.job:
         watch = rebalance.start(finding.impact, view.now, view.data_end, cfg)
         if watch is None:
-            return None, {"job": finding.job, "why": "the data-sharding service gives the slow "
-                          "rank less work, but no step records show the job's step time: "
-                          "nothing to check its recovery on"}
+            return None, {
+                "job": finding.job,
+                "why": "the data-sharding service gives the slow "
+                "rank less work, but no step records show the job's step time: "
+                "nothing to check its recovery on",
+            }
     elif watch.phase == "watch":
         watch = rebalance.check(watch, finding.impact, view.data_end, view.now, cfg)
     if watch.phase == "not recovered":
         return None, watch.as_dict()
-    return Decision(node, "rebalance", "a", watch.why, **base,
-                    evidence={"impact": finding.impact, "rebalance": watch.as_dict()}), {}
+    return Decision(
+        node,
+        "rebalance",
+        "a",
+        watch.why,
+        **base,
+        evidence={"impact": finding.impact, "rebalance": watch.as_dict()},
+    ), {}
 
 
 def is_lemon(cfg: ControlSettings, relapse: int) -> bool:
@@ -190,7 +256,7 @@ def is_lemon(cfg: ControlSettings, relapse: int) -> bool:
 def sweep_duration(view: View, cfg: ControlSettings, ladder: NodeLadder) -> tuple[float, int]:
     """A relapsing node's sweep is longer: ``relapse_sweep_factor`` per relapse."""
     relapse = ladder.passes_since(view.now - cfg.relapse_window_s)
-    return view.sweep_duration_s * cfg.relapse_sweep_factor ** relapse, relapse
+    return view.sweep_duration_s * cfg.relapse_sweep_factor**relapse, relapse
 
 
 def decide_node(view: View, cfg: ControlSettings, node: str) -> Decision:
@@ -203,15 +269,20 @@ def sweeps_broken(ladders: Mapping[str, NodeLadder], now: float, cfg: ControlSet
     ``undetermined_fleet_nodes`` nodes within ``undetermined_window_s`` are the sweep harness's
     fault (a missing program, a broken Python, a full partition), not the nodes'; "" if not."""
     since = now - cfg.undetermined_window_s
-    nodes = sorted(n for n, lad in ladders.items()
-                   if any(v == "undetermined" and ts >= since for ts, v in lad.sweeps))
+    nodes = sorted(
+        n
+        for n, lad in ladders.items()
+        if any(v == "undetermined" and ts >= since for ts, v in lad.sweeps)
+    )
     if len(nodes) < cfg.undetermined_fleet_nodes:
         return ""
     named = ", ".join(nodes[:5]) + (f" (+{len(nodes) - 5} more)" if len(nodes) > 5 else "")
-    return (f"sweeps measured nothing on {len(nodes)} nodes within "
-            f"{cfg.undetermined_window_s:g} s ({named}): the sweep harness is broken, not the "
-            "nodes (control.undetermined_fleet_nodes="
-            f"{cfg.undetermined_fleet_nodes}); no sweep until that passes")
+    return (
+        f"sweeps measured nothing on {len(nodes)} nodes within "
+        f"{cfg.undetermined_window_s:g} s ({named}): the sweep harness is broken, not the "
+        "nodes (control.undetermined_fleet_nodes="
+        f"{cfg.undetermined_fleet_nodes}); no sweep until that passes"
+    )
 
 
 def _fleet_finding(view: View, cfg: ControlSettings, node: str) -> str:
@@ -219,71 +290,132 @@ def _fleet_finding(view: View, cfg: ControlSettings, node: str) -> str:
     for f in view.classified.fleet:
         if f.scope == "stage":  # a heavy pipeline stage: reported, it heats nothing
             continue
-        if f.scope == "fleet" or node in f.nodes or (
-                f.scope == "rack" and membership(cfg.racks).get(node) == f.name):
+        if (
+            f.scope == "fleet"
+            or node in f.nodes
+            or (f.scope == "rack" and membership(cfg.racks).get(node) == f.name)
+        ):
             return f.why
     return ""
 
 
-def _sweep_held(view: View, cfg: ControlSettings, node: str, ladder: NodeLadder,
-                rung: str, base: dict[str, Any]) -> Decision | None:
+def _sweep_held(
+    view: View, cfg: ControlSettings, node: str, ladder: NodeLadder, rung: str, base: dict[str, Any]
+) -> Decision | None:
     """A quarantined, free node whose sweep must not start now: why, or None."""
     if view.sweeps_held:
-        return Decision(node, "wait", rung, f"quarantined, sweep held: {view.sweeps_held}",
-                        **base)
+        return Decision(node, "wait", rung, f"quarantined, sweep held: {view.sweeps_held}", **base)
     fleet = _fleet_finding(view, cfg, node)
     if fleet:
-        return Decision(node, "wait", rung, "quarantined, sweep held during a fleet-wide "
-                        f"finding: {fleet}", **base)
+        return Decision(
+            node,
+            "wait",
+            rung,
+            f"quarantined, sweep held during a fleet-wide finding: {fleet}",
+            **base,
+        )
     tried = ladder.undetermined()
     last = ladder.last_sweep_why or "no figure"
     if len(tried) >= cfg.max_undetermined:
-        return Decision(node, "hold off", rung, f"quarantined: {len(tried)} sweep(s) measured "
-                        f"nothing (control.max_undetermined={cfg.max_undetermined}; the last: "
-                        f"{last}); left quarantined for an operator", **base)
+        return Decision(
+            node,
+            "hold off",
+            rung,
+            f"quarantined: {len(tried)} sweep(s) measured "
+            f"nothing (control.max_undetermined={cfg.max_undetermined}; the last: "
+            f"{last}); left quarantined for an operator",
+            **base,
+        )
     if tried:
         due = tried[-1] + cfg.undetermined_retry_s * 2 ** (len(tried) - 1)
         if view.now < due:
             when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(due))
-            return Decision(node, "wait", rung, f"quarantined, {len(tried)} sweep(s) measured "
-                            f"nothing ({last}); swept again after {when}", **base,
-                            evidence={"retry_at": due})
+            return Decision(
+                node,
+                "wait",
+                rung,
+                f"quarantined, {len(tried)} sweep(s) measured "
+                f"nothing ({last}); swept again after {when}",
+                **base,
+                evidence={"retry_at": due},
+            )
     return None
 
 
-def _quarantined(view: View, cfg: ControlSettings, node: str, finding: Finding | None,
-                 ladder: NodeLadder, jobs: tuple[int, ...]) -> Decision:
+def _quarantined(
+    view: View,
+    cfg: ControlSettings,
+    node: str,
+    finding: Finding | None,
+    ladder: NodeLadder,
+    jobs: tuple[int, ...],
+) -> Decision:
     """A node the controller quarantined: sweep it when free, else wait (or requeue)."""
     base: dict[str, Any] = {"kind": finding.kind if finding else "", "jobs": jobs}
     duration, relapse = sweep_duration(view, cfg, ladder)
     if ladder.sweeping:  # the daemon polls it at each pass
-        return Decision(node, "wait", "e" if relapse else "c",
-                        f"quarantined, its sweep {ladder.sweeping.get('sweep')} runs", **base,
-                        evidence={"sweep": ladder.sweeping.get("sweep")})
+        return Decision(
+            node,
+            "wait",
+            "e" if relapse else "c",
+            f"quarantined, its sweep {ladder.sweeping.get('sweep')} runs",
+            **base,
+            evidence={"sweep": ladder.sweeping.get("sweep")},
+        )
     if not jobs:
         rung = "e" if relapse else "c"
         held = _sweep_held(view, cfg, node, ladder, rung, base)
         if held is not None:
             return held
         lemon = is_lemon(cfg, relapse)
-        return Decision(node, "sweep", rung, f"quarantined and free: sweep ({duration:g} s"
-                        + (f", relapse {relapse}" if relapse else "")
-                        + ("; a lemon: drained after it, pass or not" if lemon else "") + ")",
-                        **base, duration_s=duration, evidence={"relapse": relapse,
-                                                               "lemon": lemon})
+        return Decision(
+            node,
+            "sweep",
+            rung,
+            f"quarantined and free: sweep ({duration:g} s"
+            + (f", relapse {relapse}" if relapse else "")
+            + ("; a lemon: drained after it, pass or not" if lemon else "")
+            + ")",
+            **base,
+            duration_s=duration,
+            evidence={"relapse": relapse, "lemon": lemon},
+        )
     impact = finding.impact if finding else None
     if cfg.requeue and impact:
         for job in jobs:
             if job not in view.requeueable:
                 continue
             since = ladder.episode_start() or ladder.quarantined_at or view.now
-            rental = requeue.decide(float(impact["pct"]) / 100, int(impact["gpus"]),
-                                    view.now - since, view.requeueable[job], cfg)
+            rental = requeue.decide(
+                float(impact["pct"]) / 100,
+                int(impact["gpus"]),
+                view.now - since,
+                view.requeueable[job],
+                cfg,
+            )
             if rental.requeue:
-                return Decision(node, "requeue", "d", f"job {job}: {rental.why}", **base,
-                                job=job, evidence={"rental": rental.as_dict(), "impact": impact})
-            return Decision(node, "wait", "b", f"quarantined, job {job} runs on: {rental.why}",
-                            **base, evidence={"rental": rental.as_dict(), "impact": impact})
-    return Decision(node, "wait", "b", "quarantined: waiting for job(s) "
-                    f"{', '.join(map(str, jobs))} to end before the sweep", **base,
-                    evidence={"impact": impact} if impact else {})
+                return Decision(
+                    node,
+                    "requeue",
+                    "d",
+                    f"job {job}: {rental.why}",
+                    **base,
+                    job=job,
+                    evidence={"rental": rental.as_dict(), "impact": impact},
+                )
+            return Decision(
+                node,
+                "wait",
+                "b",
+                f"quarantined, job {job} runs on: {rental.why}",
+                **base,
+                evidence={"rental": rental.as_dict(), "impact": impact},
+            )
+    return Decision(
+        node,
+        "wait",
+        "b",
+        f"quarantined: waiting for job(s) {', '.join(map(str, jobs))} to end before the sweep",
+        **base,
+        evidence={"impact": impact} if impact else {},
+    )

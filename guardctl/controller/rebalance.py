@@ -46,9 +46,16 @@ class Watch:
         return self.step_s - share * max(0.0, self.step_s - self.step_s_without)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"phase": self.phase, "job": self.job, "since": self.since,
-                "step_s": self.step_s, "step_s_without": self.step_s_without,
-                "data_end": self.data_end, "why": self.why, **self.figures}
+        return {
+            "phase": self.phase,
+            "job": self.job,
+            "since": self.since,
+            "step_s": self.step_s,
+            "step_s_without": self.step_s_without,
+            "data_end": self.data_end,
+            "why": self.why,
+            **self.figures,
+        }
 
 
 def read(evidence: dict[str, Any]) -> Watch | None:
@@ -58,17 +65,23 @@ def read(evidence: dict[str, Any]) -> Watch | None:
         if phase not in ("watch", "recovered", "not recovered"):
             return None
         known = {"phase", "job", "since", "step_s", "step_s_without", "data_end", "why"}
-        return Watch(str(evidence["job"]), float(evidence["since"]), float(evidence["step_s"]),
-                     float(evidence["step_s_without"]), float(evidence["data_end"]),
-                     phase,  # type: ignore[arg-type]
-                     str(evidence.get("why", "")),
-                     {k: v for k, v in evidence.items() if k not in known})
+        return Watch(
+            str(evidence["job"]),
+            float(evidence["since"]),
+            float(evidence["step_s"]),
+            float(evidence["step_s_without"]),
+            float(evidence["data_end"]),
+            phase,  # type: ignore[arg-type]
+            str(evidence.get("why", "")),
+            {k: v for k, v in evidence.items() if k not in known},
+        )
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def start(impact: dict[str, Any] | None, now: float, data_end: float,
-          cfg: ControlSettings) -> Watch | None:
+def start(
+    impact: dict[str, Any] | None, now: float, data_end: float, cfg: ControlSettings
+) -> Watch | None:
     """Take rung a on the finding's *impact* (None: no step records, nothing to check)."""
     try:
         job, step_s = str(impact["job"]), float(impact["step_s"])  # type: ignore[index]
@@ -78,37 +91,63 @@ def start(impact: dict[str, Any] | None, now: float, data_end: float,
     if step_s <= 0:
         return None
     watch = Watch(job, now, step_s, without, data_end)
-    return replace(watch, why=(
-        f"the data-sharding service gives the slow rank less work: watching job {job}'s step "
-        f"time recover from {step_s:.4g} s toward {without:.4g} s (its peers' pace; "
-        f"recovered at <= {watch.target(cfg.recovery):.4g} s) for up to "
-        f"{cfg.rebalance_window_s:g} s"))
+    return replace(
+        watch,
+        why=(
+            f"the data-sharding service gives the slow rank less work: watching job {job}'s step "
+            f"time recover from {step_s:.4g} s toward {without:.4g} s (its peers' pace; "
+            f"recovered at <= {watch.target(cfg.recovery):.4g} s) for up to "
+            f"{cfg.rebalance_window_s:g} s"
+        ),
+    )
 
 
-def check(watch: Watch, impact: dict[str, Any] | None, data_end: float, now: float,
-          cfg: ControlSettings) -> Watch:
+def check(
+    watch: Watch, impact: dict[str, Any] | None, data_end: float, now: float, cfg: ControlSettings
+) -> Watch:
     """Compare the job's step time in a newer window with the watch's; see the module doc."""
     target = watch.target(cfg.recovery)
     figures: dict[str, Any] = {"target_s": round(target, 4), "waited_s": round(now - watch.since)}
-    fresh = (impact is not None and str(impact.get("job")) == watch.job
-             and data_end > watch.data_end and float(impact.get("step_s") or 0) > 0)
+    fresh = (
+        impact is not None
+        and str(impact.get("job")) == watch.job
+        and data_end > watch.data_end
+        and float(impact.get("step_s") or 0) > 0
+    )
     if fresh:
         assert impact is not None
         step_now = float(impact["step_s"])
         gap = watch.step_s - watch.step_s_without
-        figures.update(step_s_now=step_now, data_end_now=data_end,
-                       won_back_pct=round(100 * (watch.step_s - step_now) / gap, 1)
-                       if gap > 0 else None)
+        figures.update(
+            step_s_now=step_now,
+            data_end_now=data_end,
+            won_back_pct=round(100 * (watch.step_s - step_now) / gap, 1) if gap > 0 else None,
+        )
         if step_now <= target:
-            return replace(watch, phase="recovered", figures=figures, why=(
-                f"job {watch.job}'s step time recovered: {watch.step_s:.4g} s -> "
-                f"{step_now:.4g} s ({watch.step_s_without:.4g} s at its peers' pace) "
-                f"{now - watch.since:.0f} s after rung a"))
+            return replace(
+                watch,
+                phase="recovered",
+                figures=figures,
+                why=(
+                    f"job {watch.job}'s step time recovered: {watch.step_s:.4g} s -> "
+                    f"{step_now:.4g} s ({watch.step_s_without:.4g} s at its peers' pace) "
+                    f"{now - watch.since:.0f} s after rung a"
+                ),
+            )
     if now - watch.since < cfg.rebalance_window_s:
         return replace(watch, figures=figures)
-    seen = (f"{figures['step_s_now']:.4g} s now, not <= {target:.4g} s" if fresh else
-            "no newer step records of the job")
-    return replace(watch, phase="not recovered", figures=figures, why=(
-        f"job {watch.job}'s step time did not recover within {cfg.rebalance_window_s:g} s "
-        f"of rung a: {seen} (was {watch.step_s:.4g} s, {watch.step_s_without:.4g} s at "
-        "its peers' pace)"))
+    seen = (
+        f"{figures['step_s_now']:.4g} s now, not <= {target:.4g} s"
+        if fresh
+        else "no newer step records of the job"
+    )
+    return replace(
+        watch,
+        phase="not recovered",
+        figures=figures,
+        why=(
+            f"job {watch.job}'s step time did not recover within {cfg.rebalance_window_s:g} s "
+            f"of rung a: {seen} (was {watch.step_s:.4g} s, {watch.step_s_without:.4g} s at "
+            "its peers' pace)"
+        ),
+    )

@@ -54,34 +54,50 @@ def record_pass(ops: NodeOps, entries: Sequence[Entry], classified: Classified) 
         return
     if last is None and not now:
         return
-    ops.record("control pass", now, reason=f"{len(now)} node(s) at fault",
-               evidence={"findings": [f.as_dict() for f in classified.findings
-                                      if f.node in now]})
+    ops.record(
+        "control pass",
+        now,
+        reason=f"{len(now)} node(s) at fault",
+        evidence={"findings": [f.as_dict() for f in classified.findings if f.node in now]},
+    )
 
 
 def record_fleet(ops: NodeOps, entries: Sequence[Entry], classified: Classified) -> None:
     """Note each fleet-wide finding once (again only when its nodes change)."""
     for finding in classified.fleet:
-        same = [e for e in entries if e.action == "control fleet"
-                and e.evidence.get("scope") == finding.scope
-                and e.evidence.get("name") == finding.name]
+        same = [
+            e
+            for e in entries
+            if e.action == "control fleet"
+            and e.evidence.get("scope") == finding.scope
+            and e.evidence.get("name") == finding.name
+        ]
         if same and sorted(same[-1].nodes) == sorted(finding.nodes):
             continue
-        ops.record("control fleet", list(finding.nodes), reason=finding.why,
-                   evidence=finding.as_dict())
+        ops.record(
+            "control fleet", list(finding.nodes), reason=finding.why, evidence=finding.as_dict()
+        )
 
 
 def changed(decision: Decision, ladder: NodeLadder | None, outcome: str) -> bool:
     """Whether the decision (or what came of it) differs from the node's last record."""
     last = ladder.last_decision if ladder else {}
     return (last.get("decision"), last.get("why"), last.get("outcome")) != (
-        decision.action, decision.why, outcome)
+        decision.action,
+        decision.why,
+        outcome,
+    )
 
 
-def record_decision(ops: NodeOps, decision: Decision, outcome: str,
-                    extra: dict[str, Any] | None = None) -> Entry:
-    return ops.record("control decision", [decision.node], reason=decision.why,
-                      evidence={**decision.as_dict(), "outcome": outcome, **(extra or {})})
+def record_decision(
+    ops: NodeOps, decision: Decision, outcome: str, extra: dict[str, Any] | None = None
+) -> Entry:
+    return ops.record(
+        "control decision",
+        [decision.node],
+        reason=decision.why,
+        evidence={**decision.as_dict(), "outcome": outcome, **(extra or {})},
+    )
 
 
 def record_rebalance(ops: NodeOps, decision: Decision, ladder: NodeLadder | None) -> None:
@@ -96,17 +112,24 @@ def record_rebalance(ops: NodeOps, decision: Decision, ladder: NodeLadder | None
     ops.record(REBALANCE, [decision.node], reason=str(watch.get("why", "")), evidence=watch)
 
 
-def record_fresh_starts(ops: NodeOps, ladders: Mapping[str, NodeLadder],
-                        owners: Mapping[str, tuple[str, str]],
-                        out_for_repair: Callable[[str], bool]) -> list[str]:
+def record_fresh_starts(
+    ops: NodeOps,
+    ladders: Mapping[str, NodeLadder],
+    owners: Mapping[str, tuple[str, str]],
+    out_for_repair: Callable[[str], bool],
+) -> list[str]:
     """Note a fresh start for each node with passed sweeps that someone else holds out for
     repair now."""
     out = []
     for node, ladder in sorted(ladders.items()):
         owner, why = owners.get(node, ("in service", ""))
         if ladder.needs_fresh_start(owner, node in owners and out_for_repair(node)):
-            ops.record(FRESH_START, [node], reason=f"held by someone else ({why}): its "
-                       "relapse count starts over", evidence={"owner": why})
+            ops.record(
+                FRESH_START,
+                [node],
+                reason=f"held by someone else ({why}): its relapse count starts over",
+                evidence={"owner": why},
+            )
             out.append(node)
     return out
 

@@ -46,17 +46,20 @@ def paper_view(view: View) -> View:
     owners = dict(view.owners)
     ladders = dict(view.ladders)
     for node, ladder in view.ladders.items():
-        if not paper_quarantined(ladder) or owners.get(node, ("in service", ""))[0] != (
-                "in service") or ladder.quarantined_by_control:
+        if (
+            not paper_quarantined(ladder)
+            or owners.get(node, ("in service", ""))[0] != ("in service")
+            or ladder.quarantined_by_control
+        ):
             continue
         owners[node] = ("quarantined", "on paper (observe-only)")
-        ladders[node] = dataclasses.replace(ladder, quarantined_by_control=True,
-                                            quarantined_at=float(ladder.rehearsal["ts"]))
+        ladders[node] = dataclasses.replace(
+            ladder, quarantined_by_control=True, quarantined_at=float(ladder.rehearsal["ts"])
+        )
     return dataclasses.replace(view, owners=owners, ladders=ladders)
 
 
-def rehearse(ops: NodeOps, view: View, decision: Decision,
-             ladder: NodeLadder | None) -> str:
+def rehearse(ops: NodeOps, view: View, decision: Decision, ladder: NodeLadder | None) -> str:
     """Note on paper what *decision* would have done (a note when its step is new); the
     decision's outcome: "would do" for an action, as ever (the note says what)."""
     paper = ladder.rehearsal if ladder else {}
@@ -64,8 +67,12 @@ def rehearse(ops: NodeOps, view: View, decision: Decision,
     if not step:
         return f"would do: {why}" if why else ("would do" if decision.acts else "")
     if (step, decision.job) != (paper.get("step"), paper.get("job")):
-        evidence: dict[str, Any] = {"step": step, "decision": decision.action,
-                                    "rung": decision.rung, "why": decision.why}
+        evidence: dict[str, Any] = {
+            "step": step,
+            "decision": decision.action,
+            "rung": decision.rung,
+            "why": decision.why,
+        }
         if decision.job is not None:
             evidence["job"] = decision.job
         impact = decision.evidence.get("impact")

@@ -30,8 +30,14 @@ class Rental:
     def as_dict(self) -> dict[str, Any]:
         def r(x: float | None) -> float | None:
             return None if x is None else round(x, 3)
-        return {"rent_paid_gpu_h": r(self.rent_paid), "price_gpu_h": r(self.price),
-                "rent_left_gpu_h": r(self.rent_left), "requeue": self.requeue, "why": self.why}
+
+        return {
+            "rent_paid_gpu_h": r(self.rent_paid),
+            "price_gpu_h": r(self.price),
+            "rent_left_gpu_h": r(self.rent_left),
+            "requeue": self.requeue,
+            "why": self.why,
+        }
 
 
 def restart_cost_s(cfg: ControlSettings, queue_wait_s: float | None = None) -> float:
@@ -40,8 +46,14 @@ def restart_cost_s(cfg: ControlSettings, queue_wait_s: float | None = None) -> f
     return cfg.checkpoint_interval_s / 2 + cfg.restart_s + wait
 
 
-def decide(slowdown: float, gpus: int, slow_for_s: float, remaining_s: float | None,
-           cfg: ControlSettings, queue_wait_s: float | None = None) -> Rental:
+def decide(
+    slowdown: float,
+    gpus: int,
+    slow_for_s: float,
+    remaining_s: float | None,
+    cfg: ControlSettings,
+    queue_wait_s: float | None = None,
+) -> Rental:
     """Whether to requeue a job that runs *slowdown* slower on *gpus* GPUs since *slow_for_s*."""
     rate = max(0.0, slowdown) * gpus / 3600.0  # GPU-hours lost per second of running slow
     paid = rate * max(0.0, slow_for_s)
@@ -50,12 +62,26 @@ def decide(slowdown: float, gpus: int, slow_for_s: float, remaining_s: float | N
     if rate <= 0:
         return Rental(paid, price, left, False, "no measured slowdown: nothing to win")
     if left is not None and left <= price:
-        return Rental(paid, price, left, False,
-                      f"the job's remaining time loses {left:.2f} GPU-h running slow, less than "
-                      f"a restart's {price:.2f}: let it finish")
+        return Rental(
+            paid,
+            price,
+            left,
+            False,
+            f"the job's remaining time loses {left:.2f} GPU-h running slow, less than "
+            f"a restart's {price:.2f}: let it finish",
+        )
     if paid < price:
-        return Rental(paid, price, left, False,
-                      f"lost {paid:.2f} GPU-h so far, a restart costs {price:.2f}: keep renting")
-    return Rental(paid, price, left, True,
-                  f"lost {paid:.2f} GPU-h so far, at least a restart's {price:.2f}: requeue "
-                  "without the node")
+        return Rental(
+            paid,
+            price,
+            left,
+            False,
+            f"lost {paid:.2f} GPU-h so far, a restart costs {price:.2f}: keep renting",
+        )
+    return Rental(
+        paid,
+        price,
+        left,
+        True,
+        f"lost {paid:.2f} GPU-h so far, at least a restart's {price:.2f}: requeue without the node",
+    )

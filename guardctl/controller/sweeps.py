@@ -58,32 +58,51 @@ class Sweeps:
         self.running: dict[str, InFlight] = {}
         self.leftover: list[PolledSweep] = []  # aborted, a reservation not yet deleted
 
-    def start(self, settings: Settings, node: str, options: SweepOptions, relapse: int,
-              lemon: bool, why: str) -> InFlight:
+    def start(
+        self,
+        settings: Settings,
+        node: str,
+        options: SweepOptions,
+        relapse: int,
+        lemon: bool,
+        why: str,
+    ) -> InFlight:
         """Start a sweep of *node* and note it in the action log (its first poll submits).
         Never a second sweep of one node: one this daemon runs, or one open in the log (another
         controller's, until the leader's clean-up closes it), is a RefusedError."""
         self._not_sweeping(node)
         sweep = PolledSweep(settings, [node], options, ops=self.ops, progress=self.progress)
         flight = InFlight(node, sweep, float(options.duration_s or 0.0), relapse, lemon, why)
-        self.ops.record(SWEEPING, [node], reason=f"sweep {flight.sweep_id} started: {why}",
-                        evidence={"by": BY, "sweep": flight.sweep_id, "kind": options.kind,
-                                  "duration_s": flight.duration_s, "relapse": relapse,
-                                  "lemon": lemon})
+        self.ops.record(
+            SWEEPING,
+            [node],
+            reason=f"sweep {flight.sweep_id} started: {why}",
+            evidence={
+                "by": BY,
+                "sweep": flight.sweep_id,
+                "kind": options.kind,
+                "duration_s": flight.duration_s,
+                "relapse": relapse,
+                "lemon": lemon,
+            },
+        )
         self.running[node] = flight
         return flight
 
     def _not_sweeping(self, node: str) -> None:
         running = self.running.get(node)
         if running is not None:
-            raise RefusedError(f"{node}: sweep {running.sweep_id} of it runs already; not "
-                               "starting another")
+            raise RefusedError(
+                f"{node}: sweep {running.sweep_id} of it runs already; not starting another"
+            )
         entries = self.ops.log.entries()
         open_one = derive(entries).get(node, NodeLadder(node)).sweeping
         if open_one.get("sweep"):
-            raise RefusedError(f"{node}: sweep {open_one['sweep']} of it (pid "
-                               f"{open_one.get('pid')} on {open_one.get('host')}) is open in the "
-                               "action log; not starting another")
+            raise RefusedError(
+                f"{node}: sweep {open_one['sweep']} of it (pid "
+                f"{open_one.get('pid')} on {open_one.get('host')}) is open in the "
+                "action log; not starting another"
+            )
 
     def poll(self, flight: InFlight) -> SweepReport | None:
         """Its report once judged and acted on, None while its jobs run. An error aborts it
@@ -123,11 +142,20 @@ class Sweeps:
         self.running.pop(flight.node, None)
         if flight.sweep.run.reserved and any(flight.sweep.run.reserved.values()):
             self.leftover.append(flight.sweep)
-        self.ops.record("control sweep", [flight.node], reason=f"sweep aborted: {why}",
-                        evidence={"verdict": "aborted", "action": "kept quarantined",
-                                  "sweep": flight.sweep_id, "duration_s": flight.duration_s,
-                                  "relapse": flight.relapse, "lemon": flight.lemon,
-                                  "background": True})
+        self.ops.record(
+            "control sweep",
+            [flight.node],
+            reason=f"sweep aborted: {why}",
+            evidence={
+                "verdict": "aborted",
+                "action": "kept quarantined",
+                "sweep": flight.sweep_id,
+                "duration_s": flight.duration_s,
+                "relapse": flight.relapse,
+                "lemon": flight.lemon,
+                "background": True,
+            },
+        )
 
     def clean_up(self, ladders: Mapping[str, NodeLadder], entries: Sequence[Entry]) -> list[str]:
         """Abort the open sweeps in the log that this daemon does not run; their nodes."""
@@ -140,18 +168,33 @@ class Sweeps:
             who = f"pid {ladder.sweeping.get('pid')} on {ladder.sweeping.get('host')}"
             self._cancel_jobs(sweep_id, entries)
             why = f"its controller ({who}) no longer runs it; the node stays quarantined"
-            self.ops.record("sweep aborted", [node], reason=why,
-                            evidence={"sweep": sweep_id, "left": "quarantined"})
-            self.ops.record("control sweep", [node], reason=f"sweep aborted: {why}",
-                            evidence={"verdict": "aborted", "action": "kept quarantined",
-                                      "sweep": sweep_id, "background": True})
+            self.ops.record(
+                "sweep aborted",
+                [node],
+                reason=why,
+                evidence={"sweep": sweep_id, "left": "quarantined"},
+            )
+            self.ops.record(
+                "control sweep",
+                [node],
+                reason=f"sweep aborted: {why}",
+                evidence={
+                    "verdict": "aborted",
+                    "action": "kept quarantined",
+                    "sweep": sweep_id,
+                    "background": True,
+                },
+            )
             out.append(node)
         return out
 
     def _cancel_jobs(self, sweep_id: str, entries: Sequence[Entry]) -> None:
-        jobs = {int(j) for e in entries if e.action == "sweep jobs"
-                and e.evidence.get("sweep") == sweep_id
-                for j in dict(e.evidence.get("jobs") or {})}
+        jobs = {
+            int(j)
+            for e in entries
+            if e.action == "sweep jobs" and e.evidence.get("sweep") == sweep_id
+            for j in dict(e.evidence.get("jobs") or {})
+        }
         for job_id in sorted(jobs):
             info = self.ops.slurm.job(job_id)
             if info is not None and not info.finished:

@@ -135,8 +135,9 @@ class _Channel:
         self.target: tuple[str, int] | None = None
         self.lock = threading.Lock()
 
-    def send(self, target: tuple[str, int], method: str, path: str, body: bytes,
-             headers: dict[str, str]) -> tuple[int, bytes]:  # fmt: skip
+    def send(
+        self, target: tuple[str, int], method: str, path: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, bytes]:
         if self.conn is None or self.target != target:
             self.close()
             self.conn = http.client.HTTPConnection(target[0], target[1], timeout=self.timeout)
@@ -415,8 +416,14 @@ class Client:
     def _step_call(
         self, step: int, report: tuple[int, float], channel: _Channel | None = None
     ) -> dict[str, Any]:
-        body = {"worker": self.worker, "rank": self.rank, "world": self.world, "step": step,
-                "samples": report[0], "seconds": report[1]}  # fmt: skip
+        body = {
+            "worker": self.worker,
+            "rank": self.rank,
+            "world": self.world,
+            "step": step,
+            "samples": report[0],
+            "seconds": report[1],
+        }
         return self._call("/v1/step", body, channel=channel or self._ahead_channel)
 
     def _prefetched(self, step: int) -> dict[str, Any] | None:

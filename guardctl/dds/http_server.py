@@ -66,8 +66,15 @@ class Request:
 
     __slots__ = ("authorization", "body", "conn", "keep_alive", "method", "path", "response")
 
-    def __init__(self, conn: Connection, method: bytes, path: bytes, authorization: bytes,
-                 body: bytes, keep_alive: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        conn: Connection,
+        method: bytes,
+        path: bytes,
+        authorization: bytes,
+        body: bytes,
+        keep_alive: bool,
+    ) -> None:
         self.conn = conn
         self.method = method
         self.path = path
@@ -246,8 +253,9 @@ class Connection(asyncio.Protocol):
             return  # not served: the parser stops here and the request is refused (400)
         path, _, _ = self.url.partition(b"?")
         body = b"".join(self.body)
-        request = Request(self, parser.get_method(), path, self.authorization, body,
-                          parser.should_keep_alive())  # fmt: skip
+        request = Request(
+            self, parser.get_method(), path, self.authorization, body, parser.should_keep_alive()
+        )
         self.queue.append(request)
         if len(self.queue) >= MAX_PIPELINED:
             self._pause()
@@ -262,9 +270,11 @@ class Connection(asyncio.Protocol):
     def head(self, status: int, length: int, keep_alive: bool) -> bytes:
         reason = _REASONS.get(status, b"Unknown")
         close = b"" if keep_alive else b"Connection: close\r\n"
-        return (b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                b"Date: %s\r\nServer: guardctl-dds\r\n%s\r\n"
-                % (status, reason, length, self.server.date(), close))  # fmt: skip
+        return (
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Date: %s\r\nServer: guardctl-dds\r\n%s\r\n"
+            % (status, reason, length, self.server.date(), close)
+        )
 
     def answered(self) -> None:
         """Write what can go out: answers at the head of the queue, in request order."""
@@ -319,8 +329,13 @@ class Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def _resume(self) -> None:
-        if (self.paused and self.writable and len(self.queue) < MAX_PIPELINED
-                and self.transport is not None and not self.transport.is_closing()):  # fmt: skip
+        if (
+            self.paused
+            and self.writable
+            and len(self.queue) < MAX_PIPELINED
+            and self.transport is not None
+            and not self.transport.is_closing()
+        ):
             self.paused = False
             if self.started:  # the time it was not read is the service's, not the client's
                 self.started = self.server.loop.time()
@@ -378,8 +393,12 @@ class Server:
     clients send), a request without it is answered 401 when its head is complete.
     """
 
-    def __init__(self, handler: Handler, authorization: bytes | None = None,
-                 max_connections: int = MAX_CONNECTIONS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        handler: Handler,
+        authorization: bytes | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.handler = handler
         self.authorization = authorization
         self.max_connections = max_connections

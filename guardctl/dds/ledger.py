@@ -516,10 +516,16 @@ class Ledger:
             ("worker", worker),
             WORKER_ROW,
             (
-                worker, stat.rank, stat.speed, stat.samples, stat.seconds, stat.shards,
-                stat.last_step, stat.last_seen,
+                worker,
+                stat.rank,
+                stat.speed,
+                stat.samples,
+                stat.seconds,
+                stat.shards,
+                stat.last_step,
+                stat.last_seen,
             ),
-        )  # fmt: skip
+        )
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -567,8 +573,9 @@ class Ledger:
             "gen": self.gen + 1,
         }
         # In the restore's transaction: committed with it, or neither is.
-        self.db.write("INSERT INTO restore (request_id, reply) VALUES (?, ?)",
-                      (request_id, json.dumps(reply)))
+        self.db.write(
+            "INSERT INTO restore (request_id, reply) VALUES (?, ?)", (request_id, json.dumps(reply))
+        )
         self.db.flush()
         self._orders.clear()
         self._load()  # (which reads the answers back, this one with them)

@@ -460,8 +460,15 @@ class Service:
 def _refused(request: Request, exc: Exception) -> None:
     """Answer with what went wrong: the request (400), the database (503), or else what the
     job is (409: its state or how it was started, e.g. per-step without a global batch)."""
-    status = (400 if isinstance(exc, BadRequest) else 503 if isinstance(exc, StoreError)
-              else 409 if isinstance(exc, GuardctlError) else 500)  # fmt: skip
+    status = (
+        400
+        if isinstance(exc, BadRequest)
+        else 503
+        if isinstance(exc, StoreError)
+        else 409
+        if isinstance(exc, GuardctlError)
+        else 500
+    )
     _answer(request, {"error": str(exc)}, status)
 
 
@@ -593,8 +600,12 @@ def listen_address(bind: str) -> str:
         ) from exc
     address = str(found[0][4][0])
     if ipaddress.ip_address(address).is_loopback:
-        log.warning("this node's hostname %s resolves to %s, a loopback address: ranks on other "
-                    "nodes cannot reach the service (set dds.bind)", name, address)  # fmt: skip
+        log.warning(
+            "this node's hostname %s resolves to %s, a loopback address: ranks on other "
+            "nodes cannot reach the service (set dds.bind)",
+            name,
+            address,
+        )
     return address
 
 

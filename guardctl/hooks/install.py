@@ -67,8 +67,10 @@ def plan(prefix: Path) -> list[Copied]:
             same = target.read_bytes() == (source / name).read_bytes()
             action = "unchanged" if same else "replace"
         else:
-            raise RefusedError(f"{target} exists and is not one of guardctl's hook scripts: "
-                               "not overwriting it (choose another --prefix)")
+            raise RefusedError(
+                f"{target} exists and is not one of guardctl's hook scripts: "
+                "not overwriting it (choose another --prefix)"
+            )
         copies.append(Copied(name, target, action))
     return copies
 
@@ -102,8 +104,9 @@ def read_conf(path: Path) -> dict[str, list[str]]:
         line = raw.split("#", 1)[0].strip()
         key, sep, value = line.partition("=")
         if sep and key.strip() and " " not in key.strip():
-            found.setdefault(key.strip().lower(), []).append(value.split()[0] if value.split()
-                                                              else "")
+            found.setdefault(key.strip().lower(), []).append(
+                value.split()[0] if value.split() else ""
+            )
     return found
 
 
@@ -111,11 +114,15 @@ def merged_flags(site: list[str]) -> tuple[str, str]:
     """The PrologFlags line and a note: the site's flags kept, Alloc added where needed."""
     flags = [f for value in site[-1:] for f in value.split(",") if f]  # the last line wins
     if {f.lower() for f in flags} & AT_ALLOCATION:
-        return "", (f"PrologFlags={','.join(flags)} already runs the prolog at allocation: "
-                    "no change")
+        return "", (
+            f"PrologFlags={','.join(flags)} already runs the prolog at allocation: no change"
+        )
     line = "PrologFlags=" + ",".join(["Alloc", *flags])
-    return line, ("your PrologFlags with Alloc added: replace your line with this one"
-                  if flags else "the prolog runs at allocation, on every node of the job")
+    return line, (
+        "your PrologFlags with Alloc added: replace your line with this one"
+        if flags
+        else "the prolog runs at allocation, on every node of the job"
+    )
 
 
 def conf_lines(prefix: Path, site: dict[str, list[str]] | None) -> list[str]:
@@ -132,8 +139,10 @@ def conf_lines(prefix: Path, site: dict[str, list[str]] | None) -> list[str]:
         if ours in theirs:
             lines.append(f"# {key}={ours} is set already: no change")
         elif theirs:
-            lines.append(f"# {key}={', '.join(theirs)} is the site's: keep it and chain "
-                         "guardctl's with it (docs/operate/upgrade-uninstall.md):")
+            lines.append(
+                f"# {key}={', '.join(theirs)} is the site's: keep it and chain "
+                "guardctl's with it (docs/operate/upgrade-uninstall.md):"
+            )
             lines.append(f"#{key}={ours}")
         else:
             lines.append(f"{key}={ours}")

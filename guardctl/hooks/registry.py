@@ -25,8 +25,12 @@ class CheckResult:
     skipped: bool = False  # nothing to check here (no NVIDIA driver, no InfiniBand)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"check": self.check, "ok": self.ok, "skipped": self.skipped,
-                "message": self.message}
+        return {
+            "check": self.check,
+            "ok": self.ok,
+            "skipped": self.skipped,
+            "message": self.message,
+        }
 
 
 @dataclass
@@ -55,8 +59,9 @@ class HookContext:
                 self._nvml_state = "ok"
             except Exception as exc:  # NVMLError_LibraryNotFound and friends
                 name = type(exc).__name__
-                self._nvml_state = ("no NVIDIA driver" if "LibraryNotFound" in name
-                                    else f"NVML unusable ({name})")
+                self._nvml_state = (
+                    "no NVIDIA driver" if "LibraryNotFound" in name else f"NVML unusable ({name})"
+                )
         if self._nvml_state != "ok":
             return [], self._nvml_state
         count = self.nvml.nvmlDeviceGetCount()
@@ -111,8 +116,9 @@ def guarded(check: Check, ctx: HookContext) -> CheckResult:
     try:
         return check.run(ctx)
     except Exception as exc:
-        return CheckResult(check.name, True, f"check error, ignored: {type(exc).__name__}: {exc}",
-                           skipped=True)
+        return CheckResult(
+            check.name, True, f"check error, ignored: {type(exc).__name__}: {exc}", skipped=True
+        )
 
 
 CheckFn = Callable[[HookContext], CheckResult]

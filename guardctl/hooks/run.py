@@ -70,35 +70,55 @@ class HookReport:
         return f"{self.hook}: " + "; ".join(r.message for r in self.failed)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"hook": self.hook, "node": self.node, "job": self.job,
-                "ok": not self.failed, "fails": self.fails,
-                "checks": [r.as_dict() for r in self.results],
-                "drained": self.drained, "stragglers": self.stragglers,
-                "alerts": self.alerts, "told_user": self.told_user}
+        return {
+            "hook": self.hook,
+            "node": self.node,
+            "job": self.job,
+            "ok": not self.failed,
+            "fails": self.fails,
+            "checks": [r.as_dict() for r in self.results],
+            "drained": self.drained,
+            "stragglers": self.stragglers,
+            "alerts": self.alerts,
+            "told_user": self.told_user,
+        }
 
 
 def node_name(environ: Mapping[str, str]) -> str:
     return environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
-def run_hook(settings: Settings, hook: Hook, *, environ: Mapping[str, str] | None = None,
-             node: str = "", nvml: Any = None, dry_run: bool = False,
-             ops: NodeOps | None = None) -> HookReport:
+def run_hook(
+    settings: Settings,
+    hook: Hook,
+    *,
+    environ: Mapping[str, str] | None = None,
+    node: str = "",
+    nvml: Any = None,
+    dry_run: bool = False,
+    ops: NodeOps | None = None,
+) -> HookReport:
     """Run *hook*'s checks on this node; drain it through guardctl when one fails."""
     env = os.environ if environ is None else environ
     ctx = HookContext(settings, node or node_name(env), nvml=nvml)
     report = HookReport(hook, ctx.node, env.get("SLURM_JOB_ID", ""))
     report.results = [guarded(c, ctx) for c in checks(hook)]
-    report.alerts = [f"check {r.check} could not run: {r.message}" for r in report.results
-                     if r.skipped and r.message.startswith("check error")]
+    report.alerts = [
+        f"check {r.check} could not run: {r.message}"
+        for r in report.results
+        if r.skipped and r.message.startswith("check error")
+    ]
     if hook == "epilog" and report.job:
         report.stragglers = straggler_summary(settings.store.root, report.job)
     if report.failed:
         report.drained, held = _drain(settings, report, dry_run, ops)
         report.fails = held or settings.hooks.fail_when_not_drained
         if not held:
-            then = ("exiting 1 (hooks.fail_when_not_drained): Slurm drains the node itself"
-                    if report.fails else "passing: the node stays in service")
+            then = (
+                "exiting 1 (hooks.fail_when_not_drained): Slurm drains the node itself"
+                if report.fails
+                else "passing: the node stays in service"
+            )
             report.alerts.append(f"{report.reason()}; {report.drained}; {then}")
         if hook == "prolog" and report.fails and not dry_run:
             report.told_user = tell_user(env, report)
@@ -110,15 +130,19 @@ def run_hook(settings: Settings, hook: Hook, *, environ: Mapping[str, str] | Non
     return report
 
 
-def _drain(settings: Settings, report: HookReport, dry_run: bool,
-           ops: NodeOps | None) -> tuple[str, bool]:
+def _drain(
+    settings: Settings, report: HookReport, dry_run: bool, ops: NodeOps | None
+) -> tuple[str, bool]:
     """Drain the node through the door; returns what happened and whether the node is
     guardctl's now (only then may the hook fail: Slurm would drain it otherwise)."""
     why = store.unmarked(settings.store.root)
     if why:
         return f"not drained by guardctl: {why}", False
-    evidence = {"hook": report.hook, "job": report.job,
-                "checks": [r.as_dict() for r in report.failed]}
+    evidence = {
+        "hook": report.hook,
+        "job": report.job,
+        "checks": [r.as_dict() for r in report.failed],
+    }
     try:
         ops = ops or NodeOps(settings)
         # Under the action lock, so that hooks failing on many nodes at once count each other.
@@ -129,17 +153,25 @@ def _drain(settings: Settings, report: HookReport, dry_run: bool,
                 outcome, held, news = f"not drained by guardctl: {burst}", False, True
             else:
                 outcome, held, news = _drain_one(ops, report, dry_run, evidence)
-            if news and not dry_run and not _noted_lately(entries, report, held,
-                                                          settings.hooks, ops.clock()):
-                ops.record(HOOK_FAILED, [report.node], reason=report.reason(),
-                           evidence={**evidence, "drained": held, "outcome": outcome})
+            if (
+                news
+                and not dry_run
+                and not _noted_lately(entries, report, held, settings.hooks, ops.clock())
+            ):
+                ops.record(
+                    HOOK_FAILED,
+                    [report.node],
+                    reason=report.reason(),
+                    evidence={**evidence, "drained": held, "outcome": outcome},
+                )
     except GuardctlError as exc:  # the store or Slurm could not be read or written
         return f"not drained by guardctl: {exc}", False
     return outcome, held
 
 
-def _drain_one(ops: NodeOps, report: HookReport, dry_run: bool,
-               evidence: dict[str, Any]) -> tuple[str, bool, bool]:
+def _drain_one(
+    ops: NodeOps, report: HookReport, dry_run: bool, evidence: dict[str, Any]
+) -> tuple[str, bool, bool]:
     """What the drain did, whether the node is guardctl's now, and whether that is news (a
     node guardctl drained before, failing again, is not: it is not noted, nor counted in a
     burst, every time its health check runs)."""
@@ -148,7 +180,8 @@ def _drain_one(ops: NodeOps, report: HookReport, dry_run: bool,
     except GuardctlError as exc:  # held by someone else, the cap, the rate limit, Slurm
         return f"not drained by guardctl: {exc}", False, True
     held = bool(actions) and all(
-        a.outcome in _HELD or (dry_run and a.outcome == "would do") for a in actions)
+        a.outcome in _HELD or (dry_run and a.outcome == "would do") for a in actions
+    )
     news = not actions or any(a.outcome != "no change" for a in actions)
     text = "; ".join(f"{a.outcome}: {a.message}" for a in actions)
     if not held:
@@ -156,8 +189,9 @@ def _drain_one(ops: NodeOps, report: HookReport, dry_run: bool,
     return text, held, news
 
 
-def fleet_burst(entries: Sequence[Entry], report: HookReport, cfg: HooksSettings,
-                now: float) -> str:
+def fleet_burst(
+    entries: Sequence[Entry], report: HookReport, cfg: HooksSettings, now: float
+) -> str:
     """Why this failure is part of a fleet-wide one ("" when it is not): at least
     ``burst_nodes`` nodes, this one included, failed one of its checks within the window."""
     failing = {r.check for r in report.failed}
@@ -171,24 +205,33 @@ def fleet_burst(entries: Sequence[Entry], report: HookReport, cfg: HooksSettings
                 nodes[str(name)].update(entry.nodes)
     for name, found in sorted(nodes.items()):
         if len(found) >= cfg.burst_nodes:
-            return (f"fleet-wide: {len(found)} nodes ({fold(found)}) failed "
-                    f"the {name} check within {cfg.burst_window_s:g} s: a cause common to the "
-                    "fleet (a configuration push, a driver, the fabric), not node faults")
+            return (
+                f"fleet-wide: {len(found)} nodes ({fold(found)}) failed "
+                f"the {name} check within {cfg.burst_window_s:g} s: a cause common to the "
+                "fleet (a configuration push, a driver, the fabric), not node faults"
+            )
     return ""
 
 
-def _noted_lately(entries: Sequence[Entry], report: HookReport, held: bool,
-                  cfg: HooksSettings, now: float) -> bool:
+def _noted_lately(
+    entries: Sequence[Entry], report: HookReport, held: bool, cfg: HooksSettings, now: float
+) -> bool:
     # A node that keeps failing undrained (a health check every few minutes, every job's
     # prolog) is noted once per window: enough for the burst count, and the log stays small.
     if held:
         return False
     checks_now = sorted(r.check for r in report.failed)
-    return any(e.action == HOOK_FAILED and report.node in e.nodes
-               and e.ts >= now - cfg.burst_window_s and not e.evidence.get("drained")
-               and sorted(str(c.get("check")) for c in e.evidence.get("checks") or ()
-                          if isinstance(c, dict)) == checks_now
-               for e in entries)
+    return any(
+        e.action == HOOK_FAILED
+        and report.node in e.nodes
+        and e.ts >= now - cfg.burst_window_s
+        and not e.evidence.get("drained")
+        and sorted(
+            str(c.get("check")) for c in e.evidence.get("checks") or () if isinstance(c, dict)
+        )
+        == checks_now
+        for e in entries
+    )
 
 
 def _syslog(line: str, priority: int = syslog.LOG_WARNING) -> None:
@@ -212,9 +255,14 @@ def expand_path(raw: str, environ: Mapping[str, str]) -> tuple[str, str]:
     if "\\" in raw:
         return "", "the path has a backslash (Slurm does not expand such a path)"
     job = environ.get("SLURM_JOB_ID", "")
-    values = {"%": "%", "j": job, "A": environ.get("SLURM_ARRAY_JOB_ID") or job,
-              "a": environ.get("SLURM_ARRAY_TASK_ID", ""), "u": environ.get("SLURM_JOB_USER", ""),
-              "x": environ.get("SLURM_JOB_NAME", "")}
+    values = {
+        "%": "%",
+        "j": job,
+        "A": environ.get("SLURM_ARRAY_JOB_ID") or job,
+        "a": environ.get("SLURM_ARRAY_TASK_ID", ""),
+        "u": environ.get("SLURM_JOB_USER", ""),
+        "x": environ.get("SLURM_JOB_NAME", ""),
+    }
     unknown: list[str] = []
 
     def expand(match: re.Match[str]) -> str:
@@ -247,22 +295,31 @@ def tell_user(environ: Mapping[str, str], report: HookReport) -> str:
         why = "Slurm gave no SLURM_JOB_UID and SLURM_JOB_GID"
     if why:
         return f"not written to {raw}: {why}; the reason is the node's drain reason"
-    line = (f"guardctl: job {report.job} was requeued: node {report.node} failed the prolog "
-            f"checks ({report.reason()}); the node is drained. Slurm holds a job requeued after a "
-            f"prolog failure: 'scontrol release {report.job}' lets it run elsewhere\n")
+    line = (
+        f"guardctl: job {report.job} was requeued: node {report.node} failed the prolog "
+        f"checks ({report.reason()}); the node is drained. Slurm holds a job requeued after a "
+        f"prolog failure: 'scontrol release {report.job}' lets it run elsewhere\n"
+    )
     work = partial(append_line, path, line.encode())
     if os.geteuid() == 0:
-        code = runner.as_user(int(uid), int(gid), _groups(environ.get("SLURM_JOB_USER", ""),
-                                                            int(gid)), work,
-                              timeout=TELL_TIMEOUT_S)
+        code = runner.as_user(
+            int(uid),
+            int(gid),
+            _groups(environ.get("SLURM_JOB_USER", ""), int(gid)),
+            work,
+            timeout=TELL_TIMEOUT_S,
+        )
     elif os.geteuid() == int(uid):
         code = work()
     else:
         return f"not written to {path}: guardctl runs as neither root nor the job's user"
     if code == 0:
         return f"written to {path}"
-    what = {-1: "timed out", _NOT_A_FILE: "not a regular file",
-            runner.AS_USER_FAILED: "could not act as the job's user"}.get(code) or os.strerror(code)
+    what = {
+        -1: "timed out",
+        _NOT_A_FILE: "not a regular file",
+        runner.AS_USER_FAILED: "could not act as the job's user",
+    }.get(code) or os.strerror(code)
     return f"not written to {path}: {what}; the reason is the node's drain reason"
 
 
@@ -280,8 +337,15 @@ def append_line(path: str, data: bytes) -> int:
     """Append *data* to *path* without following a symlink or blocking on a FIFO: 0, or the
     errno (``_NOT_A_FILE`` for anything but a regular file). System calls only: it runs in
     the forked child of :func:`guardctl.runner.as_user`."""
-    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-             | os.O_NOCTTY | os.O_CLOEXEC)
+    flags = (
+        os.O_WRONLY
+        | os.O_APPEND
+        | os.O_CREAT
+        | os.O_NOFOLLOW
+        | os.O_NONBLOCK
+        | os.O_NOCTTY
+        | os.O_CLOEXEC
+    )
     try:
         fd = os.open(path, flags, 0o644)
     except OSError as exc:
@@ -315,10 +379,13 @@ def straggler_summary(root: Path, job: str) -> str:
         return f"job {job}: step records from {len(per_node)} node(s), nothing to compare"
     medians = {n: statistics.median(v) for n, v in per_node.items()}
     middle = statistics.median(medians.values())
-    slow = sorted((n for n, m in medians.items() if m > STRAGGLER_RATIO * middle),
-                  key=lambda n: -medians[n])
+    slow = sorted(
+        (n for n, m in medians.items() if m > STRAGGLER_RATIO * middle), key=lambda n: -medians[n]
+    )
     if not slow:
         return f"job {job}: no straggler among {len(medians)} nodes"
     worst = slow[0]
-    return (f"job {job}: straggler(s) {', '.join(slow)}; slowest {worst} compute "
-            f"{medians[worst]:.3g} s vs job median {middle:.3g} s")
+    return (
+        f"job {job}: straggler(s) {', '.join(slow)}; slowest {worst} compute "
+        f"{medians[worst]:.3g} s vs job median {middle:.3g} s"
+    )

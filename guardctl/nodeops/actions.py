@@ -68,15 +68,24 @@ class Action:
     message: str
 
     def as_dict(self) -> dict[str, str]:
-        return {"node": self.node, "action": self.action, "outcome": self.outcome,
-                "message": self.message}
+        return {
+            "node": self.node,
+            "action": self.action,
+            "outcome": self.outcome,
+            "message": self.message,
+        }
 
 
 class NodeOps:
     """The one door for node actions: ownership, caps, rate limit and an action log."""
 
-    def __init__(self, settings: Settings, slurm: SlurmClient | None = None, *,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        slurm: SlurmClient | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         """*clock* dates the action log and the rate limit's hour: the wall clock, or the
         clock of the simulated cluster that *slurm* is (``MemorySlurm.time``)."""
         if os.environ.get(testhooks.CRASH_ENV):  # crash points exist for the lab's tests only
@@ -156,14 +165,19 @@ class NodeOps:
             # open, and the next acting command settles it from what Slurm shows.
             raise
         except SlurmError as exc:
-            self.log.record(action, "failed", nodes, reason=reason,
-                            evidence={**(evidence or {}), "error": str(exc)}, entry_id=intent.id)
+            self.log.record(
+                action,
+                "failed",
+                nodes,
+                reason=reason,
+                evidence={**(evidence or {}), "error": str(exc)},
+                entry_id=intent.id,
+            )
             raise
         finally:
             recovery.IN_FLIGHT.discard(intent.id)
         testhooks.crash_point(f"{action}:after-slurm")
-        self.log.record(action, "done", nodes, reason=reason, evidence=evidence,
-                        entry_id=intent.id)
+        self.log.record(action, "done", nodes, reason=reason, evidence=evidence, entry_id=intent.id)
 
     def _apply(
         self,
@@ -201,8 +215,7 @@ class NodeOps:
                 rules.check_cap(self.settings.safety, snap, self.prefix, todo)
             if observing:
                 return results + [Action(n, action, "would do", describe(snap, n)) for n in todo]
-            rules.check_rate(self.settings.safety, self.log.entries(), len(todo),
-                             self.clock())
+            rules.check_rate(self.settings.safety, self.log.entries(), len(todo), self.clock())
             return results + [Action(n, action, "done", perform(snap, n)) for n in todo]
 
     def quarantine(
@@ -234,10 +247,14 @@ class NodeOps:
             "drained by guardctl": "already drained by guardctl",
         }
         return self._apply(
-            "quarantine", names, dry_run, plan,
-            lambda _, n: f"create reservation {self.reservation_name(n)}", perform,
+            "quarantine",
+            names,
+            dry_run,
+            plan,
+            lambda _, n: f"create reservation {self.reservation_name(n)}",
+            perform,
             adds_to_cap=True,
-        )  # fmt: skip
+        )
 
     def release(
         self,
@@ -265,10 +282,14 @@ class NodeOps:
             "drained by guardctl": "drained by guardctl: use resume",
         }
         return self._apply(
-            "release", names, dry_run, plan,
-            lambda snap, n: f"delete reservation {snap.quarantined_by_us[n][0]}", perform,
+            "release",
+            names,
+            dry_run,
+            plan,
+            lambda snap, n: f"delete reservation {snap.quarantined_by_us[n][0]}",
+            perform,
             adds_to_cap=False,
-        )  # fmt: skip
+        )
 
     def drain(
         self,
@@ -282,13 +303,22 @@ class NodeOps:
         full = self.full_reason(reason)
 
         def perform(snap: Snapshot, name: str) -> str:
-            self._do("drain", name, lambda: self.slurm.drain([name], full), reason=full,
-                     evidence=evidence)
+            self._do(
+                "drain",
+                name,
+                lambda: self.slurm.drain([name], full),
+                reason=full,
+                evidence=evidence,
+            )
             if name not in snap.quarantined_by_us:
                 return full
             resv = snap.quarantined_by_us[name][0]
-            self._do("release", name, lambda: self.slurm.delete_reservation(resv),
-                     evidence={"reservation": resv, "because": "drained"})
+            self._do(
+                "release",
+                name,
+                lambda: self.slurm.delete_reservation(resv),
+                evidence={"reservation": resv, "because": "drained"},
+            )
             return f"{full} (reservation {resv} deleted)"
 
         plan: dict[Owner, str | None] = {
@@ -311,8 +341,13 @@ class NodeOps:
         """Resume nodes that guardctl drained; anything else is left alone."""
 
         def perform(snap: Snapshot, name: str) -> str:
-            self._do("resume", name, lambda: self._resume_and_wait(name),
-                     reason=snap.nodes[name].reason, evidence=evidence)
+            self._do(
+                "resume",
+                name,
+                lambda: self._resume_and_wait(name),
+                reason=snap.nodes[name].reason,
+                evidence=evidence,
+            )
             return "back in service"
 
         plan: dict[Owner, str | None] = {
@@ -338,8 +373,16 @@ class NodeOps:
             f"{node} still shows as drained {self.settings.slurm.settle_timeout_s:g} s after RESUME"
         )
 
-    def requeue(self, job: int, node: str, reason: str, *, signal: str = "",
-                grace_s: float = 0.0, evidence: dict[str, Any] | None = None) -> None:
+    def requeue(
+        self,
+        job: int,
+        node: str,
+        reason: str,
+        *,
+        signal: str = "",
+        grace_s: float = 0.0,
+        evidence: dict[str, Any] | None = None,
+    ) -> None:
         """Requeue a running job off *node*, which it may not start on again.
 
         One action, ``control requeue``: its intent is logged before the first change to the
@@ -350,11 +393,16 @@ class NodeOps:
         command's reconcile releases such a job, and one whose requeue a crash interrupted.
         """
         if self.settings.safety.observe_only:
-            raise RefusedError(f"requeue of job {job}: safety.observe_only is set; "
-                               "nothing was changed")
+            raise RefusedError(
+                f"requeue of job {job}: safety.observe_only is set; nothing was changed"
+            )
         target = Job(self.slurm, job)
-        record: dict[str, Any] = {**(evidence or {}), "job": job, "exclude": [node],
-                                  "signal": signal}
+        record: dict[str, Any] = {
+            **(evidence or {}),
+            "job": job,
+            "exclude": [node],
+            "signal": signal,
+        }
 
         def step() -> None:
             if signal:
@@ -388,28 +436,43 @@ class NodeOps:
         """
         group = list(dict.fromkeys(nodes))
         if self.settings.safety.observe_only:
-            raise RefusedError(f"sweep reservation {reservation}: safety.observe_only is set; "
-                               "nothing was changed")
+            raise RefusedError(
+                f"sweep reservation {reservation}: safety.observe_only is set; nothing was changed"
+            )
         with self.locked():
             self.reconcile()
             snap = self.snapshot()
             owners = {n: self.owner(snap, n) for n in snap.known(group)}
-            refused = {n: why or owner for n, (owner, why) in owners.items()
-                       if owner not in ("in service", "quarantined")}
+            refused = {
+                n: why or owner
+                for n, (owner, why) in owners.items()
+                if owner not in ("in service", "quarantined")
+            }
             if refused:
                 detail = "; ".join(f"{n}: {why}" for n, why in refused.items())
-                raise RefusedError(f"sweep reservation {reservation}: node(s) not free for a "
-                                   f"sweep ({detail}); nothing was changed")
+                raise RefusedError(
+                    f"sweep reservation {reservation}: node(s) not free for a "
+                    f"sweep ({detail}); nothing was changed"
+                )
             partners = [n for n, (owner, _) in owners.items() if owner == "in service"]
             rules.check_partners(self.settings.safety, snap, self.prefix, partners)
-            rules.check_rate(self.settings.safety, self.log.entries(), len(partners),
-                             self.clock())
-            evidence = {"sweep": sweep_id, "reservation": reservation, "partners": partners,
-                        "host": socket.gethostname(), "pid": os.getpid(),
-                        "writer": this_writer().as_dict()}
-            self._do(SWEEP_RESERVE, group, lambda: self.slurm.create_reservation(
-                reservation, group, self.settings.quarantine.users, ("MAINT", "IGNORE_JOBS")),
-                evidence=evidence)
+            rules.check_rate(self.settings.safety, self.log.entries(), len(partners), self.clock())
+            evidence = {
+                "sweep": sweep_id,
+                "reservation": reservation,
+                "partners": partners,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "writer": this_writer().as_dict(),
+            }
+            self._do(
+                SWEEP_RESERVE,
+                group,
+                lambda: self.slurm.create_reservation(
+                    reservation, group, self.settings.quarantine.users, ("MAINT", "IGNORE_JOBS")
+                ),
+                evidence=evidence,
+            )
         return reservation
 
     def unreserve(self, reservation: str) -> None:
@@ -421,23 +484,32 @@ class NodeOps:
                 raise UsageError(f"{reservation} is not a sweep reservation of guardctl's")
             evidence = {"sweep": entry.evidence.get("sweep", ""), "reservation": reservation}
             if not any(r.name == reservation for r in snap.reservations):
-                self.log.record(SWEEP_UNRESERVE, "done", entry.nodes,
-                                evidence={**evidence, "already": "gone"})
+                self.log.record(
+                    SWEEP_UNRESERVE, "done", entry.nodes, evidence={**evidence, "already": "gone"}
+                )
                 return
-            self._do(SWEEP_UNRESERVE, entry.nodes,
-                     lambda: self.slurm.delete_reservation(reservation), evidence=evidence)
+            self._do(
+                SWEEP_UNRESERVE,
+                entry.nodes,
+                lambda: self.slurm.delete_reservation(reservation),
+                evidence=evidence,
+            )
 
     def open_intents(self) -> int:
         """How many things the next acting command would reconcile (intents no process carries
         out, dead sweeps' reservations, drained nodes' quarantine reservations, jobs a requeue
         may have left held)."""
         entries = self.log.entries()
-        return (sum(1 for e in recovery.pending_intents(entries)
-                    if recovery.abandoned_by_writer(e) and e.action != REQUEUE)
-                + len(recovery.dead_sweep_reservations(entries,
-                                                       self.settings.sweep.job_timeout_s))
-                + len(recovery.left_in_quarantine(entries))
-                + len(recovery.unreleased_requeues(entries)))
+        return (
+            sum(
+                1
+                for e in recovery.pending_intents(entries)
+                if recovery.abandoned_by_writer(e) and e.action != REQUEUE
+            )
+            + len(recovery.dead_sweep_reservations(entries, self.settings.sweep.job_timeout_s))
+            + len(recovery.left_in_quarantine(entries))
+            + len(recovery.unreleased_requeues(entries))
+        )
 
     def reconcile(self) -> list[Entry]:
         """Close intents left open, delete dead sweeps' and drained nodes' reservations, and
@@ -451,11 +523,15 @@ class NodeOps:
         closed: list[Entry] = []
         if self.open_intents():
             with self.locked():
-                closed = recovery.reconcile(self.log, self.slurm,
-                                            sweep_max_age_s=self.settings.sweep.job_timeout_s,
-                                            settle_s=self.settings.slurm.settle_timeout_s)
+                closed = recovery.reconcile(
+                    self.log,
+                    self.slurm,
+                    sweep_max_age_s=self.settings.sweep.job_timeout_s,
+                    settle_s=self.settings.slurm.settle_timeout_s,
+                )
         if self.log.size() > CHECKPOINT_BYTES:
             with self.locked():
-                self.log.checkpoint(lambda entries: checkpoint.keep(
-                    entries, self.settings, self.clock()))
+                self.log.checkpoint(
+                    lambda entries: checkpoint.keep(entries, self.settings, self.clock())
+                )
         return closed

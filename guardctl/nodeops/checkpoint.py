@@ -41,8 +41,14 @@ LAST_PER_NODE = ("control decision", REBALANCE, FRESH_START, SWEEPING, "control 
 def horizon_s(settings: Settings) -> float:
     """How far back a checkpoint keeps every entry."""
     c = settings.control
-    return max(MIN_HORIZON_S, c.relapse_window_s, c.flap_window_s, c.rebalance_window_s,
-               settings.sweep.job_timeout_s, 3600.0)
+    return max(
+        MIN_HORIZON_S,
+        c.relapse_window_s,
+        c.flap_window_s,
+        c.rebalance_window_s,
+        settings.sweep.job_timeout_s,
+        3600.0,
+    )
 
 
 def keep(entries: Sequence[Entry], settings: Settings, now: float) -> list[Entry]:
@@ -61,8 +67,12 @@ def _still_needed(entries: Sequence[Entry]) -> list[Entry]:
     passed: dict[str, Entry] = {}
     control_pass = None
     for e in entries:
-        if e.phase in ("done", "reconciled") and e.action in ("drain", "resume", "quarantine",
-                                                              "release"):
+        if e.phase in ("done", "reconciled") and e.action in (
+            "drain",
+            "resume",
+            "quarantine",
+            "release",
+        ):
             last.update({(e.action, n): e for n in e.nodes})
         elif e.action in LAST_PER_NODE:
             last.update({(e.action, n): e for n in e.nodes})
@@ -77,11 +87,20 @@ def _still_needed(entries: Sequence[Entry]) -> list[Entry]:
         out.append(control_pass)
     held = Snapshot(nodes={}, reservations=[])
     held.apply_log(entries)
-    out += [e for e in entries if e.phase in ("done", "reconciled") and e.action == SWEEP_RESERVE
-            and e.evidence.get("reservation") in held.swept_by_us]
-    open_sweeps = {str(lad.sweeping.get("sweep")) for lad in derive(entries).values()
-                   if lad.sweeping}
+    out += [
+        e
+        for e in entries
+        if e.phase in ("done", "reconciled")
+        and e.action == SWEEP_RESERVE
+        and e.evidence.get("reservation") in held.swept_by_us
+    ]
+    open_sweeps = {
+        str(lad.sweeping.get("sweep")) for lad in derive(entries).values() if lad.sweeping
+    }
     open_sweeps |= {str(e.evidence.get("sweep")) for e in held.swept_by_us.values()}
-    out += [e for e in entries if e.action == "sweep jobs"
-            and str(e.evidence.get("sweep")) in open_sweeps]
+    out += [
+        e
+        for e in entries
+        if e.action == "sweep jobs" and str(e.evidence.get("sweep")) in open_sweeps
+    ]
     return out

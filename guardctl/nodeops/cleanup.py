@@ -33,8 +33,13 @@ class Held:
     result: str = ""
 
     def as_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "name": self.name, "nodes": list(self.nodes),
-                "detail": self.detail, "result": self.result}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "nodes": list(self.nodes),
+            "detail": self.detail,
+            "result": self.result,
+        }
 
 
 def controller_leading(settings: Settings) -> str:
@@ -52,8 +57,10 @@ def controller_leading(settings: Settings) -> str:
 def refuse_while_leading(settings: Settings) -> None:
     leading = controller_leading(settings)
     if leading:
-        raise RefusedError(f"{leading}: stop the controller first (it would act again), or "
-                           "--force if it is gone; nothing was changed")
+        raise RefusedError(
+            f"{leading}: stop the controller first (it would act again), or "
+            "--force if it is gone; nothing was changed"
+        )
 
 
 def held(ops: NodeOps) -> list[Held]:
@@ -73,11 +80,16 @@ def held(ops: NodeOps) -> list[Held]:
     for resv in sorted(snap.reservations, key=lambda r: r.name):
         if resv.name in snap.swept_by_us:
             sweep = snap.swept_by_us[resv.name].evidence.get("sweep", "")
-            found.append(Held("sweep reservation", resv.name, tuple(resv.nodes),
-                              f"sweep {sweep}"))
+            found.append(Held("sweep reservation", resv.name, tuple(resv.nodes), f"sweep {sweep}"))
         elif resv.name not in ours and resv.name.startswith(prefixes):
-            found.append(Held("not in guardctl's log", resv.name, tuple(resv.nodes),
-                              "reservation named like guardctl's"))
+            found.append(
+                Held(
+                    "not in guardctl's log",
+                    resv.name,
+                    tuple(resv.nodes),
+                    "reservation named like guardctl's",
+                )
+            )
     return found
 
 

@@ -17,8 +17,9 @@ from guardctl.actionlog import Entry, pending_intents
 from guardctl.errors import UsageError
 from guardctl.slurm.types import NodeInfo, ReservationInfo
 
-Owner = Literal["in service", "quarantined", "drained by guardctl", "held for a sweep",
-                "held by someone else"]
+Owner = Literal[
+    "in service", "quarantined", "drained by guardctl", "held for a sweep", "held by someone else"
+]
 # The actions that change who holds a node. A sweep reservation holds a group (suspects and
 # their known-good partners) for one multi-node sweep job.
 SWEEP_RESERVE, SWEEP_UNRESERVE = "sweep reserve", "sweep unreserve"
@@ -34,8 +35,19 @@ IN_SERVICE_STATES = frozenset({"idle", "allocated", "mixed", "completing"})
 # Of those, the ones that take a node out for repair (not a moment's silence after the Slurm
 # controller restarts): a node back from one starts its record with guardctl over.
 REPAIR_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
-IN_SERVICE_FLAGS = frozenset({"RESERVED", "MAINTENANCE", "PLANNED", "COMPLETING", "CLOUD",
-                              "DYNAMIC_NORM", "REBOOT_CANCEL", "RESUME", "UNDRAIN"})
+IN_SERVICE_FLAGS = frozenset(
+    {
+        "RESERVED",
+        "MAINTENANCE",
+        "PLANNED",
+        "COMPLETING",
+        "CLOUD",
+        "DYNAMIC_NORM",
+        "REBOOT_CANCEL",
+        "RESUME",
+        "UNDRAIN",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -51,9 +63,13 @@ class NodeStatus:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "node": self.name, "slurm_state": self.slurm_state, "guardctl": self.owner,
-            "reason": self.reason, "since": self.since, "reservation": self.reservation,
-        }  # fmt: skip
+            "node": self.name,
+            "slurm_state": self.slurm_state,
+            "guardctl": self.owner,
+            "reason": self.reason,
+            "since": self.since,
+            "reservation": self.reservation,
+        }
 
 
 @dataclass
@@ -90,8 +106,12 @@ class Snapshot:
     def apply_log(self, entries: Iterable[Entry]) -> None:
         """Fold guardctl's completed node actions into what it holds."""
         entries = list(entries)
-        self.pending_out |= {n for e in pending_intents(entries)
-                             if e.action in ("drain", "quarantine") for n in e.nodes}
+        self.pending_out |= {
+            n
+            for e in pending_intents(entries)
+            if e.action in ("drain", "quarantine")
+            for n in e.nodes
+        }
         for entry in entries:
             if entry.phase not in ("done", "reconciled") or entry.action not in NODE_ACTIONS:
                 continue
@@ -126,8 +146,11 @@ class Snapshot:
         """Who holds *name*, and why (the reason an operator should read)."""
         node = self.nodes[name]
         ours_q = self.quarantined_by_us.get(name)
-        foreign = [r for r in self.reservations_of(name)
-                   if (not ours_q or r.name != ours_q[0]) and r.name not in self.swept_by_us]
+        foreign = [
+            r
+            for r in self.reservations_of(name)
+            if (not ours_q or r.name != ours_q[0]) and r.name not in self.swept_by_us
+        ]
         if node.drained:
             mine = self.drained_by_us.get(name)
             if mine is not None and node.reason == mine and node.reason.startswith(prefix):
@@ -159,8 +182,9 @@ class Snapshot:
         quarantine reservation or with its drain, whoever else holds it too (a node that went
         DOWN or that an administrator drained on top is out all the same), and the nodes of a
         drain or quarantine whose outcome is not known yet."""
-        return {n for n in self.nodes if self._in_our_quarantine(n) or self._our_drain(n)
-                } | (self.pending_out & set(self.nodes))
+        return {n for n in self.nodes if self._in_our_quarantine(n) or self._our_drain(n)} | (
+            self.pending_out & set(self.nodes)
+        )
 
     def _in_our_quarantine(self, name: str) -> bool:
         ours = self.quarantined_by_us.get(name)
@@ -174,8 +198,12 @@ class Snapshot:
         """The nodes guardctl holds now as partners in its sweep reservations (a partner that
         went DOWN or was drained meanwhile still counts); its suspects count in held_out()."""
         held = self.held_out(prefix)
-        return {n for r in self.swept_by_us for n in self._resv_nodes(r)
-                if n in self.nodes and n not in held}
+        return {
+            n
+            for r in self.swept_by_us
+            for n in self._resv_nodes(r)
+            if n in self.nodes and n not in held
+        }
 
     def _resv_nodes(self, name: str) -> tuple[str, ...]:
         return next((r.nodes for r in self.reservations if r.name == name), ())

@@ -46,15 +46,23 @@ IN_FLIGHT: set[str] = set()
 # How Slurm shows a job a requeue left held: Slurm 22.05's squeue --json says JobHeldUser even
 # for root's requeuehold (scontrol: job_requeued_in_held_state), others JobHeldAdmin. Whose hold
 # it is comes from guardctl's own log, never from the reason.
-HELD_REASONS = frozenset({"JobHeldAdmin", "JobHeldUser", "job_requeued_in_held_state",
-                          "job requeued in held state"})
+HELD_REASONS = frozenset(
+    {"JobHeldAdmin", "JobHeldUser", "job_requeued_in_held_state", "job requeued in held state"}
+)
 # A requeued job whose old run is still ending: not yet pending, held or not.
-REQUEUING = frozenset({"COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING",
-                       "STAGE_OUT", "RESIZING"})
+REQUEUING = frozenset(
+    {"COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "RESIZING"}
+)
 
 
-def reconcile(log: ActionLog, slurm: SlurmClient, *, sweep_max_age_s: float = 3600.0,
-              settle_s: float = 15.0, sleep: Callable[[float], None] = time.sleep) -> list[Entry]:
+def reconcile(
+    log: ActionLog,
+    slurm: SlurmClient,
+    *,
+    sweep_max_age_s: float = 3600.0,
+    settle_s: float = 15.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[Entry]:
     """Close intents left by a crash, release jobs guardctl's requeues left held and delete dead
     sweeps' reservations; returns what it wrote.
 
@@ -62,8 +70,9 @@ def reconcile(log: ActionLog, slurm: SlurmClient, *, sweep_max_age_s: float = 36
     timeout): the liveness of a sweep on another host cannot be asked, only its age.
     """
     entries = log.entries()
-    open_intents = [e for e in pending_intents(entries)
-                    if abandoned_by_writer(e) and e.action != REQUEUE]  # release_held's
+    open_intents = [
+        e for e in pending_intents(entries) if abandoned_by_writer(e) and e.action != REQUEUE
+    ]  # release_held's
     leaked = dead_sweep_reservations(entries, sweep_max_age_s)
     held = release_held(log, slurm, entries)
     if not open_intents and not leaked and not left_in_quarantine(entries):
@@ -73,16 +82,24 @@ def reconcile(log: ActionLog, slurm: SlurmClient, *, sweep_max_age_s: float = 36
     closed = held
     for intent in open_intents:
         phase = "reconciled" if took_effect(intent, nodes, reservations) else "abandoned"
-        closed.append(log.record(
-            intent.action, phase, intent.nodes, reason=intent.reason,
-            evidence={**intent.evidence, "reconciled_from": "slurm state"}, entry_id=intent.id,
-        ))  # fmt: skip
+        closed.append(
+            log.record(
+                intent.action,
+                phase,
+                intent.nodes,
+                reason=intent.reason,
+                evidence={**intent.evidence, "reconciled_from": "slurm state"},
+                entry_id=intent.id,
+            )
+        )
     entries = log.entries()
     # A sweep reservation whose intent no process carries out: the sweep that asked for it
     # failed or died, and never learnt of it (Slurm made it, the answer was lost).
     orphaned = [e for e in closed if e.action == SWEEP_RESERVE and e.phase == "reconciled"]
-    gone = {str(e.evidence.get("reservation", "")): e
-            for e in [*dead_sweep_reservations(entries, sweep_max_age_s), *orphaned]}
+    gone = {
+        str(e.evidence.get("reservation", "")): e
+        for e in [*dead_sweep_reservations(entries, sweep_max_age_s), *orphaned]
+    }
     for resv, entry in gone.items():
         if resv in reservations:
             closed += _delete_leaked(log, slurm, entry, settle_s, sleep)
@@ -96,23 +113,34 @@ def left_in_quarantine(entries: Sequence[Entry]) -> dict[str, str]:
     them whose reservation the log does not show deleted."""
     snap = Snapshot(nodes={}, reservations=[])
     snap.apply_log(entries)
-    return {n: snap.quarantined_by_us[n][0] for n in sorted(snap.drained_in_quarantine)
-            if n in snap.quarantined_by_us}
+    return {
+        n: snap.quarantined_by_us[n][0]
+        for n in sorted(snap.drained_in_quarantine)
+        if n in snap.quarantined_by_us
+    }
 
 
-def _release_drained(log: ActionLog, slurm: SlurmClient, node: str, resv: str,
-                     present: bool) -> list[Entry]:
+def _release_drained(
+    log: ActionLog, slurm: SlurmClient, node: str, resv: str, present: bool
+) -> list[Entry]:
     # "because: drained": part of the drain, which the rate limit counted already.
-    evidence = {"reservation": resv, "because": "drained",
-                "reconciled_from": "slurm state"}
+    evidence = {"reservation": resv, "because": "drained", "reconciled_from": "slurm state"}
     if not present:
         return [log.record("release", "done", [node], evidence={**evidence, "already": "gone"})]
     intent = log.record("release", "intent", [node], evidence=evidence)
     try:
         slurm.delete_reservation(resv)
     except SlurmError as exc:  # tried again by the next acting command
-        return [intent, log.record("release", "failed", [node],
-                                   evidence={**evidence, "error": str(exc)}, entry_id=intent.id)]
+        return [
+            intent,
+            log.record(
+                "release",
+                "failed",
+                [node],
+                evidence={**evidence, "error": str(exc)},
+                entry_id=intent.id,
+            ),
+        ]
     return [intent, log.record("release", "done", [node], evidence=evidence, entry_id=intent.id)]
 
 
@@ -135,13 +163,21 @@ def sweep_is_dead(entry: Entry, max_age_s: float) -> bool:
     return not alive
 
 
-def _delete_leaked(log: ActionLog, slurm: SlurmClient, entry: Entry, settle_s: float,
-                   sleep: Callable[[float], None]) -> list[Entry]:
+def _delete_leaked(
+    log: ActionLog,
+    slurm: SlurmClient,
+    entry: Entry,
+    settle_s: float,
+    sleep: Callable[[float], None],
+) -> list[Entry]:
     resv = str(entry.evidence["reservation"])
-    evidence = {"reservation": resv, "sweep": entry.evidence.get("sweep", ""),
-                "because": "its sweep is gone or never knew of it (process "
-                           f"{entry.evidence.get('pid') or entry.pid} on "
-                           f"{entry.evidence.get('host') or entry.host})"}
+    evidence = {
+        "reservation": resv,
+        "sweep": entry.evidence.get("sweep", ""),
+        "because": "its sweep is gone or never knew of it (process "
+        f"{entry.evidence.get('pid') or entry.pid} on "
+        f"{entry.evidence.get('host') or entry.host})",
+    }
     intent = log.record(SWEEP_UNRESERVE, "intent", entry.nodes, evidence=evidence)
     try:
         for job in slurm.jobs():  # the dead sweep's own jobs, in its own reservation
@@ -149,14 +185,25 @@ def _delete_leaked(log: ActionLog, slurm: SlurmClient, entry: Entry, settle_s: f
                 slurm.cancel(job.job_id)
         _delete_when_free(slurm, resv, settle_s, sleep)
     except SlurmError as exc:
-        return [intent, log.record(SWEEP_UNRESERVE, "failed", entry.nodes,
-                                   evidence={**evidence, "error": str(exc)}, entry_id=intent.id)]
-    return [intent, log.record(SWEEP_UNRESERVE, "done", entry.nodes, evidence=evidence,
-                               entry_id=intent.id)]
+        return [
+            intent,
+            log.record(
+                SWEEP_UNRESERVE,
+                "failed",
+                entry.nodes,
+                evidence={**evidence, "error": str(exc)},
+                entry_id=intent.id,
+            ),
+        ]
+    return [
+        intent,
+        log.record(SWEEP_UNRESERVE, "done", entry.nodes, evidence=evidence, entry_id=intent.id),
+    ]
 
 
-def _delete_when_free(slurm: SlurmClient, resv: str, settle_s: float,
-                      sleep: Callable[[float], None]) -> None:
+def _delete_when_free(
+    slurm: SlurmClient, resv: str, settle_s: float, sleep: Callable[[float], None]
+) -> None:
     # Slurm refuses to delete a reservation while a job in it is still ending.
     deadline = time.monotonic() + settle_s
     while True:
@@ -175,8 +222,11 @@ def abandoned_by_writer(intent: Entry) -> bool:
         return False
     if intent.writer.machine and intent.writer == this_writer():
         return True  # this process's own, and its step is not running: nothing will close it
-    alive = (writer_alive(intent.writer) if intent.writer.machine
-             else _alive_by_host(intent.host, intent.pid))
+    alive = (
+        writer_alive(intent.writer)
+        if intent.writer.machine
+        else _alive_by_host(intent.host, intent.pid)
+    )
     if alive is None:
         return time.time() - intent.ts > STALE_INTENT_S
     return not alive
@@ -216,9 +266,12 @@ def unreleased_requeues(entries: Sequence[Entry]) -> list[Entry]:
     for entry in entries:
         if entry.action == REQUEUE:
             last[entry.id] = entry
-    return [e for e in last.values()
-            if (e.phase == "intent" and abandoned_by_writer(e))
-            or (e.phase == "failed" and e.evidence.get("held", True))]
+    return [
+        e
+        for e in last.values()
+        if (e.phase == "intent" and abandoned_by_writer(e))
+        or (e.phase == "failed" and e.evidence.get("held", True))
+    ]
 
 
 def release_held(log: ActionLog, slurm: SlurmClient, entries: Sequence[Entry]) -> list[Entry]:
@@ -248,8 +301,24 @@ def _settle_requeue(log: ActionLog, slurm: SlurmClient, entry: Entry) -> list[En
         except SlurmUnavailable:
             raise
         except SlurmError as exc:  # still held: the next pass tries again
-            return [log.record(REQUEUE, "failed", entry.nodes, reason=entry.reason, evidence={
-                **evidence, "held": True, "error": str(exc)}, entry_id=entry.id)]
+            return [
+                log.record(
+                    REQUEUE,
+                    "failed",
+                    entry.nodes,
+                    reason=entry.reason,
+                    evidence={**evidence, "held": True, "error": str(exc)},
+                    entry_id=entry.id,
+                )
+            ]
     found = "gone from Slurm" if info is None else f"{info.state} ({info.reason or 'None'})"
-    return [log.record(REQUEUE, "reconciled", entry.nodes, reason=entry.reason, evidence={
-        **evidence, "held": False, "released": held, "found": found}, entry_id=entry.id)]
+    return [
+        log.record(
+            REQUEUE,
+            "reconciled",
+            entry.nodes,
+            reason=entry.reason,
+            evidence={**evidence, "held": False, "released": held, "found": found},
+            entry_id=entry.id,
+        )
+    ]

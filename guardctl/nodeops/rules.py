@@ -21,8 +21,7 @@ def refuse_foreign(action: str, foreign: dict[str, str]) -> None:
     if foreign:
         detail = "; ".join(f"{n}: {why}" for n, why in foreign.items())
         raise RefusedError(
-            f"{action}: not touching node(s) held by someone else ({detail}); "
-            "nothing was changed"
+            f"{action}: not touching node(s) held by someone else ({detail}); nothing was changed"
         )
 
 
@@ -50,8 +49,9 @@ def check_cap(safety: SafetySettings, snap: Snapshot, prefix: str, adding: Itera
         )
 
 
-def check_partners(safety: SafetySettings, snap: Snapshot, prefix: str,
-                   adding: Iterable[str]) -> None:
+def check_partners(
+    safety: SafetySettings, snap: Snapshot, prefix: str, adding: Iterable[str]
+) -> None:
     """Refuse when borrowing *adding* as sweep partners would pass safety.max_sweep_partners."""
     held = snap.sweep_partners(prefix)
     after = held | set(adding)
@@ -63,14 +63,18 @@ def check_partners(safety: SafetySettings, snap: Snapshot, prefix: str,
         )
 
 
-def check_rate(safety: SafetySettings, entries: Iterable[Entry], count: int,
-               now: float | None = None) -> None:
+def check_rate(
+    safety: SafetySettings, entries: Iterable[Entry], count: int, now: float | None = None
+) -> None:
     """Refuse when *count* more node actions would pass the hourly limit."""
     if count == 0:
         return
     hour_ago = (time.time() if now is None else now) - 3600
-    recent = sum(weight(e) for e in entries
-                 if e.phase == "done" and e.action in NODE_ACTIONS and e.ts >= hour_ago)
+    recent = sum(
+        weight(e)
+        for e in entries
+        if e.phase == "done" and e.action in NODE_ACTIONS and e.ts >= hour_ago
+    )
     limit = safety.max_actions_per_hour
     if recent + count > limit:
         raise RefusedError(

@@ -78,9 +78,13 @@ def report_data(tl: Timeline, source: str, acts: Actions | None = None) -> dict[
         "ever_suspect": {n: tl.first_suspect(n) for n in tl.ever_suspect()},
         "latest": tl.latest.to_dict(),
         "fleet": dict(fleet_summary(tl, acts)),
-        "guardctl_did": {n: {"steps": s.steps, "state": s.state, "operator": s.next_step()}
-                         for n, s in sorted(acts.stories.items())},
-        "would_have_done": [{"ts": e.ts, "nodes": list(e.nodes), **e.evidence,
-                             "line": e.reason} for e in acts.rehearsal],
+        "guardctl_did": {
+            n: {"steps": s.steps, "state": s.state, "operator": s.next_step()}
+            for n, s in sorted(acts.stories.items())
+        },
+        "would_have_done": [
+            {"ts": e.ts, "nodes": list(e.nodes), **e.evidence, "line": e.reason}
+            for e in acts.rehearsal
+        ],
         "action_log_problem": acts.problem,
     }

@@ -40,15 +40,19 @@ class Story:
     def next_step(self) -> str:
         """What the report asks of an operator for this node, given what guardctl did."""
         if self.state == "released":
-            return (f"none: swept and released at {iso(self.since)}; flagged again on newer "
-                    "data, the controller sweeps it again")
+            return (
+                f"none: swept and released at {iso(self.since)}; flagged again on newer "
+                "data, the controller sweeps it again"
+            )
         if self.state == "drained":
             return f"repair it: drained by guardctl at {iso(self.since)}"
         if self.state == "sweeping":
             return "none: guardctl's sweep of it runs"
         if self.state == "quarantined":
-            return (f"none: quarantined by guardctl at {iso(self.since)}; the controller "
-                    "sweeps it when free")
+            return (
+                f"none: quarantined by guardctl at {iso(self.since)}; the controller "
+                "sweeps it when free"
+            )
         return ""
 
 
@@ -66,8 +70,11 @@ class Actions:
     def avoided_gpu_h(self, until: float) -> float:
         """Slowdown kept off jobs by guardctl's quarantines (GPU-hours): each quarantined
         node's measured cost a day, from its quarantine to its release or *until*."""
-        return sum(_rate(ev) * max(0.0, min(end or until, until) - start) / 86400
-                   for s in self.stories.values() for start, end, ev in s.quarantined)
+        return sum(
+            _rate(ev) * max(0.0, min(end or until, until) - start) / 86400
+            for s in self.stories.values()
+            for start, end, ev in s.quarantined
+        )
 
     def would_avoid_gpu_h(self, until: float) -> float:
         """The same for observe-only's paper quarantines, to the paper sweep or *until*."""
@@ -128,8 +135,9 @@ def _step(stories: dict[str, Story], node: str, e: Entry) -> None:
         word = {"release": "released", "drain": "drained", "resume": "resumed"}[e.action]
         story.steps.append(f"{word} at {iso(e.ts)}")
         story.state, story.since = word, e.ts
-        story.quarantined = [(s, end if end is not None else e.ts, q)
-                             for s, end, q in story.quarantined]
+        story.quarantined = [
+            (s, end if end is not None else e.ts, q) for s, end, q in story.quarantined
+        ]
     elif e.action == SWEEPING:
         story.steps.append(f"sweep {ev.get('sweep', '')} started at {iso(e.ts)}")
         story.state, story.since = "sweeping", e.ts

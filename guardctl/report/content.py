@@ -63,18 +63,28 @@ def fleet_summary(tl: Timeline, acts: Actions) -> list[tuple[str, str]]:
     suspects = tl.latest.suspects
     handled = [n.node for n in suspects if (s := acts.of(n.node)) and s.next_step()]
     out = [
-        ("Slower than their peers now",
-         f"{len(suspects)} node(s); guardctl handles {len(handled)}, "
-         f"{len(suspects) - len(handled)} left to an operator"),
-        ("GPU time lost to slow nodes (est.)",
-         f"{lost_gpu_h(tl):.1f} GPU-h in the period (the suspects' measured cost)"),
-        ("Kept off jobs by guardctl's quarantines (est.)",
-         f"{acts.avoided_gpu_h(tl.end):.1f} GPU-h of slowdown since each quarantine"),
+        (
+            "Slower than their peers now",
+            f"{len(suspects)} node(s); guardctl handles {len(handled)}, "
+            f"{len(suspects) - len(handled)} left to an operator",
+        ),
+        (
+            "GPU time lost to slow nodes (est.)",
+            f"{lost_gpu_h(tl):.1f} GPU-h in the period (the suspects' measured cost)",
+        ),
+        (
+            "Kept off jobs by guardctl's quarantines (est.)",
+            f"{acts.avoided_gpu_h(tl.end):.1f} GPU-h of slowdown since each quarantine",
+        ),
     ]
     if acts.rehearsal:
-        out.append(("Would have kept off jobs (observe-only, est.)",
-                    f"{acts.would_avoid_gpu_h(tl.end):.1f} GPU-h over "
-                    f"{len({e.nodes[0] for e in acts.rehearsal if e.nodes})} node(s)"))
+        out.append(
+            (
+                "Would have kept off jobs (observe-only, est.)",
+                f"{acts.would_avoid_gpu_h(tl.end):.1f} GPU-h over "
+                f"{len({e.nodes[0] for e in acts.rehearsal if e.nodes})} node(s)",
+            )
+        )
     return out
 
 
@@ -84,34 +94,53 @@ def sections(tl: Timeline, acts: Actions | None = None) -> list[Section]:
     act = []
     for n in latest.suspects:
         story = acts.of(n.node)
-        act.append((
-            n.node,
-            f"{n.score:.2f}",
-            n.job or "-",
-            ",".join(map(str, n.gpus)) or "-",
-            iso(tl.first_suspect(n.node) or tl.end),
-            describe(n.node, n.impact) or "-",
-            "; ".join(n.reasons[:3]),
-            story.line() if story else "nothing yet",
-            (story.next_step() if story else "") or OPERATOR_STEP,
-        ))
+        act.append(
+            (
+                n.node,
+                f"{n.score:.2f}",
+                n.job or "-",
+                ",".join(map(str, n.gpus)) or "-",
+                iso(tl.first_suspect(n.node) or tl.end),
+                describe(n.node, n.impact) or "-",
+                "; ".join(n.reasons[:3]),
+                story.line() if story else "nothing yet",
+                (story.next_step() if story else "") or OPERATOR_STEP,
+            )
+        )
     now = {n.node for n in latest.suspects}
     past = []
     for node in tl.ever_suspect():
         if node not in now:
             first = tl.first_suspect(node)
             story = acts.of(node)
-            past.append((node, iso(first) if first is not None else "-",
-                         story.line() if story else "nothing"))
-    unknown = [(n.node, n.job or "-", n.reasons[0] if n.reasons else "-")
-               for n in latest.nodes if n.verdict == UNKNOWN]  # fmt: skip
+            past.append(
+                (
+                    node,
+                    iso(first) if first is not None else "-",
+                    story.line() if story else "nothing",
+                )
+            )
+    unknown = [
+        (n.node, n.job or "-", n.reasons[0] if n.reasons else "-")
+        for n in latest.nodes
+        if n.verdict == UNKNOWN
+    ]
     return [
         Section(
             "Act on these: suspect now",
             "Flagged in enough recent windows, with what guardctl did about each and the step "
             "left to an operator.",
-            ("node", "score", "job", "GPUs", "suspect since", "impact", "reasons",
-             "guardctl did", "operator's step"),
+            (
+                "node",
+                "score",
+                "job",
+                "GPUs",
+                "suspect since",
+                "impact",
+                "reasons",
+                "guardctl did",
+                "operator's step",
+            ),
             act,
         ),
         Section(
@@ -137,18 +166,30 @@ def _handled_elsewhere(acts: Actions, shown: set[str]) -> list[Section]:
     rows = [(node, s.line()) for node, s in sorted(acts.stories.items()) if node not in shown]
     if not rows:
         return []
-    return [Section("guardctl's other actions in the period",
-                    "Nodes guardctl acted on that this period's telemetry does not hold suspect.",
-                    ("node", "guardctl did"), rows)]
+    return [
+        Section(
+            "guardctl's other actions in the period",
+            "Nodes guardctl acted on that this period's telemetry does not hold suspect.",
+            ("node", "guardctl did"),
+            rows,
+        )
+    ]
 
 
 def _rehearsal(acts: Actions) -> list[Section]:
     """Observe-only's paper ladder: what the controller would have done, step by step."""
     if not acts.rehearsal:
         return []
-    rows = [(iso(e.ts), ",".join(e.nodes), str(e.evidence.get("step", "")), e.reason)
-            for e in acts.rehearsal]
-    return [Section("What guardctl would have done (observe-only)",
-                    "The controller observed only: nothing was done to Slurm. Each line is a "
-                    "step it would have taken (guardctl history --control shows them).",
-                    ("when", "node", "step", "what"), rows)]
+    rows = [
+        (iso(e.ts), ",".join(e.nodes), str(e.evidence.get("step", "")), e.reason)
+        for e in acts.rehearsal
+    ]
+    return [
+        Section(
+            "What guardctl would have done (observe-only)",
+            "The controller observed only: nothing was done to Slurm. Each line is a "
+            "step it would have taken (guardctl history --control shows them).",
+            ("when", "node", "step", "what"),
+            rows,
+        )
+    ]

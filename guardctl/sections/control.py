@@ -57,10 +57,19 @@ class ControlSettings:
     def __post_init__(self) -> None:
         if self.interval_s <= 0 or self.lease_s <= 0 or self.max_clock_skew_s <= 0:
             raise ValueError("interval_s, lease_s, max_clock_skew_s: must be positive")
-        if min(self.sweep_duration_s, self.relapse_window_s, self.flap_window_s,
-               self.rebalance_window_s) < 0:
-            raise ValueError("sweep_duration_s, relapse_window_s, flap_window_s, "
-                             "rebalance_window_s: must be >= 0")
+        if (
+            min(
+                self.sweep_duration_s,
+                self.relapse_window_s,
+                self.flap_window_s,
+                self.rebalance_window_s,
+            )
+            < 0
+        ):
+            raise ValueError(
+                "sweep_duration_s, relapse_window_s, flap_window_s, "
+                "rebalance_window_s: must be >= 0"
+            )
         if self.relapse_sweep_factor < 1 or self.relapses < 1 or self.max_flaps < 1:
             raise ValueError("relapse_sweep_factor, relapses, max_flaps: must be >= 1")
         if self.max_actions_per_hour < 1 or self.min_group < 1:
@@ -68,14 +77,19 @@ class ControlSettings:
         for name in ("max_job_fraction", "max_rack_fraction", "max_fleet_fraction", "recovery"):
             if not 0.0 < getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}: must be in (0, 1]")
-        if min(self.checkpoint_interval_s, self.restart_s, self.queue_wait_s,
-               self.signal_grace_s) < 0:
-            raise ValueError("checkpoint_interval_s, restart_s, queue_wait_s, signal_grace_s: "
-                             "must be >= 0")
+        if (
+            min(self.checkpoint_interval_s, self.restart_s, self.queue_wait_s, self.signal_grace_s)
+            < 0
+        ):
+            raise ValueError(
+                "checkpoint_interval_s, restart_s, queue_wait_s, signal_grace_s: must be >= 0"
+            )
         if self.max_undetermined < 1 or self.undetermined_fleet_nodes < 2:
             raise ValueError("max_undetermined: must be >= 1; undetermined_fleet_nodes: >= 2")
-        if not (0 <= self.undetermined_retry_s < float("inf")
-                and 0 <= self.undetermined_window_s < float("inf")):
+        if not (
+            0 <= self.undetermined_retry_s < float("inf")
+            and 0 <= self.undetermined_window_s < float("inf")
+        ):
             raise ValueError("undetermined_retry_s, undetermined_window_s: must be finite, >= 0")
         if self.gpus_per_node < 1:
             raise ValueError("gpus_per_node: must be >= 1")

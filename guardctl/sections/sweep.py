@@ -56,7 +56,8 @@ class SweepSettings:
     # Per key (gemm|NVIDIA H200|8x) or key prefix (gemm|NVIDIA H200, gemm): a fixed reference,
     # its bounds and a floor, e.g. "gemm|NVIDIA H200" = { lower = -0.05, floor = 700 }.
     references: dict[str, SweepReference] = field(
-        default_factory=dict)  # {value, lower, upper, floor} per key or key prefix (longest wins)
+        default_factory=dict
+    )  # {value, lower, upper, floor} per key or key prefix (longest wins)
     # Qualification (guardctl qualify): nodes back from someone else's repair are swept before
     # production work lands on them, and a sample of idle healthy nodes keeps the baselines
     # honest.

@@ -117,8 +117,9 @@ def _node_lines(f: Fleet, ts_all: np.ndarray, nodes: slice) -> Iterator[tuple[in
         np.where(f.nic["down"][:, nodes], "DOWN", "ACTIVE").astype(object),
         _r(f.nic["rate"][:, nodes], 1),
     ]
-    nic_cols += [np.cumsum(f.nic[k][:, nodes], axis=0) + f.nic_base[k][nodes][None]
-                 for k in NIC_COUNTERS]  # fmt: skip
+    nic_cols += [
+        np.cumsum(f.nic[k][:, nodes], axis=0) + f.nic_base[k][nodes][None] for k in NIC_COUNTERS
+    ]
     nic = [NIC_LINE % row for row in zip(*map(_per_node, nic_cols), strict=True)]
     ts_list = _per_node(ts)
     present = f.present[:, nodes]

@@ -34,8 +34,12 @@ T = TypeVar("T")
 # newest plugin it has (--json=<plugin>), so that no state it can report is lost to an older
 # format (v0.0.42 drops BLOCKED, which 26.05 reports in v0.0.44+). A newer release still
 # ships the last of these for a while (each release keeps the three before its own).
-DATA_PARSERS = (((26, 5), "v0.0.45"), ((25, 11), "v0.0.44"), ((25, 5), "v0.0.43"),
-                ((24, 11), "v0.0.42"))
+DATA_PARSERS = (
+    ((26, 5), "v0.0.45"),
+    ((25, 11), "v0.0.44"),
+    ((25, 5), "v0.0.43"),
+    ((24, 11), "v0.0.42"),
+)
 # Before this release no data_parser carries BLOCKED (24.11 knows the state, shows it only
 # in text): node flags are then also read from `scontrol show -o node`.
 JSON_SHOWS_EVERY_NODE_FLAG = (25, 11)
@@ -197,14 +201,16 @@ class CliSlurm:
         flags: Sequence[str] = ("MAINT", "IGNORE_JOBS"),
     ) -> None:
         self._run(
-            "scontrol", "create", "reservation",
+            "scontrol",
+            "create",
+            "reservation",
             f"ReservationName={_check_word(name)}",
             f"Nodes={fold(nodes)}",
             f"Users={','.join(_check_word(u) for u in users)}",
             "StartTime=now",
             "Duration=infinite",
             f"Flags={','.join(_check_word(f) for f in flags)}",
-        )  # fmt: skip
+        )
 
     def delete_reservation(self, name: str) -> None:
         self._run("scontrol", "delete", f"ReservationName={_check_word(name)}")
@@ -254,8 +260,12 @@ class CliSlurm:
         self._run("scontrol", "release", str(int(job_id)))
 
     def update_job(self, job_id: int, *, exclude: Sequence[str]) -> None:
-        self._run("scontrol", "update", f"JobId={int(job_id)}",
-                  f"ExcNodeList={fold(exclude) if exclude else ''}")
+        self._run(
+            "scontrol",
+            "update",
+            f"JobId={int(job_id)}",
+            f"ExcNodeList={fold(exclude) if exclude else ''}",
+        )
 
     def signal(self, job_id: int, signal: str) -> None:
         # --full: the batch script too, not only its steps (a training launcher traps USR1).

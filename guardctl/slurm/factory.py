@@ -17,15 +17,19 @@ from guardctl.slurm.types import SlurmClient
 
 log = logging.getLogger("guardctl.slurm")
 
-EXPERIMENTAL = ("guardctl: warning: slurm.backend = \"pyslurm\" is experimental (never run "
-                "against a Slurm controller); production sites use \"cli\"")
+EXPERIMENTAL = (
+    'guardctl: warning: slurm.backend = "pyslurm" is experimental (never run '
+    'against a Slurm controller); production sites use "cli"'
+)
 
 
 def check_conf(conf: str) -> None:
     """A set ``slurm.conf`` must be a readable file (exit 3 naming it otherwise)."""
     if conf and not Path(conf).is_file():
-        raise ConfigError(f"slurm.conf = {conf!r}: no such file (set the path of slurm.conf, "
-                          "or leave it empty for Slurm's default)")
+        raise ConfigError(
+            f"slurm.conf = {conf!r}: no such file (set the path of slurm.conf, "
+            "or leave it empty for Slurm's default)"
+        )
 
 
 def make_client(settings: Any) -> SlurmClient:

@@ -34,8 +34,11 @@ def signal_name(text: str) -> str:
     except ValueError:
         number = None
     try:
-        sig = _signal.Signals(number) if number is not None else _signal.Signals[
-            word if word.startswith("SIG") else f"SIG{word}"]
+        sig = (
+            _signal.Signals(number)
+            if number is not None
+            else _signal.Signals[word if word.startswith("SIG") else f"SIG{word}"]
+        )
     except (KeyError, ValueError):
         raise UsageError(f"unknown signal {text!r}") from None
     return sig.name.removeprefix("SIG")
@@ -56,11 +59,19 @@ class Job:
     held: bool = False  # a requeue's hold may still be on the job (its release not yet done)
 
     @classmethod
-    def submit(cls, slurm: SlurmClient, request: SubmitRequest, *, tag: str = "",
-               clock: Clock = time.monotonic, sleep: Sleep = time.sleep) -> Job:
+    def submit(
+        cls,
+        slurm: SlurmClient,
+        request: SubmitRequest,
+        *,
+        tag: str = "",
+        clock: Clock = time.monotonic,
+        sleep: Sleep = time.sleep,
+    ) -> Job:
         """Submit *request* (sbatch) and return the job."""
-        return cls(slurm, slurm.submit(request), tag=tag or request.job_name, clock=clock,
-                   sleep=sleep)
+        return cls(
+            slurm, slurm.submit(request), tag=tag or request.job_name, clock=clock, sleep=sleep
+        )
 
     # -- reading -------------------------------------------------------------------------
     @property
@@ -91,11 +102,22 @@ class Job:
         self.observe(self.slurm.job(self.job_id))
         return self.state
 
-    def wait(self, timeout_s: float, *, poll_s: float = 2.0,
-             progress: Progress | None = None, progress_every_s: float = 10.0) -> bool:
+    def wait(
+        self,
+        timeout_s: float,
+        *,
+        poll_s: float = 2.0,
+        progress: Progress | None = None,
+        progress_every_s: float = 10.0,
+    ) -> bool:
         """Wait until the job ends or *timeout_s* passes; True when it ended."""
-        return not wait_all([self], timeout_s=timeout_s, poll_s=poll_s, progress=progress,
-                            progress_every_s=progress_every_s)
+        return not wait_all(
+            [self],
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            progress=progress,
+            progress_every_s=progress_every_s,
+        )
 
     # -- acting --------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -140,8 +162,14 @@ class Job:
             self.held = False
 
 
-def wait_all(jobs: Sequence[Job], *, timeout_s: float, poll_s: float = 2.0,
-             progress: Progress | None = None, progress_every_s: float = 10.0) -> list[Job]:
+def wait_all(
+    jobs: Sequence[Job],
+    *,
+    timeout_s: float,
+    poll_s: float = 2.0,
+    progress: Progress | None = None,
+    progress_every_s: float = 10.0,
+) -> list[Job]:
     """Wait until every job has ended or *timeout_s* passed; returns those still running.
 
     One queue read per poll for all jobs (not one per job), so a batch of hundreds of sweep

@@ -163,16 +163,18 @@ class MemorySlurm:
             self.now = max(self.now, when)
             job = self._jobs.get(job_id)
             if job is not None and job.state == "RUNNING" and job.runs == run:
-                self._end(job, "COMPLETED" if kind == "done" else "TIMEOUT",
-                          0 if kind == "done" else 1)
+                self._end(
+                    job, "COMPLETED" if kind == "done" else "TIMEOUT", 0 if kind == "done" else 1
+                )
             self._schedule()
         self.now = target
         self._purge()
         self._schedule()
 
     # -- building the cluster --------------------------------------------------------------
-    def add_node(self, name: str, *, partition: str = "main", cpus: int = 8,
-                 gres: str = "") -> None:
+    def add_node(
+        self, name: str, *, partition: str = "main", cpus: int = 8, gres: str = ""
+    ) -> None:
         validate_name(name)
         if name in self._nodes:
             raise ValueError(f"node {name} exists")
@@ -185,7 +187,11 @@ class MemorySlurm:
         """The node stops answering (slurmd died, the machine hung): its job fails."""
         node = self._node(name)
         node.down, node.reason, node.reason_user, node.reason_time = (
-            True, reason, "slurm", self.now)
+            True,
+            reason,
+            "slurm",
+            self.now,
+        )
         self._free.discard(name)
         if node.job is not None:
             job = self._jobs[node.job]
@@ -208,8 +214,10 @@ class MemorySlurm:
         return self.jobs()
 
     def reservations(self) -> list[ReservationInfo]:
-        return [ReservationInfo(r.name, r.nodes, r.users, r.flags, r.start_time, None, "ACTIVE")
-                for r in self._resv.values()]
+        return [
+            ReservationInfo(r.name, r.nodes, r.users, r.flags, r.start_time, None, "ACTIVE")
+            for r in self._resv.values()
+        ]
 
     def job(self, job_id: int) -> JobInfo | None:
         self._purge()
@@ -234,7 +242,11 @@ class MemorySlurm:
             raise SlurmError("scontrol failed: a drain needs a reason")
         for node in [self._node(n) for n in nodes]:
             node.drain, node.reason, node.reason_user, node.reason_time = (
-                True, reason, self.user, self.now)
+                True,
+                reason,
+                self.user,
+                self.now,
+            )
             self._free.discard(node.name)
 
     def resume(self, nodes: Sequence[str]) -> None:
@@ -258,37 +270,51 @@ class MemorySlurm:
     ) -> None:
         flagset = frozenset(_word(f).upper() for f in flags)
         if name in self._resv:
-            raise SlurmError("scontrol failed: Error creating the reservation: "
-                             "Duplicate reservation name")
+            raise SlurmError(
+                "scontrol failed: Error creating the reservation: Duplicate reservation name"
+            )
         _word(name)
         if not users:
-            raise SlurmError("scontrol failed: Error creating the reservation: "
-                             "Users or Accounts must be specified")
+            raise SlurmError(
+                "scontrol failed: Error creating the reservation: "
+                "Users or Accounts must be specified"
+            )
         chosen = tuple(dict.fromkeys(self._node(n).name for n in nodes))
         if not chosen:
             raise SlurmError("scontrol failed: Error creating the reservation: no nodes")
-        busy = [n for n in chosen if
-                ("IGNORE_JOBS" not in flagset and self._nodes[n].job is not None)
-                or (not flagset & _OVERLAPPING and any(
-                    not self._resv[o].flags & _OVERLAPPING for o in self._node_resv.get(n, ())))]
+        busy = [
+            n
+            for n in chosen
+            if ("IGNORE_JOBS" not in flagset and self._nodes[n].job is not None)
+            or (
+                not flagset & _OVERLAPPING
+                and any(not self._resv[o].flags & _OVERLAPPING for o in self._node_resv.get(n, ()))
+            )
+        ]
         if busy:
-            raise SlurmError("scontrol failed: Error creating the reservation: "
-                             f"Requested nodes are busy ({','.join(busy)})")
-        self._resv[name] = _Reservation(name, chosen, tuple(_word(u) for u in users), flagset,
-                                        self.now)
+            raise SlurmError(
+                "scontrol failed: Error creating the reservation: "
+                f"Requested nodes are busy ({','.join(busy)})"
+            )
+        self._resv[name] = _Reservation(
+            name, chosen, tuple(_word(u) for u in users), flagset, self.now
+        )
         for n in chosen:
             self._node_resv.setdefault(n, set()).add(name)
 
     def delete_reservation(self, name: str) -> None:
         resv = self._resv.get(name)
         if resv is None:
-            raise SlurmError("scontrol failed: Error deleting the reservation: "
-                             "Invalid reservation name specified")
-        if any(self._nodes[n].job is not None
-               and self._jobs[self._nodes[n].job or 0].request.reservation == name
-               for n in resv.nodes):
-            raise SlurmError("scontrol failed: Error deleting the reservation: "
-                             "Reservation is busy")
+            raise SlurmError(
+                "scontrol failed: Error deleting the reservation: "
+                "Invalid reservation name specified"
+            )
+        if any(
+            self._nodes[n].job is not None
+            and self._jobs[self._nodes[n].job or 0].request.reservation == name
+            for n in resv.nodes
+        ):
+            raise SlurmError("scontrol failed: Error deleting the reservation: Reservation is busy")
         del self._resv[name]
         for n in resv.nodes:
             self._node_resv[n].discard(name)
@@ -297,21 +323,32 @@ class MemorySlurm:
     # -- jobs ------------------------------------------------------------------------------
     def submit(self, request: SubmitRequest) -> int:
         for n in request.nodes:
-            self._node(n, fail="sbatch failed: Batch job submission failed: "
-                               "Invalid node name specified")
+            self._node(
+                n, fail="sbatch failed: Batch job submission failed: Invalid node name specified"
+            )
         if request.reservation:
             resv = self._resv.get(request.reservation)
             if resv is None or self.user not in resv.users:
-                raise SlurmError("sbatch failed: Batch job submission failed: "
-                                 "Requested reservation is invalid")
+                raise SlurmError(
+                    "sbatch failed: Batch job submission failed: Requested reservation is invalid"
+                )
             if not set(request.nodes) <= set(resv.nodes):
-                raise SlurmError("sbatch failed: Batch job submission failed: "
-                                 "Requested node configuration is not available")
+                raise SlurmError(
+                    "sbatch failed: Batch job submission failed: "
+                    "Requested node configuration is not available"
+                )
         if request.partition and request.partition not in self.partitions:
-            raise SlurmError("sbatch failed: Batch job submission failed: "
-                             "Invalid partition name specified")
-        job = _Job(self._next_job, request, self.user, self.now,
-                   requeue_allowed="--no-requeue" not in request.extra, begin=self.now)
+            raise SlurmError(
+                "sbatch failed: Batch job submission failed: Invalid partition name specified"
+            )
+        job = _Job(
+            self._next_job,
+            request,
+            self.user,
+            self.now,
+            requeue_allowed="--no-requeue" not in request.extra,
+            begin=self.now,
+        )
         self._next_job += 1
         self._jobs[job.job_id] = job
         self._pending[job.job_id] = None
@@ -329,8 +366,10 @@ class MemorySlurm:
     def cancel(self, job_id: int) -> None:
         job = self._get_job(job_id)
         if job.state not in ("PENDING", "RUNNING"):
-            raise SlurmError(f"scancel failed: Kill job error on job id {job_id}: "
-                             "Job/step already completing or completed")
+            raise SlurmError(
+                f"scancel failed: Kill job error on job id {job_id}: "
+                "Job/step already completing or completed"
+            )
         self._end(job, "CANCELLED", 0)
         self._schedule()
 
@@ -339,8 +378,9 @@ class MemorySlurm:
         if job.state == "PENDING":
             raise SlurmError(f"scontrol failed: {job_id}: Job is pending execution")
         if not job.requeue_allowed:
-            raise SlurmError(f"scontrol failed: {job_id}: Requested operation is presently "
-                             "disabled")
+            raise SlurmError(
+                f"scontrol failed: {job_id}: Requested operation is presently disabled"
+            )
         if job.state == "RUNNING":
             self._end(job, "REQUEUED", 0)
         self._requeue(job, hold=hold)
@@ -363,8 +403,10 @@ class MemorySlurm:
         job = self._get_job(job_id)
         name = signal_name(signal)
         if job.state != "RUNNING":
-            raise SlurmError(f"scancel failed: Kill job error on job id {job_id}: "
-                             "Job/step already completing or completed")
+            raise SlurmError(
+                f"scancel failed: Kill job error on job id {job_id}: "
+                "Job/step already completing or completed"
+            )
         job.signals.append(name)
         if name == "KILL":
             self._end(job, "CANCELLED", 0)
@@ -394,15 +436,35 @@ class MemorySlurm:
             if any("MAINT" in self._resv[r].flags for r in held_by):
                 flags.add("MAINTENANCE")
         state = "down" if node.down else "allocated" if node.job is not None else "idle"
-        return NodeInfo(node.name, state, frozenset(flags), node.reason, node.reason_user,
-                        node.reason_time, node.partitions, node.cpus, node.gres)
+        return NodeInfo(
+            node.name,
+            state,
+            frozenset(flags),
+            node.reason,
+            node.reason_user,
+            node.reason_time,
+            node.partitions,
+            node.cpus,
+            node.gres,
+        )
 
     def _job_info(self, job: _Job) -> JobInfo:
         r = job.request
-        return JobInfo(job.job_id, r.job_name, job.user, job.state, job.nodes, r.reservation,
-                       r.partition or self.default_partition, job.exit_code,
-                       job.reason if job.state == "PENDING" else "None", job.submit_time,
-                       job.start_time, job.end_time, requeue=job.requeue_allowed)
+        return JobInfo(
+            job.job_id,
+            r.job_name,
+            job.user,
+            job.state,
+            job.nodes,
+            r.reservation,
+            r.partition or self.default_partition,
+            job.exit_code,
+            job.reason if job.state == "PENDING" else "None",
+            job.submit_time,
+            job.start_time,
+            job.end_time,
+            requeue=job.requeue_allowed,
+        )
 
     def _end(self, job: _Job, state: str, exit_code: int) -> None:
         for n in job.nodes:
@@ -426,8 +488,12 @@ class MemorySlurm:
         while self._finished and self._finished[0][0] + self.min_job_age_s <= self.now:
             _, job_id = self._finished.popleft()
             job = self._jobs.get(job_id)
-            if job is not None and job.end_time is not None and job.state not in (
-                    "PENDING", "RUNNING") and job.end_time + self.min_job_age_s <= self.now:
+            if (
+                job is not None
+                and job.end_time is not None
+                and job.state not in ("PENDING", "RUNNING")
+                and job.end_time + self.min_job_age_s <= self.now
+            ):
                 del self._jobs[job_id]
 
     def _set_free(self, name: str) -> None:
@@ -512,8 +578,7 @@ class MemorySlurm:
         self._seq += 1
         # "done" sorts before "timeout" at the same instant: a job that ends as its limit
         # passes completed.
-        heapq.heappush(self._events, (when, kind != "done", self._seq, job.job_id, job.runs,
-                                      kind))
+        heapq.heappush(self._events, (when, kind != "done", self._seq, job.job_id, job.runs, kind))
 
 
 def _word(text: str) -> str:

@@ -163,15 +163,17 @@ def _ungroup_sinfo(groups: list[Any]) -> list[dict[str, Any]]:
         partition = group.get("partition") or {}
         per_node_cpus = (group.get("cpus") or {}).get("maximum")
         for name in names:
-            out.append({
-                "name": name,
-                "state": (group.get("node") or {}).get("state"),
-                "reason": reason.get("description"),
-                "reason_set_by_user": reason.get("user"),
-                "reason_changed_at": reason.get("time"),
-                "partitions": [partition.get("name")] if isinstance(partition, Mapping) else [],
-                "cpus": per_node_cpus,
-            })
+            out.append(
+                {
+                    "name": name,
+                    "state": (group.get("node") or {}).get("state"),
+                    "reason": reason.get("description"),
+                    "reason_set_by_user": reason.get("user"),
+                    "reason_changed_at": reason.get("time"),
+                    "partitions": [partition.get("name")] if isinstance(partition, Mapping) else [],
+                    "cpus": per_node_cpus,
+                }
+            )
     return out
 
 

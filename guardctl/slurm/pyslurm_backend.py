@@ -21,8 +21,12 @@ from guardctl.slurm.job import signal_name
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SubmitRequest
 
 T = TypeVar("T")
-_FLAG_NAMES = {"MAINT": "MAINTENANCE", "IGNORE_JOBS": "IGNORE_RUNNING_JOBS",
-               "OVERLAP": "OVERLAP", "SPEC_NODES": "SPECIFIC_NODES"}
+_FLAG_NAMES = {
+    "MAINT": "MAINTENANCE",
+    "IGNORE_JOBS": "IGNORE_RUNNING_JOBS",
+    "OVERLAP": "OVERLAP",
+    "SPEC_NODES": "SPECIFIC_NODES",
+}
 
 
 class PyslurmClient:
@@ -54,12 +58,19 @@ class PyslurmClient:
         out = []
         for node in loaded.values():
             base, flags = parse.split_state(str(node.state or ""))
-            out.append(NodeInfo(
-                name=node.name, state=base, flags=flags, reason=node.reason or "",
-                reason_user=node.reason_user or "", reason_time=node.reason_time or None,
-                partitions=tuple(node.partitions or ()), cpus=int(node.total_cpus or 0),
-                gres=",".join(node.configured_gres or ()) if node.configured_gres else "",
-            ))  # fmt: skip
+            out.append(
+                NodeInfo(
+                    name=node.name,
+                    state=base,
+                    flags=flags,
+                    reason=node.reason or "",
+                    reason_user=node.reason_user or "",
+                    reason_time=node.reason_time or None,
+                    partitions=tuple(node.partitions or ()),
+                    cpus=int(node.total_cpus or 0),
+                    gres=",".join(node.configured_gres or ()) if node.configured_gres else "",
+                )
+            )
         return out
 
     def jobs(self) -> list[JobInfo]:
@@ -101,8 +112,9 @@ class PyslurmClient:
         value = flag_enum(0)
         for flag in flags:
             value |= getattr(flag_enum, _FLAG_NAMES.get(flag, flag))
-        resv = self.pyslurm.Reservation(name=name, nodes=fold(nodes), users=list(users),
-                                        flags=value, duration="365-00:00:00")
+        resv = self.pyslurm.Reservation(
+            name=name, nodes=fold(nodes), users=list(users), flags=value, duration="365-00:00:00"
+        )
         self._call("create reservation", resv.create)
 
     def delete_reservation(self, name: str) -> None:
@@ -110,15 +122,18 @@ class PyslurmClient:
 
     def submit(self, request: SubmitRequest) -> int:
         desc = self.pyslurm.JobSubmitDescription(
-            name=request.job_name, script=request.script,
+            name=request.job_name,
+            script=request.script,
             script_args=" ".join(request.args) or None,
             required_nodes=fold(request.nodes) if request.nodes else None,
             nodes=len(request.nodes) or request.node_count or None,
-            reservations=request.reservation or None, partition=request.partition or None,
+            reservations=request.reservation or None,
+            partition=request.partition or None,
             time_limit=str(request.time_limit_min) if request.time_limit_min else None,
-            standard_output=request.output or None, ntasks_per_node=request.ntasks_per_node,
+            standard_output=request.output or None,
+            ntasks_per_node=request.ntasks_per_node,
             environment={**os.environ, **request.env},
-        )  # fmt: skip
+        )
         return int(self._call("submit", desc.submit))
 
     def cancel(self, job_id: int) -> None:
@@ -150,20 +165,28 @@ class PyslurmClient:
 
 def _job(job: Any) -> JobInfo:
     return JobInfo(
-        job_id=int(job.id), name=job.name or "", user=job.user_name or "",
+        job_id=int(job.id),
+        name=job.name or "",
+        user=job.user_name or "",
         state=str(job.state or "UNKNOWN").upper(),
         nodes=parse.expand_hostlist(job.allocated_nodes or ""),
-        reservation=job.reservation or "", partition=job.partition or "",
-        exit_code=job.exit_code, reason=job.state_reason or "",
-        submit_time=job.submit_time, start_time=job.start_time, end_time=job.end_time,
-    )  # fmt: skip
+        reservation=job.reservation or "",
+        partition=job.partition or "",
+        exit_code=job.exit_code,
+        reason=job.state_reason or "",
+        submit_time=job.submit_time,
+        start_time=job.start_time,
+        end_time=job.end_time,
+    )
 
 
 def _reservation(resv: Any) -> ReservationInfo:
     return ReservationInfo(
-        name=resv.name, nodes=parse.expand_hostlist(resv.nodes or ""),
+        name=resv.name,
+        nodes=parse.expand_hostlist(resv.nodes or ""),
         users=tuple(resv.users or ()),
         flags=frozenset(str(f).split(".")[-1].upper() for f in (resv.flags or ())),
-        start_time=resv.start_time, end_time=resv.end_time,
+        start_time=resv.start_time,
+        end_time=resv.end_time,
         state="ACTIVE" if resv.is_active else "INACTIVE",
-    )  # fmt: skip
+    )

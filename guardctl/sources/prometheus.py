@@ -65,10 +65,12 @@ class Coverage:
         if not self.store or self.store["records"]:
             return None
         kinds = "/".join(self.store["kinds"])
-        return (f"no {kinds} records (source.store_kinds) in {self.store['path']} "
-                f"({self.store['files']} files read): judged on Prometheus's series alone, "
-                "without what only those records show; give --input the store or directory "
-                "the agents and the probe write")
+        return (
+            f"no {kinds} records (source.store_kinds) in {self.store['path']} "
+            f"({self.store['files']} files read): judged on Prometheus's series alone, "
+            "without what only those records show; give --input the store or directory "
+            "the agents and the probe write"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,12 +91,16 @@ class Coverage:
         gone = ", ".join(sorted(self.missing)) or "nothing"
         jobs = ""
         if self.jobs.get("from") == "slurm":
-            jobs = (f"; jobs from Slurm: {self.jobs['jobs']} jobs, "
-                    f"{self.jobs['samples_with_job']} GPU samples with a job")
+            jobs = (
+                f"; jobs from Slurm: {self.jobs['jobs']} jobs, "
+                f"{self.jobs['samples_with_job']} GPU samples with a job"
+            )
         store = ""
         if self.store:
-            store = (f"; from {self.store['path']}: {self.store['records']} "
-                     f"{'/'.join(self.store['kinds'])} records in {self.store['files']} files")
+            store = (
+                f"; from {self.store['path']}: {self.store['records']} "
+                f"{'/'.join(self.store['kinds'])} records in {self.store['files']} files"
+            )
         return (
             f"prometheus {self.url}: {self.series} series, {self.samples} samples in "
             f"{self.queries} queries; not given: {gone}{jobs}{store}"

@@ -60,10 +60,13 @@ class AllreduceRun:
 
     def detail(self) -> dict[str, Any]:
         return {
-            "backend": self.backend, "ranks": self.ranks, "hosts": self.hosts,
-            "avg_busbw": self.avg_busbw, "sizes": len(self.samples),
+            "backend": self.backend,
+            "ranks": self.ranks,
+            "hosts": self.hosts,
+            "avg_busbw": self.avg_busbw,
+            "sizes": len(self.samples),
             "max_size": max((s.size for s in self.samples), default=0),
-        }  # fmt: skip
+        }
 
 
 def parse(text: str) -> AllreduceRun | None:
@@ -114,7 +117,7 @@ def _data_line(tokens: list[str], has_root: bool) -> Sample | None:
     if len(tokens) < first + 4 or not (tokens[0].isdigit() and tokens[1].isdigit()):
         return None
     try:
-        time_us, algbw, busbw = (_number(t) for t in tokens[first:first + 3])
+        time_us, algbw, busbw = (_number(t) for t in tokens[first : first + 3])
         wrong = _wrong(tokens[first + 3])
         if len(tokens) >= first + 8:  # the in-place result is checked too
             wrong += _wrong(tokens[first + 7])
@@ -136,9 +139,15 @@ def parse_json_lines(text: str) -> AllreduceRun | None:
         if kind == "allreduce_sample":
             run = run or AllreduceRun(backend="allreduce.py")
             try:
-                run.samples.append(Sample(int(rec["size"]), float(rec["time_us"]),
-                                          float(rec["algbw"]), float(rec["busbw"]),
-                                          int(rec.get("wrong", 0))))
+                run.samples.append(
+                    Sample(
+                        int(rec["size"]),
+                        float(rec["time_us"]),
+                        float(rec["algbw"]),
+                        float(rec["busbw"]),
+                        int(rec.get("wrong", 0)),
+                    )
+                )
             except (KeyError, TypeError, ValueError):
                 continue
         elif kind == "allreduce_result" and run is not None:

@@ -20,8 +20,9 @@ from guardctl.config import Settings
 GPU_LIBRARIES = ("torch", "cupy")
 NODE_GPUS_ENV = "GUARDCTL_NODE_GPUS"
 _GPU_GRES = re.compile(r"^gpu(?::[^:(]+)*:(\d+)(?:\(.*\))?$")
-_PROBE = ("import importlib.util as u; "
-          f"print(' '.join(m for m in {GPU_LIBRARIES!r} if u.find_spec(m)))")
+_PROBE = (
+    f"import importlib.util as u; print(' '.join(m for m in {GPU_LIBRARIES!r} if u.find_spec(m)))"
+)
 
 
 def gres_gpus(gres: str) -> int:
@@ -67,15 +68,19 @@ def plan(sweep: str, gpus: int, libs: Libraries) -> tuple[str, str]:
             return program, f"GPU ({gpus} in Gres): cannot tell ({libs.problem})"
         if libs.found:
             return program, f"{libs.found[0]} on {gpus} GPU(s)"
-        return program, (f"none: no GPU backend ({' or '.join(GPU_LIBRARIES)}) in {libs.python} "
-                         f"for its {gpus} GPU(s): the sweep would be undetermined")
+        return program, (
+            f"none: no GPU backend ({' or '.join(GPU_LIBRARIES)}) in {libs.python} "
+            f"for its {gpus} GPU(s): the sweep would be undetermined"
+        )
     program = "allreduce.sbatch: all_reduce_perf if on PATH, else allreduce.py"
     if not gpus:
         return program, "torch gloo or a numpy ring on the CPU (no GPU in the node's Gres)"
     if libs.found and "torch" in libs.found:
         return program, f"torch NCCL on {gpus} GPU(s) (or nccl-tests)"
-    return program, (f"nccl-tests only: no torch in {libs.python} for its {gpus} GPU(s); "
-                     "without all_reduce_perf the sweep would be undetermined")
+    return program, (
+        f"nccl-tests only: no torch in {libs.python} for its {gpus} GPU(s); "
+        "without all_reduce_perf the sweep would be undetermined"
+    )
 
 
 def job_gpus(gpus_by_node: dict[str, int], nodes: Sequence[str]) -> int:

@@ -39,9 +39,14 @@ class Baseline:
     updated: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "metric": self.metric, "value": self.value,
-                "count": len(self.history), "updated": self.updated,
-                "history": list(self.history)}
+        return {
+            "key": self.key,
+            "metric": self.metric,
+            "value": self.value,
+            "count": len(self.history),
+            "updated": self.updated,
+            "history": list(self.history),
+        }
 
 
 def _file(root: Path, key: str) -> Path:
@@ -70,8 +75,13 @@ def load_all(root: Path) -> dict[str, Baseline]:
     for path in sorted(directory.glob("*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            base = Baseline(str(data["key"]), str(data["metric"]), float(data["value"]),
-                            tuple(data.get("history", ())), float(data.get("updated", 0)))
+            base = Baseline(
+                str(data["key"]),
+                str(data["metric"]),
+                float(data["value"]),
+                tuple(data.get("history", ())),
+                float(data.get("updated", 0)),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             continue
         out[base.key] = base
@@ -84,22 +94,34 @@ def values(root: Path) -> dict[str, float]:
 
 
 def _entry(m: Measurement, sweep_id: str, ts: float) -> dict[str, Any]:
-    return {"value": m.value, "node": "+".join(m.nodes), "unit": m.unit, "sweep": sweep_id,
-            "ts": ts}
+    return {
+        "value": m.value,
+        "node": "+".join(m.nodes),
+        "unit": m.unit,
+        "sweep": sweep_id,
+        "ts": ts,
+    }
 
 
 def _make(key: str, metric: str, history: list[dict[str, Any]], keep: int) -> Baseline:
     kept = history[-keep:]
-    return Baseline(key, metric, round(statistics.median(e["value"] for e in kept), 6),
-                    tuple(kept), time.time())
+    return Baseline(
+        key, metric, round(statistics.median(e["value"] for e in kept), 6), tuple(kept), time.time()
+    )
 
 
 def _write(root: Path, base: Baseline) -> None:
     atomic_write(_file(root, base.key), json.dumps(base.as_dict(), indent=1) + "\n")
 
 
-def learn(root: Path, passing: Iterable[Measurement], *, sweep_id: str, keep: int = 20,
-          ts: float | None = None) -> list[Baseline]:
+def learn(
+    root: Path,
+    passing: Iterable[Measurement],
+    *,
+    sweep_id: str,
+    keep: int = 20,
+    ts: float | None = None,
+) -> list[Baseline]:
     """Add passing figures of one sweep to their keys' baselines; return the changed baselines."""
     by_key: dict[str, list[Measurement]] = {}
     for m in passing:
@@ -140,8 +162,9 @@ def stored_results(root: Path, sweep_ids: Iterable[str] = ()) -> Iterator[dict[s
         raise StoreError(f"no results stored for sweep(s): {', '.join(sorted(missing))}")
 
 
-def rebuild(root: Path, *, keep: int = 20, sweep_ids: Iterable[str] = (),
-            dry_run: bool = False) -> list[Baseline]:
+def rebuild(
+    root: Path, *, keep: int = 20, sweep_ids: Iterable[str] = (), dry_run: bool = False
+) -> list[Baseline]:
     """Recompute baselines from the passing figures of stored sweeps (all of them by default)."""
     history: dict[str, list[dict[str, Any]]] = {}
     metrics: dict[str, str] = {}
@@ -154,7 +177,8 @@ def rebuild(root: Path, *, keep: int = 20, sweep_ids: Iterable[str] = (),
             except (KeyError, TypeError, ValueError):
                 continue
             history.setdefault(m.key, []).append(
-                _entry(m, str(data.get("sweep_id", "")), float(data.get("started", 0))))
+                _entry(m, str(data.get("sweep_id", "")), float(data.get("started", 0)))
+            )
             metrics[m.key] = m.metric
     built = [_make(k, metrics[k], h, keep) for k, h in sorted(history.items())]
     if not dry_run:

@@ -96,8 +96,12 @@ class NodeVerdict:
     action: str = ""
 
     def as_dict(self) -> dict[str, str]:
-        return {"node": self.node, "verdict": self.verdict, "evidence": self.evidence,
-                "action": self.action}
+        return {
+            "node": self.node,
+            "verdict": self.verdict,
+            "evidence": self.evidence,
+            "action": self.action,
+        }
 
 
 @dataclass
@@ -125,22 +129,33 @@ class SweepReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "sweep_id": self.sweep_id, "kind": self.kind, "nodes": self.nodes,
-            "dry_run": self.dry_run, "started": self.started, "finished": self.finished,
-            "directory": self.directory, "verdicts": [v.as_dict() for v in self.verdicts],
-            "actions": self.actions, "planned": self.planned,
-            "judgements": [j.as_dict() for j in self.judgements], "pairing": self.pairing,
+            "sweep_id": self.sweep_id,
+            "kind": self.kind,
+            "nodes": self.nodes,
+            "dry_run": self.dry_run,
+            "started": self.started,
+            "finished": self.finished,
+            "directory": self.directory,
+            "verdicts": [v.as_dict() for v in self.verdicts],
+            "actions": self.actions,
+            "planned": self.planned,
+            "judgements": [j.as_dict() for j in self.judgements],
+            "pairing": self.pairing,
             "baselines_learnt": self.baselines_learnt,
-        }  # fmt: skip
+        }
 
 
 def scripts_dir(settings: Settings) -> Path:
     """Where the sbatch scripts and burn-in programs are (config, source tree, or share/)."""
-    candidates = [Path(settings.sweep.scripts_dir)] if settings.sweep.scripts_dir else [
-        Path(guardctl.__file__).resolve().parent.parent / "sweeps",
-        Path(sys.prefix) / "share" / "guardctl" / "sweeps",
-        Path("/usr/share/guardctl/sweeps"),
-    ]
+    candidates = (
+        [Path(settings.sweep.scripts_dir)]
+        if settings.sweep.scripts_dir
+        else [
+            Path(guardctl.__file__).resolve().parent.parent / "sweeps",
+            Path(sys.prefix) / "share" / "guardctl" / "sweeps",
+            Path("/usr/share/guardctl/sweeps"),
+        ]
+    )
     for path in candidates:
         if (path / "gemm.sbatch").is_file():
             return path
@@ -202,8 +217,16 @@ class _SweepJob:
 class SweepRun:
     """One sweep in progress: submits batches of jobs, waits, parses and judges."""
 
-    def __init__(self, settings: Settings, ops: NodeOps, report: SweepReport,
-                 duration_s: float, progress: Progress, *, polled: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        ops: NodeOps,
+        report: SweepReport,
+        duration_s: float,
+        progress: Progress,
+        *,
+        polled: bool = False,
+    ) -> None:
         self.settings, self.ops, self.report = settings, ops, report
         self.cfg = settings.sweep
         self.duration_s = duration_s
@@ -221,11 +244,14 @@ class SweepRun:
         self.counter = 0
         # Slurm's Gres, so that a job on a GPU node knows it must find them (no CPU fallback).
         self.gpus = {n.name: backend.gres_gpus(n.gres) for n in ops.slurm.nodes()}
-        env = {"GUARDCTL_PYTHON": self.cfg.python or sys.executable,
-               "GUARDCTL_SWEEPS_DIR": str(self.scripts)}
+        env = {
+            "GUARDCTL_PYTHON": self.cfg.python or sys.executable,
+            "GUARDCTL_SWEEPS_DIR": str(self.scripts),
+        }
         if self.cfg.inject:
-            env[testhooks.INJECT_ENV] = ",".join(f"{n}={f:g}" for n, f in
-                                                    sorted(self.cfg.inject.items()))
+            env[testhooks.INJECT_ENV] = ",".join(
+                f"{n}={f:g}" for n, f in sorted(self.cfg.inject.items())
+            )
         self.env = env
 
     def say(self, message: str) -> None:
@@ -236,25 +262,42 @@ class SweepRun:
         self.progress(message)
 
     # -- jobs ------------------------------------------------------------------------------
-    def spec(self, plugin: SweepPlugin, nodes: Sequence[str], reservation: str,
-             attempt: int) -> JobSpec:
+    def spec(
+        self, plugin: SweepPlugin, nodes: Sequence[str], reservation: str, attempt: int
+    ) -> JobSpec:
         self.counter += 1
         who = "+".join(nodes) if len(nodes) <= 3 else f"{nodes[0]}+{len(nodes) - 1}"
-        options = {k: getattr(self.cfg, k) for k in (
-            "gemm_size", "gemm_threads", "allreduce_max_bytes", "allreduce_iters", "cpu_tasks",
-            "nccl_tests", "gpus_per_node")}
+        options = {
+            k: getattr(self.cfg, k)
+            for k in (
+                "gemm_size",
+                "gemm_threads",
+                "allreduce_max_bytes",
+                "allreduce_iters",
+                "cpu_tasks",
+                "nccl_tests",
+                "gpus_per_node",
+            )
+        }
         gpus = backend.job_gpus(self.gpus, nodes)
         env = {**self.env, backend.NODE_GPUS_ENV: str(gpus)} if gpus else self.env
         return JobSpec(
-            nodes=tuple(nodes), reservation=reservation, out_dir=self.out_dir,
+            nodes=tuple(nodes),
+            reservation=reservation,
+            out_dir=self.out_dir,
             tag=f"{self.counter:03d}-{plugin.name}-{who}-a{attempt}",
-            duration_s=self.duration_s, scripts_dir=self.scripts, python=self.env[
-                "GUARDCTL_PYTHON"], time_limit_min=max(1, math.ceil(self.cfg.job_timeout_s / 60)),
-            partition=self.cfg.partition, env=env, options=options,
-        )  # fmt: skip
+            duration_s=self.duration_s,
+            scripts_dir=self.scripts,
+            python=self.env["GUARDCTL_PYTHON"],
+            time_limit_min=max(1, math.ceil(self.cfg.job_timeout_s / 60)),
+            partition=self.cfg.partition,
+            env=env,
+            options=options,
+        )
 
-    def run_batch(self, batch: list[tuple[SweepPlugin, Sequence[str], str]],
-                  attempt: int) -> list[list[Measurement]]:
+    def run_batch(
+        self, batch: list[tuple[SweepPlugin, Sequence[str], str]], attempt: int
+    ) -> list[list[Measurement]]:
         """Submit every (plugin, nodes, reservation) at once, wait, return each job's figures."""
         jobs = [_SweepJob(p, self.spec(p, nodes, resv, attempt)) for p, nodes, resv in batch]
         if self.polled:
@@ -270,10 +313,15 @@ class SweepRun:
     def _submit(self, jobs: list[_SweepJob], attempt: int) -> None:
         for sj in jobs:
             sj.job = Job.submit(self.ops.slurm, sj.plugin.build(sj.spec), tag=sj.spec.tag)
-        self.ops.record("sweep jobs", sorted({n for j in jobs for n in j.spec.nodes}),
-                        evidence={"sweep": self.report.sweep_id, "attempt": attempt,
-                                  "jobs": {str(j.job.job_id): j.spec.tag for j in jobs
-                                           if j.job is not None}})
+        self.ops.record(
+            "sweep jobs",
+            sorted({n for j in jobs for n in j.spec.nodes}),
+            evidence={
+                "sweep": self.report.sweep_id,
+                "attempt": attempt,
+                "jobs": {str(j.job.job_id): j.spec.tag for j in jobs if j.job is not None},
+            },
+        )
 
     def _polled_batch(self, jobs: list[_SweepJob], attempt: int) -> list[list[Measurement]]:
         """Submit the batch and raise SweepPending; at later polls, its figures once it ended
@@ -286,11 +334,14 @@ class SweepRun:
                 self._cancel([j.job for j in jobs if j.job is not None])
                 raise
             now = time.time()
-            self.submitted.update({j.spec.tag: _Submitted(j.job, now) for j in jobs
-                                   if j.job is not None})
-            self.say(f"sweep {self.report.sweep_id}: submitted "
-                     + ", ".join(j.spec.tag for j in jobs[:4])
-                     + (f" (+{len(jobs) - 4} more)" if len(jobs) > 4 else ""))
+            self.submitted.update(
+                {j.spec.tag: _Submitted(j.job, now) for j in jobs if j.job is not None}
+            )
+            self.say(
+                f"sweep {self.report.sweep_id}: submitted "
+                + ", ".join(j.spec.tag for j in jobs[:4])
+                + (f" (+{len(jobs) - 4} more)" if len(jobs) > 4 else "")
+            )
             raise SweepPending
         held = [k for k in kept if k is not None]
         running = wait_all([k.job for k in held], timeout_s=0, poll_s=self.cfg.poll_interval_s)
@@ -311,12 +362,18 @@ class SweepRun:
     def _wait(self, jobs: list[_SweepJob]) -> None:
         def note(done: int, total: int, running: list[Job]) -> None:
             states = ", ".join(f"{j.tag} {j.state.lower()}" for j in running[:4] if j.state)
-            self.progress(f"sweep {self.report.sweep_id}: {done}/{total} jobs done"
-                          + (f"; {states}" if states else ""))
+            self.progress(
+                f"sweep {self.report.sweep_id}: {done}/{total} jobs done"
+                + (f"; {states}" if states else "")
+            )
 
-        running = wait_all([j.job for j in jobs if j.job is not None],
-                           timeout_s=self.cfg.job_timeout_s, poll_s=self.cfg.poll_interval_s,
-                           progress=note, progress_every_s=PROGRESS_EVERY_S)
+        running = wait_all(
+            [j.job for j in jobs if j.job is not None],
+            timeout_s=self.cfg.job_timeout_s,
+            poll_s=self.cfg.poll_interval_s,
+            progress=note,
+            progress_every_s=PROGRESS_EVERY_S,
+        )
         self._cancel(running)
         late = {j.job_id for j in running}
         for sj in jobs:
@@ -339,17 +396,27 @@ class SweepRun:
         if found:
             return found
         why = unmeasurable(text) or self._no_result(job)
-        return [Measurement(job.plugin.name, job.spec.nodes, "node" if len(job.spec.nodes) == 1
-                            else "group", "", 0.0, f"{job.plugin.name}|error",
-                            error=f"{why}; see {path.name}")]
+        return [
+            Measurement(
+                job.plugin.name,
+                job.spec.nodes,
+                "node" if len(job.spec.nodes) == 1 else "group",
+                "",
+                0.0,
+                f"{job.plugin.name}|error",
+                error=f"{why}; see {path.name}",
+            )
+        ]
 
     def _no_result(self, job: _SweepJob) -> str:
         """Why a job left no figure, from what Slurm said of it: its state and exit code."""
         job_id = job.job.job_id if job.job is not None else 0
         last = job.job.info if job.job is not None else None
         if job.timed_out and last is not None and last.state == "PENDING":
-            return (f"no result (job {job_id} still pending ({last.reason or 'no reason'}) at "
-                    f"sweep.job_timeout_s={self.cfg.job_timeout_s:g}, cancelled)")
+            return (
+                f"no result (job {job_id} still pending ({last.reason or 'no reason'}) at "
+                f"sweep.job_timeout_s={self.cfg.job_timeout_s:g}, cancelled)"
+            )
         why = f"no result (job {job_id} {job.state.lower() or 'unknown'}"
         code = job.job.exit_code if job.job is not None and not job.timed_out else None
         return why + (f", exit {code})" if code is not None else ")")
@@ -358,15 +425,17 @@ class SweepRun:
     def _refs(self, found: Sequence[Measurement]) -> dict[str, Reference]:
         return references(found, self.baselines, self.cfg.references)
 
-    def _judge(self, found: Sequence[Measurement], refs: dict[str, Reference],
-               attempt: int = 1) -> list[Judgement]:
+    def _judge(
+        self, found: Sequence[Measurement], refs: dict[str, Reference], attempt: int = 1
+    ) -> list[Judgement]:
         return judge_all(found, refs, self.cfg.tolerance, attempt, self.cfg.references)
 
     # -- single-node sweeps ------------------------------------------------------------------
     def single(self, nodes: Sequence[str]) -> list[Judgement]:
         plugins = [get(n) for n in names("single")]
         batch: list[tuple[SweepPlugin, Sequence[str], str]] = [
-            (p, (n,), self.ops.reservation_name(n)) for n in nodes for p in plugins]
+            (p, (n,), self.ops.reservation_name(n)) for n in nodes for p in plugins
+        ]
         found = self.run_batch(batch, attempt=1)
         flat = [m for ms in found for m in ms]
         refs = self._refs(flat)
@@ -375,20 +444,25 @@ class SweepRun:
             failing = {(j.measurement.sweep, j.measurement.nodes) for j in judged if j.failed}
             if not failing:
                 break
-            self.say(f"repeating {len(failing)} failed sweep(s) before they count: "
-                     + ", ".join(f"{s} {'+'.join(n)}" for s, n in sorted(failing)))
-            again = self.run_batch([(get(s), n, self.ops.reservation_name(n[0]))
-                                    for s, n in sorted(failing)], attempt)
+            self.say(
+                f"repeating {len(failing)} failed sweep(s) before they count: "
+                + ", ".join(f"{s} {'+'.join(n)}" for s, n in sorted(failing))
+            )
+            again = self.run_batch(
+                [(get(s), n, self.ops.reservation_name(n[0])) for s, n in sorted(failing)], attempt
+            )
             retried = [m for ms in again for m in ms]
             # The same reference as the first attempt: a rerun alone has no fleet to compare to.
             new_refs = {**self._refs(retried), **refs}
-            judged = [j for j in judged if (j.measurement.sweep, j.measurement.nodes)
-                      not in failing] + self._judge(retried, new_refs, attempt)
+            judged = [
+                j for j in judged if (j.measurement.sweep, j.measurement.nodes) not in failing
+            ] + self._judge(retried, new_refs, attempt)
         return judged
 
     # -- multi-node sweeps -------------------------------------------------------------------
-    def multi(self, suspects: Sequence[str], goods: Sequence[str]) -> tuple[
-            list[Judgement], pairing.Outcome]:
+    def multi(
+        self, suspects: Sequence[str], goods: Sequence[str]
+    ) -> tuple[list[Judgement], pairing.Outcome]:
         plugin = get("pairwise")
         judged: dict[pairing.Group, Judgement] = {}
         known_good: dict[str, Reference] = {}
@@ -397,9 +471,12 @@ class SweepRun:
             ms = self._groups(plugin, [ref_group], attempt=0)[0]
             for m in ms:
                 if not m.error and not m.wrong and m.key not in self.baselines:
-                    known_good[m.key] = floored(Reference(
-                        m.value, "known-good group", f"{'+'.join(ref_group)}, no baseline"),
-                        configured_for(m.key, self.cfg.references))
+                    known_good[m.key] = floored(
+                        Reference(
+                            m.value, "known-good group", f"{'+'.join(ref_group)}, no baseline"
+                        ),
+                        configured_for(m.key, self.cfg.references),
+                    )
 
         def oracle(groups: list[pairing.Group]) -> list[bool | None]:
             found = [m for ms in self._groups(plugin, groups, 1) for m in ms]
@@ -412,18 +489,28 @@ class SweepRun:
                 self.say(f"repeating {len(failing)} failed group(s) before they count")
                 again = [m for ms in self._groups(plugin, failing, attempt) for m in ms]
                 results = [j for j in results if j.measurement.nodes not in failing] + self._judge(
-                    again, {**self._refs(again), **refs}, attempt)
+                    again, {**self._refs(again), **refs}, attempt
+                )
             for j in results:
                 judged[j.measurement.nodes] = j
-            return [None if g not in judged or judged[g].undetermined else judged[g].passed
-                    for g in groups]
+            return [
+                None if g not in judged or judged[g].undetermined else judged[g].passed
+                for g in groups
+            ]
 
-        outcome = pairing.find_bad(self.cfg.pairing, list(suspects), list(goods), oracle,
-                                   group_size=self.cfg.group_size, partners=self.cfg.partners)
+        outcome = pairing.find_bad(
+            self.cfg.pairing,
+            list(suspects),
+            list(goods),
+            oracle,
+            group_size=self.cfg.group_size,
+            partners=self.cfg.partners,
+        )
         return list(judged.values()), outcome
 
-    def _groups(self, plugin: SweepPlugin, groups: Sequence[pairing.Group],
-                attempt: int) -> list[list[Measurement]]:
+    def _groups(
+        self, plugin: SweepPlugin, groups: Sequence[pairing.Group], attempt: int
+    ) -> list[list[Measurement]]:
         """Run one job per group, each in its own sweep reservation over the group's nodes.
 
         The reservations go through the node-action door (ownership of the partners, cap,
@@ -438,7 +525,8 @@ class SweepRun:
                 name = f"{base}_{self.counter + len(names) + 1}"
                 if name not in self.reserved:  # polled: made at an earlier poll (or deleted)
                     self.reserved[name] = self.ops.reserve_for_sweep(
-                        group, self.report.sweep_id, name)
+                        group, self.report.sweep_id, name
+                    )
                 names.append(name)
                 batch.append((plugin, group, self.reserved[name] or name))
             return self.run_batch(batch, attempt)
@@ -475,13 +563,20 @@ def suspects_in_log(entries: Sequence[Entry], since: float) -> set[str]:
             at_fault = set(e.nodes)
             break
     held = {n for n, lad in derive(entries).items() if lad.quarantined_by_control or lad.sweeping}
-    decided = {n for e in entries if e.action == "control decision" and e.ts >= since
-               and e.evidence.get("decision") not in ("none", "leave") for n in e.nodes}
+    decided = {
+        n
+        for e in entries
+        if e.action == "control decision"
+        and e.ts >= since
+        and e.evidence.get("decision") not in ("none", "leave")
+        for n in e.nodes
+    }
     return at_fault | held | decided
 
 
-def _good_partners(ops: NodeOps, settings: Settings, suspects: Sequence[str],
-                   avoid: frozenset[str] = frozenset()) -> list[str]:
+def _good_partners(
+    ops: NodeOps, settings: Settings, suspects: Sequence[str], avoid: frozenset[str] = frozenset()
+) -> list[str]:
     """Known-good partners: never a node swept, nor a current suspect (*avoid*, and the
     controller's suspects in the action log)."""
     # A decision within the flap window is a current suspect's (the window flapping counts in).
@@ -494,43 +589,76 @@ def _good_partners(ops: NodeOps, settings: Settings, suspects: Sequence[str],
             raise UsageError(f"sweep.good_nodes includes swept node(s): {', '.join(overlap)}")
         suspect = sorted(set(goods) & avoid)
         if suspect:
-            raise RefusedError(f"sweep.good_nodes: partner(s) {', '.join(suspect)} are current "
-                               "suspects of the controller, not known-good; nothing was changed")
+            raise RefusedError(
+                f"sweep.good_nodes: partner(s) {', '.join(suspect)} are current "
+                "suspects of the controller, not known-good; nothing was changed"
+            )
         # Unknown names are a usage error; a partner must be in service and held by no one.
         busy = {s.name: s.reason or s.owner for s in ops.status(goods) if s.owner != "in service"}
         if busy:
             detail = "; ".join(f"{n}: {why}" for n, why in busy.items())
-            raise RefusedError(f"sweep.good_nodes: partner(s) not in service ({detail}); "
-                               "nothing was changed")
+            raise RefusedError(
+                f"sweep.good_nodes: partner(s) not in service ({detail}); nothing was changed"
+            )
         return goods
-    idle = [s.name for s in ops.status() if s.owner == "in service" and s.slurm_state == "idle"
-            and s.name not in suspects and s.name not in avoid]
+    idle = [
+        s.name
+        for s in ops.status()
+        if s.owner == "in service"
+        and s.slurm_state == "idle"
+        and s.name not in suspects
+        and s.name not in avoid
+    ]
     return idle[:MAX_GOOD_PARTNERS]
 
 
-def _verdicts(nodes: Sequence[str], judged: Sequence[Judgement],
-              outcome: pairing.Outcome | None) -> list[NodeVerdict]:
+def _verdicts(
+    nodes: Sequence[str], judged: Sequence[Judgement], outcome: pairing.Outcome | None
+) -> list[NodeVerdict]:
     """Fail on a figure below its reference; else undetermined where a sweep of the node
     measured nothing (or a pairwise failure could not be isolated); else pass."""
     out = []
     for node in nodes:
-        fails = [j for j in judged if j.failed and node in j.measurement.nodes
-                 and j.measurement.sweep != "pairwise"]
+        fails = [
+            j
+            for j in judged
+            if j.failed and node in j.measurement.nodes and j.measurement.sweep != "pairwise"
+        ]
         if outcome is not None and node in outcome.bad:
-            fails += [j for j in judged if j.failed and j.measurement.sweep == "pairwise"
-                      and j.measurement.nodes[0] == node]
-        unmeasured = [j for j in judged if j.undetermined and node in j.measurement.nodes
-                      and (j.measurement.sweep != "pairwise"
-                           or (outcome is not None and node in outcome.undetermined))]
+            fails += [
+                j
+                for j in judged
+                if j.failed and j.measurement.sweep == "pairwise" and j.measurement.nodes[0] == node
+            ]
+        unmeasured = [
+            j
+            for j in judged
+            if j.undetermined
+            and node in j.measurement.nodes
+            and (
+                j.measurement.sweep != "pairwise"
+                or (outcome is not None and node in outcome.undetermined)
+            )
+        ]
         if fails:
             out.append(NodeVerdict(node, "fail", fails[0].evidence + _more(fails)))
         elif unmeasured:
-            out.append(NodeVerdict(node, "undetermined",
-                                   f"undetermined: {unmeasured[0].evidence}{_more(unmeasured)}"))
+            out.append(
+                NodeVerdict(
+                    node,
+                    "undetermined",
+                    f"undetermined: {unmeasured[0].evidence}{_more(unmeasured)}",
+                )
+            )
         elif outcome is not None and node in outcome.undetermined:
-            out.append(NodeVerdict(node, "undetermined",
-                                   "undetermined: sweep pairwise: failed in a group, no "
-                                   "known-good partner left to isolate it"))
+            out.append(
+                NodeVerdict(
+                    node,
+                    "undetermined",
+                    "undetermined: sweep pairwise: failed in a group, no "
+                    "known-good partner left to isolate it",
+                )
+            )
         else:
             out.append(NodeVerdict(node, "pass", "all sweeps passed"))
     return out
@@ -540,9 +668,14 @@ def _more(judged: Sequence[Judgement]) -> str:
     return f" (+{len(judged) - 1} more)" if len(judged) > 1 else ""
 
 
-def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *,
-              ops: NodeOps | None = None,
-              progress: Progress = lambda _msg: None) -> SweepReport:
+def run_sweep(
+    settings: Settings,
+    nodes: Sequence[str],
+    options: SweepOptions,
+    *,
+    ops: NodeOps | None = None,
+    progress: Progress = lambda _msg: None,
+) -> SweepReport:
     """Qualify *nodes*: quarantine, sweep, judge, then drain failures and release passes."""
     ops = ops or NodeOps(settings)
     report, goods, duration = _prepare(settings, ops, nodes, options)
@@ -550,8 +683,14 @@ def run_sweep(settings: Settings, nodes: Sequence[str], options: SweepOptions, *
         return report
     _start(settings, ops, report, options, goods, duration)
     try:
-        _execute(settings, ops, report, options, goods,
-                 SweepRun(settings, ops, report, duration, progress))
+        _execute(
+            settings,
+            ops,
+            report,
+            options,
+            goods,
+            SweepRun(settings, ops, report, duration, progress),
+        )
     except BaseException as exc:
         _aborted(ops, report, f"{type(exc).__name__}: {exc}")
         raise
@@ -568,8 +707,15 @@ class PolledSweep:
     aborts it (``guardctl.controller``). Its nodes stay quarantined through any abort.
     """
 
-    def __init__(self, settings: Settings, nodes: Sequence[str], options: SweepOptions, *,
-                 ops: NodeOps, progress: Progress = lambda _msg: None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        nodes: Sequence[str],
+        options: SweepOptions,
+        *,
+        ops: NodeOps,
+        progress: Progress = lambda _msg: None,
+    ) -> None:
         report, self.goods, duration = _prepare(settings, ops, nodes, options)
         if report.dry_run:
             raise UsageError("a polled sweep acts: not in a dry run or observing only")
@@ -604,8 +750,9 @@ class PolledSweep:
         return gone
 
 
-def _prepare(settings: Settings, ops: NodeOps, nodes: Sequence[str],
-             options: SweepOptions) -> tuple[SweepReport, list[str], float]:
+def _prepare(
+    settings: Settings, ops: NodeOps, nodes: Sequence[str], options: SweepOptions
+) -> tuple[SweepReport, list[str], float]:
     """Check the request and plan it (a dry run's report is complete here); nothing changes."""
     if not nodes:
         raise UsageError("no nodes to sweep")
@@ -618,18 +765,27 @@ def _prepare(settings: Settings, ops: NodeOps, nodes: Sequence[str],
     if duration <= 0:
         raise UsageError("--duration must be positive")
     now = time.time()
-    report = SweepReport(new_sweep_id(now), options.kind, list(nodes),
-                         options.dry_run or settings.safety.observe_only, now)
+    report = SweepReport(
+        new_sweep_id(now),
+        options.kind,
+        list(nodes),
+        options.dry_run or settings.safety.observe_only,
+        now,
+    )
     drained = [s.name for s in ops.status(list(nodes)) if s.owner == "drained by guardctl"]
     if drained:
-        raise UsageError(f"{', '.join(drained)}: drained by guardctl, a DRAIN blocks sweep jobs; "
-                         "resume it first (guardctl resume) to sweep it again")
+        raise UsageError(
+            f"{', '.join(drained)}: drained by guardctl, a DRAIN blocks sweep jobs; "
+            "resume it first (guardctl resume) to sweep it again"
+        )
     goods: list[str] = []
     if options.kind in ("multi", "all"):
         goods = _good_partners(ops, settings, nodes, options.avoid)
         if not goods and len(nodes) < 2:
-            raise UsageError("multi-node sweep: no idle in-service node to pair with; "
-                             "set sweep.good_nodes or use --kind single")
+            raise UsageError(
+                "multi-node sweep: no idle in-service node to pair with; "
+                "set sweep.good_nodes or use --kind single"
+            )
     # Refusals (ownership, cap) come from a dry run first: nothing, not even the store, changes.
     planned_actions = ops.quarantine(list(nodes), f"sweep {report.sweep_id}", dry_run=True)
     if report.dry_run:
@@ -639,8 +795,14 @@ def _prepare(settings: Settings, ops: NodeOps, nodes: Sequence[str],
     return report, goods, duration
 
 
-def _start(settings: Settings, ops: NodeOps, report: SweepReport, options: SweepOptions,
-           goods: list[str], duration: float) -> None:
+def _start(
+    settings: Settings,
+    ops: NodeOps,
+    report: SweepReport,
+    options: SweepOptions,
+    goods: list[str],
+    duration: float,
+) -> None:
     """Its results directory, its nodes quarantined, "sweep started" in the action log."""
     directory = layout.sweep_dir(settings.store.root, report.sweep_id)
     try:
@@ -650,22 +812,42 @@ def _start(settings: Settings, ops: NodeOps, report: SweepReport, options: Sweep
         raise StoreError(f"cannot create {directory}: {exc.strerror}") from None
     report.directory = str(directory)
     reason = f"sweep {report.sweep_id}"
-    report.actions = [a.as_dict() for a in ops.quarantine(
-        report.nodes, reason, evidence={"sweep": report.sweep_id})]
-    ops.record("sweep started", report.nodes, reason=reason, evidence={
-        "sweep": report.sweep_id, "kind": options.kind, "duration_s": duration,
-        "good_partners": goods})
+    report.actions = [
+        a.as_dict()
+        for a in ops.quarantine(report.nodes, reason, evidence={"sweep": report.sweep_id})
+    ]
+    ops.record(
+        "sweep started",
+        report.nodes,
+        reason=reason,
+        evidence={
+            "sweep": report.sweep_id,
+            "kind": options.kind,
+            "duration_s": duration,
+            "good_partners": goods,
+        },
+    )
 
 
 def _aborted(ops: NodeOps, report: SweepReport, why: str) -> None:
-    ops.record("sweep aborted", report.nodes, reason=why,
-               evidence={"sweep": report.sweep_id, "left": "quarantined"})
+    ops.record(
+        "sweep aborted",
+        report.nodes,
+        reason=why,
+        evidence={"sweep": report.sweep_id, "left": "quarantined"},
+    )
     report.finished = time.time()
     _write_results(report)
 
 
-def _execute(settings: Settings, ops: NodeOps, report: SweepReport, options: SweepOptions,
-             goods: list[str], run: SweepRun) -> None:
+def _execute(
+    settings: Settings,
+    ops: NodeOps,
+    report: SweepReport,
+    options: SweepOptions,
+    goods: list[str],
+    run: SweepRun,
+) -> None:
     kind = options.kind
     nodes = report.nodes
     judged: list[Judgement] = []
@@ -678,24 +860,45 @@ def _execute(settings: Settings, ops: NodeOps, report: SweepReport, options: Swe
         if suspects:
             pair_judged, outcome = run.multi(suspects, goods)
             judged += pair_judged
-            report.pairing = {"strategy": settings.sweep.pairing, "rounds": outcome.rounds,
-                              "tests": outcome.tests, "good_partners": goods,
-                              "history": [[{"nodes": list(g), "passed": ok} for g, ok in r]
-                                          for r in outcome.history]}
+            report.pairing = {
+                "strategy": settings.sweep.pairing,
+                "rounds": outcome.rounds,
+                "tests": outcome.tests,
+                "good_partners": goods,
+                "history": [
+                    [{"nodes": list(g), "passed": ok} for g, ok in r] for r in outcome.history
+                ],
+            }
     report.judgements = judged
     report.verdicts = _verdicts(nodes, judged, outcome)
     _act(ops, report, options.release_passed)
     if settings.sweep.learn_baselines:
         passed = {v.node for v in report.verdicts if v.verdict == "pass"}
-        good = [j.measurement for j in judged if j.passed and set(j.measurement.nodes) <= (
-            passed | set(goods)) and not j.measurement.error]
-        learnt = baseline.learn(settings.store.root, good, sweep_id=report.sweep_id,
-                                keep=settings.sweep.baseline_history)
+        good = [
+            j.measurement
+            for j in judged
+            if j.passed
+            and set(j.measurement.nodes) <= (passed | set(goods))
+            and not j.measurement.error
+        ]
+        learnt = baseline.learn(
+            settings.store.root,
+            good,
+            sweep_id=report.sweep_id,
+            keep=settings.sweep.baseline_history,
+        )
         report.baselines_learnt = [b.key for b in learnt]
     report.finished = time.time()
     _write_results(report)
-    ops.record("sweep judged", nodes, reason=f"sweep {report.sweep_id}", evidence={
-        "sweep": report.sweep_id, "verdicts": {v.node: v.verdict for v in report.verdicts}})
+    ops.record(
+        "sweep judged",
+        nodes,
+        reason=f"sweep {report.sweep_id}",
+        evidence={
+            "sweep": report.sweep_id,
+            "verdicts": {v.node: v.verdict for v in report.verdicts},
+        },
+    )
 
 
 def _act(ops: NodeOps, report: SweepReport, release_passed: bool) -> None:
@@ -717,12 +920,20 @@ def _act(ops: NodeOps, report: SweepReport, release_passed: bool) -> None:
 
 
 def _write_results(report: SweepReport) -> None:
-    atomic_write(Path(report.directory) / baseline.RESULTS_FILE,
-                 json.dumps(report.as_dict(), indent=1, default=str) + "\n")
+    atomic_write(
+        Path(report.directory) / baseline.RESULTS_FILE,
+        json.dumps(report.as_dict(), indent=1, default=str) + "\n",
+    )
 
 
-def _plan(settings: Settings, ops: NodeOps, nodes: Sequence[str], kind: Kind,
-          goods: Sequence[str], duration: float) -> list[dict[str, Any]]:
+def _plan(
+    settings: Settings,
+    ops: NodeOps,
+    nodes: Sequence[str],
+    kind: Kind,
+    goods: Sequence[str],
+    duration: float,
+) -> list[dict[str, Any]]:
     """What a real run would submit (multi-node: the first round only; later ones depend on
     it), each job with the program and backend it would run (:mod:`.backend`)."""
     gpus = {n.name: backend.gres_gpus(n.gres) for n in ops.slurm.nodes()}
@@ -736,13 +947,24 @@ def _plan(settings: Settings, ops: NodeOps, nodes: Sequence[str], kind: Kind,
     if kind in ("single", "all"):
         for node in nodes:
             for sweep in names("single"):
-                planned.append({**job(sweep, [node]), "duration_s": duration,
-                                "reservation": f"{settings.quarantine.reservation_prefix}{node}"})
+                planned.append(
+                    {
+                        **job(sweep, [node]),
+                        "duration_s": duration,
+                        "reservation": f"{settings.quarantine.reservation_prefix}{node}",
+                    }
+                )
     if kind in ("multi", "all"):
         groups = pairing._chunks(list(nodes), settings.sweep.group_size)
         for g in groups:
             members = g if len(g) > 1 else [*g, *goods[: settings.sweep.partners]]
-            planned.append({**job("pairwise", members), "round": 1,
-                            "reservation": f"{settings.sweep.reservation_prefix}<sweep>_<n>",
-                            "strategy": settings.sweep.pairing, "good_partners": list(goods)})
+            planned.append(
+                {
+                    **job("pairwise", members),
+                    "round": 1,
+                    "reservation": f"{settings.sweep.reservation_prefix}<sweep>_<n>",
+                    "strategy": settings.sweep.pairing,
+                    "good_partners": list(goods),
+                }
+            )
     return planned

@@ -64,10 +64,13 @@ class Judgement:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            **self.measurement.as_dict(), "passed": self.passed, "evidence": self.evidence,
+            **self.measurement.as_dict(),
+            "passed": self.passed,
+            "evidence": self.evidence,
             "reference": self.reference.as_dict() if self.reference else None,
-            "attempt": self.attempt, "undetermined": self.undetermined,
-        }  # fmt: skip
+            "attempt": self.attempt,
+            "undetermined": self.undetermined,
+        }
 
 
 def fmt(value: float) -> str:
@@ -103,7 +106,8 @@ def floored(ref: Reference, conf: SweepReference | None) -> Reference:
 
 
 def references(
-    measurements: Iterable[Measurement], baselines: Mapping[str, float],
+    measurements: Iterable[Measurement],
+    baselines: Mapping[str, float],
     configured: Configured | None = None,
 ) -> dict[str, Reference]:
     """The reference of every key measured: a configured one, else its baseline, else the run's
@@ -121,15 +125,22 @@ def references(
             refs[key] = floored(Reference(baselines[key], "baseline"), conf)
         else:
             nodes = {n for m in group for n in m.nodes}
-            refs[key] = floored(Reference(
-                statistics.median(m.value for m in group), "fleet median",
-                f"no baseline, {len(group)} figure(s) from {len(nodes)} node(s)",
-            ), conf)  # fmt: skip
+            refs[key] = floored(
+                Reference(
+                    statistics.median(m.value for m in group),
+                    "fleet median",
+                    f"no baseline, {len(group)} figure(s) from {len(nodes)} node(s)",
+                ),
+                conf,
+            )
     return refs
 
 
 def judge(
-    m: Measurement, reference: Reference | None, tolerance: float, attempt: int = 1,
+    m: Measurement,
+    reference: Reference | None,
+    tolerance: float,
+    attempt: int = 1,
     upper: float | None = None,
 ) -> Judgement:
     """Pass when the figure is correct, at least ``tolerance`` x the reference and, with an
@@ -141,16 +152,19 @@ def judge(
         return Judgement(m, False, reference, f"{head}: {m.error}", attempt, undetermined=True)
     if reference is None:
         # Nothing comparable measured (every other figure of this key was wrong or missing).
-        return Judgement(m, True, None, f"{head} {fmt(m.value)} {m.metric} (no reference)",
-                         attempt)
+        return Judgement(m, True, None, f"{head} {fmt(m.value)} {m.metric} (no reference)", attempt)
     if upper is not None and m.value > (1 + upper) * reference.value:
-        return Judgement(m, False, reference, f"{head} {fmt(m.value)} {m.metric} > "
-                         f"{1 + upper:g} x {reference.describe()} (above the upper bound)",
-                         attempt)
+        return Judgement(
+            m,
+            False,
+            reference,
+            f"{head} {fmt(m.value)} {m.metric} > "
+            f"{1 + upper:g} x {reference.describe()} (above the upper bound)",
+            attempt,
+        )
     passed = m.value >= tolerance * reference.value
     sign = ">=" if passed else "<"
-    evidence = (f"{head} {fmt(m.value)} {m.metric} {sign} {tolerance:g} x "
-                f"{reference.describe()}")
+    evidence = f"{head} {fmt(m.value)} {m.metric} {sign} {tolerance:g} x {reference.describe()}"
     return Judgement(m, passed, reference, evidence, attempt)
 
 
@@ -166,6 +180,7 @@ def judge_all(
     for m in measurements:
         conf = configured_for(m.key, configured)
         tol = 1 + conf.lower if conf is not None and conf.lower is not None else tolerance
-        out.append(judge(m, refs.get(m.key), tol, attempt,
-                         conf.upper if conf is not None else None))
+        out.append(
+            judge(m, refs.get(m.key), tol, attempt, conf.upper if conf is not None else None)
+        )
     return out

@@ -57,8 +57,14 @@ class Outcome:
         return results
 
 
-def _isolate(outcome: Outcome, oracle: Oracle, unresolved: list[str], partners: list[str],
-             per_test: int, grow: bool) -> None:
+def _isolate(
+    outcome: Outcome,
+    oracle: Oracle,
+    unresolved: list[str],
+    partners: list[str],
+    per_test: int,
+    grow: bool,
+) -> None:
     """Test each unresolved node alone with ``per_test`` partners, as many per round as fit.
 
     With *grow*, suspects cleared on the way become partners too.
@@ -72,8 +78,12 @@ def _isolate(outcome: Outcome, oracle: Oracle, unresolved: list[str], partners: 
         width = max(1, len(pool) // per_test)
         batch, queue = queue[:width], queue[width:]
         take = min(per_test, len(pool))
-        groups = [(node, *pool[i * take:(i + 1) * take]) if (i + 1) * take <= len(pool)
-                  else (node, *pool[:take]) for i, node in enumerate(batch)]
+        groups = [
+            (node, *pool[i * take : (i + 1) * take])
+            if (i + 1) * take <= len(pool)
+            else (node, *pool[:take])
+            for i, node in enumerate(batch)
+        ]
         for group, ok in zip(groups, outcome.run_round(oracle, groups), strict=True):
             if ok is None:
                 outcome.undetermined.add(group[0])
@@ -86,14 +96,20 @@ def _isolate(outcome: Outcome, oracle: Oracle, unresolved: list[str], partners: 
 
 
 def _chunks(nodes: Sequence[str], size: int) -> list[list[str]]:
-    groups = [list(nodes[i:i + size]) for i in range(0, len(nodes), size)]
+    groups = [list(nodes[i : i + size]) for i in range(0, len(nodes), size)]
     if len(groups) > 1 and len(groups[-1]) == 1:
         groups[-2].extend(groups.pop())  # a lone suspect cannot all-reduce with itself
     return groups
 
 
-def _screen(outcome: Outcome, oracle: Oracle, suspects: Sequence[str], goods: Sequence[str],
-            size: int, per_test: int) -> list[str]:
+def _screen(
+    outcome: Outcome,
+    oracle: Oracle,
+    suspects: Sequence[str],
+    goods: Sequence[str],
+    size: int,
+    per_test: int,
+) -> list[str]:
     """Round 1: suspects in groups among themselves; returns the members of failed groups."""
     groups = _chunks(suspects, size)
     plan: list[Group] = []
@@ -119,8 +135,14 @@ def _screen(outcome: Outcome, oracle: Oracle, suspects: Sequence[str], goods: Se
     return failed
 
 
-def regroup(suspects: Sequence[str], goods: Sequence[str], oracle: Oracle, *,
-            group_size: int = 2, partners: int = 1) -> Outcome:
+def regroup(
+    suspects: Sequence[str],
+    goods: Sequence[str],
+    oracle: Oracle,
+    *,
+    group_size: int = 2,
+    partners: int = 1,
+) -> Outcome:
     outcome = Outcome()
     failed = _screen(outcome, oracle, suspects, goods, max(2, group_size), partners)
     cleared = [n for n in suspects if n in outcome.cleared]
@@ -128,37 +150,58 @@ def regroup(suspects: Sequence[str], goods: Sequence[str], oracle: Oracle, *,
     return outcome
 
 
-def two_round(suspects: Sequence[str], goods: Sequence[str], oracle: Oracle, *,
-              group_size: int = 2, partners: int = 1) -> Outcome:
+def two_round(
+    suspects: Sequence[str],
+    goods: Sequence[str],
+    oracle: Oracle,
+    *,
+    group_size: int = 2,
+    partners: int = 1,
+) -> Outcome:
     outcome = Outcome()
     failed = _screen(outcome, oracle, suspects, goods, 2, partners)
     _isolate(outcome, oracle, failed, list(goods), partners, grow=False)
     return outcome
 
 
-def one_vs_good(suspects: Sequence[str], goods: Sequence[str], oracle: Oracle, *,
-                group_size: int = 2, partners: int = 1) -> Outcome:
+def one_vs_good(
+    suspects: Sequence[str],
+    goods: Sequence[str],
+    oracle: Oracle,
+    *,
+    group_size: int = 2,
+    partners: int = 1,
+) -> Outcome:
     outcome = Outcome()
     _isolate(outcome, oracle, list(suspects), list(goods), partners, grow=False)
     return outcome
 
 
 STRATEGIES: dict[str, Callable[..., Outcome]] = {
-    "regroup": regroup, "two_round": two_round, "one_vs_good": one_vs_good,
-}  # fmt: skip
+    "regroup": regroup,
+    "two_round": two_round,
+    "one_vs_good": one_vs_good,
+}
 
 
-def find_bad(strategy: str, suspects: Sequence[str], goods: Sequence[str], oracle: Oracle, *,
-             group_size: int = 2, partners: int = 1) -> Outcome:
+def find_bad(
+    strategy: str,
+    suspects: Sequence[str],
+    goods: Sequence[str],
+    oracle: Oracle,
+    *,
+    group_size: int = 2,
+    partners: int = 1,
+) -> Outcome:
     """Run *strategy* over *suspects* with *goods* as known-good partners."""
     if len(set(suspects)) != len(suspects) or set(suspects) & set(goods):
         raise ValueError("suspects must be distinct and not among the good nodes")
-    return STRATEGIES[strategy](suspects, goods, oracle, group_size=group_size,
-                                partners=partners)
+    return STRATEGIES[strategy](suspects, goods, oracle, group_size=group_size, partners=partners)
 
 
-def simulated_oracle(bad: set[str], *, noise: float = 0.0, rng: random.Random | None = None,
-                     repeat: int = 1) -> Oracle:
+def simulated_oracle(
+    bad: set[str], *, noise: float = 0.0, rng: random.Random | None = None, repeat: int = 1
+) -> Oracle:
     """Groups fail when they hold a bad node; *noise* flips a healthy group's result at random.
 
     *repeat*: a failing group is rerun this many times and fails only if it fails every
@@ -177,13 +220,23 @@ def simulated_oracle(bad: set[str], *, noise: float = 0.0, rng: random.Random | 
     return oracle
 
 
-def simulate(strategy: str, n_suspects: int, bad: int, goods: int, *, partners: int = 1,
-             group_size: int = 2, noise: float = 0.0, seed: int = 0) -> tuple[Outcome, set[str]]:
+def simulate(
+    strategy: str,
+    n_suspects: int,
+    bad: int,
+    goods: int,
+    *,
+    partners: int = 1,
+    group_size: int = 2,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> tuple[Outcome, set[str]]:
     """One simulated run: *bad* of *n_suspects* suspects are bad; returns outcome and truth."""
     rng = random.Random(seed)
     suspects = [f"s{i:04d}" for i in range(n_suspects)]
     truth = set(rng.sample(suspects, bad))
     good_nodes = [f"g{i:03d}" for i in range(goods)]
     oracle = simulated_oracle(truth, noise=noise, rng=rng)
-    return find_bad(strategy, suspects, good_nodes, oracle, group_size=group_size,
-                    partners=partners), truth
+    return find_bad(
+        strategy, suspects, good_nodes, oracle, group_size=group_size, partners=partners
+    ), truth

@@ -60,9 +60,13 @@ class QualifyReport:
         return self.sweep is not None and self.sweep.failed
 
     def as_dict(self) -> dict[str, Any]:
-        return {"returned": self.returned, "sampled": self.sampled, "deferred": self.deferred,
-                "dry_run": self.dry_run,
-                "sweep": self.sweep.as_dict() if self.sweep is not None else None}
+        return {
+            "returned": self.returned,
+            "sampled": self.sampled,
+            "deferred": self.deferred,
+            "dry_run": self.dry_run,
+            "sweep": self.sweep.as_dict() if self.sweep is not None else None,
+        }
 
 
 def state_path(root: Path) -> Path:
@@ -72,9 +76,11 @@ def state_path(root: Path) -> Path:
 def load_state(root: Path) -> QualifyState:
     try:
         data = json.loads(state_path(root).read_text(encoding="utf-8"))
-        return QualifyState([str(n) for n in data.get("held", [])],
-                            [str(n) for n in data.get("returned", [])],
-                            {str(k): float(v) for k, v in data.get("last_swept", {}).items()})
+        return QualifyState(
+            [str(n) for n in data.get("held", [])],
+            [str(n) for n in data.get("returned", [])],
+            {str(k): float(v) for k, v in data.get("last_swept", {}).items()},
+        )
     except FileNotFoundError:
         return QualifyState()
     except (OSError, ValueError, TypeError, AttributeError) as exc:
@@ -94,27 +100,46 @@ def returned_from_repair(state: QualifyState, statuses: Sequence[NodeStatus]) ->
     """The state after this look: who is held by someone else now, who came back from it."""
     now = {s.name: s.owner for s in statuses}
     held = sorted(n for n, owner in now.items() if owner == "held by someone else")
-    back = [n for n in [*state.returned, *state.held]
-            if now.get(n) == "in service" and n not in held]
+    back = [
+        n for n in [*state.returned, *state.held] if now.get(n) == "in service" and n not in held
+    ]
     return QualifyState(held, list(dict.fromkeys(back)), dict(state.last_swept))
 
 
-def sample(settings: Settings, state: QualifyState, statuses: Sequence[NodeStatus],
-           exclude: Sequence[str], now: float) -> list[str]:
+def sample(
+    settings: Settings,
+    state: QualifyState,
+    statuses: Sequence[NodeStatus],
+    exclude: Sequence[str],
+    now: float,
+) -> list[str]:
     """Idle in-service nodes due for a qualification sweep, those swept longest ago first."""
     cfg = settings.sweep
     if cfg.qualify_sample <= 0:
         return []
-    due = [s.name for s in statuses if s.owner == "in service" and s.slurm_state == "idle"
-           and s.name not in exclude and s.name not in cfg.good_nodes
-           and now - state.last_swept.get(s.name, 0.0) >= cfg.qualify_interval_s]
+    due = [
+        s.name
+        for s in statuses
+        if s.owner == "in service"
+        and s.slurm_state == "idle"
+        and s.name not in exclude
+        and s.name not in cfg.good_nodes
+        and now - state.last_swept.get(s.name, 0.0) >= cfg.qualify_interval_s
+    ]
     due.sort(key=lambda n: state.last_swept.get(n, 0.0))
     return due[: cfg.qualify_sample]
 
 
-def qualify(settings: Settings, *, ops: NodeOps | None = None, dry_run: bool = False,
-            kind: Kind = "all", duration_s: float | None = None,
-            progress: Progress = lambda _msg: None, now: float | None = None) -> QualifyReport:
+def qualify(
+    settings: Settings,
+    *,
+    ops: NodeOps | None = None,
+    dry_run: bool = False,
+    kind: Kind = "all",
+    duration_s: float | None = None,
+    progress: Progress = lambda _msg: None,
+    now: float | None = None,
+) -> QualifyReport:
     """One qualification pass: sweep the nodes back from repair and the sample that is due."""
     ops = ops or NodeOps(settings)
     root = settings.store.root
@@ -131,13 +156,17 @@ def qualify(settings: Settings, *, ops: NodeOps | None = None, dry_run: bool = F
     report = QualifyReport(state.returned, [n for n in sampled if n in chosen], deferred, dry)
     if chosen:
         progress(f"qualify: sweeping {', '.join(chosen)}")
-        report.sweep = run_sweep(settings, chosen, SweepOptions(kind, duration_s, dry),
-                                 ops=ops, progress=progress)
+        report.sweep = run_sweep(
+            settings, chosen, SweepOptions(kind, duration_s, dry), ops=ops, progress=progress
+        )
     if not dry:
         # An undetermined node stays quarantined (neither drained nor released) and is not
         # counted as qualified: a later sample sweeps it again once an operator releases it.
-        unmeasured = {v.node for v in report.sweep.verdicts
-                      if v.verdict == "undetermined"} if report.sweep else set()
+        unmeasured = (
+            {v.node for v in report.sweep.verdicts if v.verdict == "undetermined"}
+            if report.sweep
+            else set()
+        )
         state.returned = [n for n in state.returned if n not in chosen]
         state.last_swept.update({n: when for n in chosen if n not in unmeasured})
         save_state(root, state)

@@ -35,19 +35,30 @@ class Measurement:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "sweep": self.sweep, "nodes": list(self.nodes), "unit": self.unit,
-            "metric": self.metric, "value": self.value, "key": self.key, "wrong": self.wrong,
-            "error": self.error, "detail": self.detail,
-        }  # fmt: skip
+            "sweep": self.sweep,
+            "nodes": list(self.nodes),
+            "unit": self.unit,
+            "metric": self.metric,
+            "value": self.value,
+            "key": self.key,
+            "wrong": self.wrong,
+            "error": self.error,
+            "detail": self.detail,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Measurement:
         return cls(
-            sweep=str(data["sweep"]), nodes=tuple(data["nodes"]), unit=str(data["unit"]),
-            metric=str(data["metric"]), value=float(data["value"]), key=str(data["key"]),
-            wrong=int(data.get("wrong", 0)), error=str(data.get("error", "")),
+            sweep=str(data["sweep"]),
+            nodes=tuple(data["nodes"]),
+            unit=str(data["unit"]),
+            metric=str(data["metric"]),
+            value=float(data["value"]),
+            key=str(data["key"]),
+            wrong=int(data.get("wrong", 0)),
+            error=str(data.get("error", "")),
             detail=dict(data.get("detail", {})),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -83,10 +94,13 @@ class JobSpec:
             env={**self.env, "GUARDCTL_SWEEP_OUT": str(self.out_dir)},
             # Not requeued after a node failure: the job ends NODE_FAIL and the sweep says so,
             # rather than waiting, pending on a dead node, for its timeout.
-            extra=(f"--error={self.out_dir / (self.tag + '.err')}", "--no-requeue",
-                   *self._gpus(), *extra),
+            extra=(
+                f"--error={self.out_dir / (self.tag + '.err')}",
+                "--no-requeue",
+                *self._gpus(),
+                *extra,
+            ),
         )
-
 
     def _gpus(self) -> tuple[str, ...]:
         # Where GPUs are gres, a job that does not ask for them cannot see them.

@@ -111,8 +111,9 @@ class Layout:
         parts = [f"tables={','.join(self.tables)}"]
         for kind, kl in self.kinds.items():
             strings = [f"{c}<{TABLE_OF[c]}:{'+'.join(kl.sources[c])}" for c in kl.strings]
-            parts.append(f"{kind}:f={','.join(kl.floats)};i={','.join(kl.ints)};"
-                         f"s={','.join(strings)}")  # fmt: skip
+            parts.append(
+                f"{kind}:f={','.join(kl.floats)};i={','.join(kl.ints)};s={','.join(strings)}"
+            )
         return "\n".join(parts)
 
     @cached_property

@@ -123,8 +123,9 @@ class ShardDataset(IterableDataset[tuple[Any, Shard, bool]]):
         client = _client(self.client_options)
         held: dict[int, Shard] = {}
         stop = threading.Event()
-        renewer = threading.Thread(target=self._renew, args=(client, held, stop), daemon=True,
-                                   name="guardctl-dds-renew")  # fmt: skip
+        renewer = threading.Thread(
+            target=self._renew, args=(client, held, stop), daemon=True, name="guardctl-dds-renew"
+        )
         renewer.start()
         try:
             for batch, shard, last in loader if loader is not None else self:
@@ -216,4 +217,3 @@ class StepSampler(Sampler[list[int]]):
 def _probe_compute_s() -> float | None:
     last = probe.last()
     return last.compute_s if last is not None else None
-

@@ -61,9 +61,13 @@ class ProbeCallback(Callback):
         self._open.__enter__()
 
     def on_train_batch_end(
-        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        outputs: Any,
+        batch: Any,
         batch_idx: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         opened, self._open = self._open, None
         if opened is not None:
             opened.__exit__(None, None, None)

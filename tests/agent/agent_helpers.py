@@ -36,8 +36,9 @@ def load_tool(name: str) -> ModuleType:
 
 def settings(**changes: object) -> AgentSettings:
     """Agent settings for tests: recorded IB tree, no status file unless asked."""
-    base = AgentSettings(interval_s=1.0, sysfs_root=str(SYSFS_IB2), status_file="",
-                         collector_timeout_s=2.0)
+    base = AgentSettings(
+        interval_s=1.0, sysfs_root=str(SYSFS_IB2), status_file="", collector_timeout_s=2.0
+    )
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 

@@ -45,7 +45,10 @@ def test_one_sample_writes_every_collector(tmp_path: Path, fake_nvml: FakeNvml) 
     assert {r["ts"] for r in result.records} == {TS}
     health_records = [r for r in result.records if r["kind"] == "agent"]
     assert [(r["collector"], r["state"], r["ok"], r["error"]) for r in health_records] == [
-        ("nvml", "ok", True, ""), ("host", "ok", True, ""), ("infiniband", "ok", True, "")]
+        ("nvml", "ok", True, ""),
+        ("host", "ok", True, ""),
+        ("infiniband", "ok", True, ""),
+    ]
     assert all(r["duration_s"] > 0 for r in health_records)
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert [c["state"] for c in status["collectors"]] == ["ok", "ok", "ok"]
@@ -62,8 +65,11 @@ def test_hourly_rotation(tmp_path: Path, fake_nvml: FakeNvml) -> None:
     files = sorted(p.name for p in (tmp_path / "telemetry" / "n1").iterdir())
     # each hour's file with its column mirror (guardctl.telemetry.mirror)
     assert files == [
-        "20261130T12.cols", "20261130T12.jsonl", "20261130T13.cols", "20261130T13.jsonl"
-    ]  # fmt: skip
+        "20261130T12.cols",
+        "20261130T12.jsonl",
+        "20261130T13.cols",
+        "20261130T13.jsonl",
+    ]
     frame = read_frame(tmp_path / "telemetry")
     assert frame.count("host") == 2 and frame.files == 2
 

@@ -35,7 +35,8 @@ def test_agreeing_readings_pass() -> None:
     smi = tool.parse_smi(SMI, 1000.2) + tool.parse_smi(SMI, 1001.3)
     rows = tool.compare(tool.pair(smi, records))
     assert {(r["gpu"], r["field"]) for r in rows} == {
-        (g, f.agent) for g in (0, 5) for f in tool.FIELDS}
+        (g, f.agent) for g in (0, 5) for f in tool.FIELDS
+    }
     assert all(r["ok"] and r["pairs"] == 2 for r in rows), rows
 
 

@@ -77,13 +77,17 @@ def _store(root: Path, fake_nvml: FakeNvml) -> Path:
     cpu_only = Agent(settings(), root, "cpu01")
     nvml_only = Agent(settings(collectors=("nvml",)), root, "gpu09")
     stops = Agent(settings(), root, "gpu08")
-    _fleet(root, fake_nvml, {
-        # restarted near the end, and the driver is gone
-        "gpu07": lambda i: (before, False) if i < SAMPLES - 8 else (after, True),
-        "cpu01": lambda i: (cpu_only, True),  # never had NVML: not a failure
-        "gpu09": lambda i: (nvml_only, True),  # its only collector cannot run: health alone
-        "gpu08": lambda i: (stops if i < SAMPLES - 14 else None, False),  # goes silent
-    })  # fmt: skip
+    _fleet(
+        root,
+        fake_nvml,
+        {
+            # restarted near the end, and the driver is gone
+            "gpu07": lambda i: (before, False) if i < SAMPLES - 8 else (after, True),
+            "cpu01": lambda i: (cpu_only, True),  # never had NVML: not a failure
+            "gpu09": lambda i: (nvml_only, True),  # its only collector cannot run: health alone
+            "gpu08": lambda i: (stops if i < SAMPLES - 14 else None, False),  # goes silent
+        },
+    )
     return root
 
 
@@ -92,9 +96,13 @@ def test_a_failing_collector_is_the_reason_not_too_little_data(store: Path) -> N
     verdicts = {n.node: (n.verdict, n.reasons) for n in result.nodes}
     assert {verdicts[n][0] for n in HEALTHY} == {"healthy"}
     assert verdicts["gpu07"] == (
-        "unknown", ("collector nvml failing: no NVIDIA driver (libnvidia-ml not found)",))
+        "unknown",
+        ("collector nvml failing: no NVIDIA driver (libnvidia-ml not found)",),
+    )
     assert verdicts["gpu09"] == (
-        "unknown", ("collector nvml failing: no NVIDIA driver (libnvidia-ml not found)",))
+        "unknown",
+        ("collector nvml failing: no NVIDIA driver (libnvidia-ml not found)",),
+    )
     assert verdicts["cpu01"] == ("healthy", ())  # host and InfiniBand data, and no GPUs
     assert verdicts["gpu08"] == ("unknown", ("too little data in the newest window",))
 
@@ -117,8 +125,10 @@ def test_health_records_are_schema_v1(store: Path) -> None:
 def test_export_has_each_collector_s_success_and_duration(store: Path, tmp_path: Path) -> None:
     out = tmp_path / "textfile" / "guardctl.prom"
     out.parent.mkdir()
-    res = CliRunner().invoke(main, ["--set", "analyze.window_s=60", "export", "--prometheus",
-                                    str(out), "--input", str(store)])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        ["--set", "analyze.window_s=60", "export", "--prometheus", str(out), "--input", str(store)],
+    )
     assert res.exit_code == 0, res.output
     families = {f.name: f for f in text_string_to_metric_families(out.read_text())}
     success = {

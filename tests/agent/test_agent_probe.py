@@ -36,8 +36,14 @@ def slurm_env(**extra: str) -> dict[str, str]:
 
 def test_the_probe_takes_torchruns_rank_over_slurms(tmp_path: Path) -> None:
     # srun ... torchrun: Slurm's task is the node's torchrun; RANK is the process's rank.
-    env = {"SLURM_JOB_ID": "77", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "RANK": "3",
-           "WORLD_SIZE": "4", "SLURMD_NODENAME": "node3"}  # fmt: skip
+    env = {
+        "SLURM_JOB_ID": "77",
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "2",
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "SLURMD_NODENAME": "node3",
+    }
     p = probe.Probe(identity.from_env(env), tmp_path)
     assert (p.job, p.who.rank, p.who.node) == ("77", 3, "node3")
     local = probe.Probe(identity.from_env({"RANK": "9", "WORLD_SIZE": "10"}), tmp_path)
@@ -127,7 +133,10 @@ def test_written_at_exit_from_the_environment(tmp_path: Path) -> None:
                 probe.comm_begin()
     """)
     env = slurm_env(
-        GUARDCTL_STORE=str(tmp_path), SLURM_JOB_ID="5150", SLURM_PROCID="3", SLURM_NTASKS="4",
+        GUARDCTL_STORE=str(tmp_path),
+        SLURM_JOB_ID="5150",
+        SLURM_PROCID="3",
+        SLURM_NTASKS="4",
         SLURMD_NODENAME="node4",
     )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
@@ -181,8 +190,13 @@ def test_a_rank_that_uses_the_probe_loads_neither_the_analyzer_nor_numpy(tmp_pat
         print(",".join(heavy) or "none")
     """)
     repo = str(Path(__file__).resolve().parents[2])  # this checkout's guardctl
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": repo})
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": repo},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "none"
     from guardctl.analyze import mirrors

@@ -39,8 +39,16 @@ def test_probe_in_a_two_node_job(lab: Any) -> None:
         f"export GUARDCTL_STORE={shlex.quote(str(store))}\n"
         f"srun {shlex.quote(job_python())} -c {shlex.quote(TRAIN)}\n"
     )
-    job = lab.submit(script, "-N2", "--ntasks=2", "--ntasks-per-node=1", "--time=2",
-                     "-o", str(work / "slurm-%j.out"), as_user=work)  # fmt: skip
+    job = lab.submit(
+        script,
+        "-N2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--time=2",
+        "-o",
+        str(work / "slurm-%j.out"),
+        as_user=work,
+    )
     info = lab.wait_job(job, timeout=90)
     output = (work / f"slurm-{job}.out").read_text(errors="replace")
     assert info["JobState"] == "COMPLETED", f"{info}\n{output}"

@@ -22,14 +22,26 @@ from guardctl import store as shared_store
 from guardctl.telemetry.schema import read_path
 
 
-def agent_argv(store: Path, status: Path | str = "", sysfs: Path = SYSFS_IB8,
-               *extra: str) -> list[str]:
+def agent_argv(
+    store: Path, status: Path | str = "", sysfs: Path = SYSFS_IB8, *extra: str
+) -> list[str]:
     shared_store.init(store)  # what the administrator does once, with the store mounted
     return [
-        sys.executable, "-m", "guardctl",
-        "--set", f"agent.sysfs_root={sysfs}",
-        "--set", f'agent.status_file="{status}"', "--set", "agent.status_every=1",
-        "agent", "--store", str(store), "--node", "node1", *extra,
+        sys.executable,
+        "-m",
+        "guardctl",
+        "--set",
+        f"agent.sysfs_root={sysfs}",
+        "--set",
+        f'agent.status_file="{status}"',
+        "--set",
+        "agent.status_every=1",
+        "agent",
+        "--store",
+        str(store),
+        "--node",
+        "node1",
+        *extra,
     ]
 
 
@@ -38,13 +50,19 @@ def env() -> dict[str, str]:
 
 
 def start(argv: list[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(argv, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return subprocess.Popen(
+        argv, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_once_json_reports_each_collector(tmp_path: Path) -> None:
-    proc = subprocess.run(agent_argv(tmp_path, "", SYSFS_IB2, "--once", "--json"),
-                          env=env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        agent_argv(tmp_path, "", SYSFS_IB2, "--once", "--json"),
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     status = json.loads(proc.stdout)
     by_name = {c["name"]: c for c in status["collectors"]}
@@ -62,8 +80,13 @@ def test_once_json_reports_each_collector(tmp_path: Path) -> None:
     [(["--interval", "0.5"], "between 1 and 10"), (["--json"], "--json needs --once")],
 )
 def test_bad_options_are_one_line_exit_2(tmp_path: Path, extra: list[str], message: str) -> None:
-    proc = subprocess.run(agent_argv(tmp_path, "", SYSFS_IB2, *extra), env=env(),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        agent_argv(tmp_path, "", SYSFS_IB2, *extra),
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("guardctl: error:") and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -143,8 +166,11 @@ def _bytes_in(store: Path) -> int:
 @contextlib.contextmanager
 def small_tmpfs(where: Path, size: str = "64k") -> Iterator[Path]:
     where.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:

@@ -53,8 +53,11 @@ def _spoil(record: dict[str, Any], how: int, draw: st.DrawFn) -> str:
         return text[: draw(st.integers(1, len(text) - 1))]  # cut short mid-line
     # No lone surrogates: they cannot be written as UTF-8 (the bytes test covers bad UTF-8).
     chars = st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",))
-    return draw(st.text(alphabet=chars, min_size=1)
-                .filter(lambda s: s.strip() != "" and not s.strip().startswith("{")))
+    return draw(
+        st.text(alphabet=chars, min_size=1).filter(
+            lambda s: s.strip() != "" and not s.strip().startswith("{")
+        )
+    )
 
 
 @st.composite
@@ -62,8 +65,10 @@ def bad_line(draw: st.DrawFn) -> str:
     return _spoil(draw(good_record()), draw(st.integers(0, 4)), draw)
 
 
-LINES = st.lists(st.one_of(good_record().map(lambda r: (True, r)),
-                           bad_line().map(lambda s: (False, s))), max_size=40)
+LINES = st.lists(
+    st.one_of(good_record().map(lambda r: (True, r)), bad_line().map(lambda s: (False, s))),
+    max_size=40,
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -20,8 +20,13 @@ NOW = 1_796_043_600.0  # 2026-11-30T13:00:00Z
 
 def guardctl(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDCTL_")}
-    return subprocess.run([sys.executable, "-m", "guardctl", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "guardctl", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def write(path: Path, lines: list[str], tail: str = "") -> Path:
@@ -60,8 +65,14 @@ def test_check_counts_bad_lines_per_reason_exits_1(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert report["good_total"] == 3
-    assert report["bad"] == {"not_finite": 1, "unknown_kind": 1, "unknown_version": 1,
-                             "wrong_type": 1, "not_json": 1, "truncated": 1}
+    assert report["bad"] == {
+        "not_finite": 1,
+        "unknown_kind": 1,
+        "unknown_version": 1,
+        "wrong_type": 1,
+        "not_json": 1,
+        "truncated": 1,
+    }
     assert report["bad_files"] == {str(path): report["bad"]}
     table = guardctl("store", "check", str(path))
     assert table.returncode == 1 and "9 lines, 3 good, 6 bad" in table.stdout
@@ -115,8 +126,9 @@ def test_prune_cli_dry_run_and_json(tmp_path: Path) -> None:
     files = fill_store(tmp_path)
     old = files["old_step"]
     os.utime(old, (time.time(), time.time()))  # mtime does not matter: the hour in the name does
-    proc = guardctl("store", "prune", "--store", str(tmp_path), "--older-than", "7d",
-                    "--dry-run", "--json")
+    proc = guardctl(
+        "store", "prune", "--store", str(tmp_path), "--older-than", "7d", "--dry-run", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["dry_run"] and str(old) in report["files"] and old.exists()

@@ -65,8 +65,9 @@ def test_failed_fsync_is_cut_back(tmp_path: Path) -> None:
     assert path.read_bytes() == b""
 
 
-def store(tmp_path: Path, capacity: int, disk: Disk, caplog: pytest.LogCaptureFixture
-          ) -> BufferedStore:
+def store(
+    tmp_path: Path, capacity: int, disk: Disk, caplog: pytest.LogCaptureFixture
+) -> BufferedStore:
     caplog.set_level(logging.INFO, logger="test.store")
     return BufferedStore(capacity, logging.getLogger("test.store"), LineWriter(write=disk.write))
 
@@ -96,8 +97,7 @@ def test_outage_buffers_then_writes_in_order(
     assert "writable again" in messages[1] and "0 records dropped" in messages[1]
 
 
-def test_overflow_drops_oldest_and_counts(tmp_path: Path, caplog: pytest.LogCaptureFixture
-                                          ) -> None:
+def test_overflow_drops_oldest_and_counts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     disk = Disk()
     buffered = store(tmp_path, 4, disk, caplog)
     path = tmp_path / "x.jsonl"
@@ -111,8 +111,9 @@ def test_overflow_drops_oldest_and_counts(tmp_path: Path, caplog: pytest.LogCapt
     assert "6 records dropped" in caplog.records[-1].getMessage()
 
 
-def test_backlog_across_hours_goes_to_each_hour_file(tmp_path: Path,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_backlog_across_hours_goes_to_each_hour_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     disk = Disk()
     buffered = store(tmp_path, 100, disk, caplog)
     disk.error = errno.EROFS

@@ -121,23 +121,30 @@ def marks_and_wall(tool: Any, store: Path, rig: Rig, timer: Timer) -> list[dict[
     one.flush()
     records = tool.step_records(store, "truth")
     rows: list[dict[str, Any]] = tool.compare(
-        "marks", marks, records, ("step_s", "compute_s", "comm_s"), tool.EVENT_TOL)
+        "marks", marks, records, ("step_s", "compute_s", "comm_s"), tool.EVENT_TOL
+    )
     return rows + tool.compare("wall", wall, records, ("step_s",), tool.WALL_TOL)
 
 
-def test_a_right_probe_agrees_with_the_events_and_the_host_clock(tool: Any, stream: Stream,
-                                                                 tmp_path: Path) -> None:
+def test_a_right_probe_agrees_with_the_events_and_the_host_clock(
+    tool: Any, stream: Stream, tmp_path: Path
+) -> None:
     rows = marks_and_wall(tool, tmp_path, Rig(stream), Timer(stream))
     assert [(r["check"], r["field"]) for r in rows] == [
-        ("marks", "step_s"), ("marks", "compute_s"), ("marks", "comm_s"), ("wall", "step_s")]
+        ("marks", "step_s"),
+        ("marks", "compute_s"),
+        ("marks", "comm_s"),
+        ("wall", "step_s"),
+    ]
     assert all(r["ok"] and r["steps"] == 8 for r in rows), rows
     marks = {r["field"]: r for r in rows if r["check"] == "marks"}
     assert marks["compute_s"]["truth_ms"] == pytest.approx(1e3 * COMPUTE_S)
     assert marks["comm_s"]["probe_ms"] == pytest.approx(1e3 * GATHER_S)
 
 
-def test_an_event_clock_off_the_hosts_fails_the_wall_check(tool: Any, stream: Stream,
-                                                            tmp_path: Path) -> None:
+def test_an_event_clock_off_the_hosts_fails_the_wall_check(
+    tool: Any, stream: Stream, tmp_path: Path
+) -> None:
     stream.rate = 1.1  # event durations read 10% long
     rows = marks_and_wall(tool, tmp_path, Rig(stream), Timer(stream))
     # The checker's events share the probe's clock, so only the host's clock can tell.
@@ -151,8 +158,9 @@ def test_a_lost_step_record_fails_the_check(tool: Any) -> None:
     assert rows[0]["steps"] == 2 and rows[0]["agree"] == 1.0 and not rows[0]["ok"]
 
 
-def test_the_loop_runs_ahead_of_the_gpu_unless_the_probe_waits(tool: Any, stream: Stream,
-                                                                tmp_path: Path) -> None:
+def test_the_loop_runs_ahead_of_the_gpu_unless_the_probe_waits(
+    tool: Any, stream: Stream, tmp_path: Path
+) -> None:
     rig = Rig(stream)
     ahead = tool.no_wait(rig, rank_probe(tmp_path, Timer(stream)), 10, 0)
     held = tool.no_wait(rig, rank_probe(tmp_path / "held", Timer(stream, waits=True)), 10, 0)

@@ -49,8 +49,7 @@ def run_as_nobody(root: Path, err: Path, flushes: int = 3) -> int:
             os.setgid(NOBODY)
             os.setuid(NOBODY)
             os.umask(0o077)
-            rank = probe.Probe(identity.Identity("77", 0, 1, 0, "node1"), root,
-                               flush_interval_s=60)  # fmt: skip
+            rank = probe.Probe(identity.Identity("77", 0, 1, 0, "node1"), root, flush_interval_s=60)
             for _ in range(4):
                 with rank.step():
                     rank.comm_begin()
@@ -72,9 +71,16 @@ def test_init_lays_out_the_directories_with_their_modes(shared: Path) -> None:
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in root.iterdir() if p.is_dir()}
     assert modes == {
-        "steps": 0o1777, "dds": 0o1777, "telemetry": 0o755, "actions": 0o755, "control": 0o755,
-        "clocks": 0o755, "sweeps": 0o755, "baselines": 0o755, "cache": 0o755,
-    }  # fmt: skip
+        "steps": 0o1777,
+        "dds": 0o1777,
+        "telemetry": 0o755,
+        "actions": 0o755,
+        "control": 0o755,
+        "clocks": 0o755,
+        "sweeps": 0o755,
+        "baselines": 0o755,
+        "cache": 0o755,
+    }
     assert stat.S_IMODE(root.stat().st_mode) == 0o755
     assert (root / store.MARKER).is_file()
     (root / "steps").chmod(0o755)  # as a store made before: run again, init repairs it

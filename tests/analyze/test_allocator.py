@@ -36,8 +36,13 @@ print(json.dumps({"took": took, "made": made, "freed": freed, "faults": faults})
 
 
 def _probe(mode: str, hold: int = 0, again: int = 200) -> dict[str, int | bool | None]:
-    out = subprocess.run([sys.executable, "-c", _PROBE, mode, str(hold), str(again)],
-                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, mode, str(hold), str(again)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 

@@ -55,19 +55,41 @@ def _same_as_parsed(root: Path) -> Frame:
 
 def _gpu_line(node: str, ts: float, gpu: int, clock: int = 1980) -> str:
     rec = schema.make_record(
-        "gpu", node, ts, gpu=gpu, sm_clock_mhz=clock, power_w=600.5, power_limit_w=700.0,
-        temp_c=65.0, util_pct=99, clock_event_reasons=0, ecc_sbe_volatile=0,
-        ecc_dbe_volatile=0, pcie_replay=0, nvlink_crc_errors=0, xid=None,
-    )  # fmt: skip
+        "gpu",
+        node,
+        ts,
+        gpu=gpu,
+        sm_clock_mhz=clock,
+        power_w=600.5,
+        power_limit_w=700.0,
+        temp_c=65.0,
+        util_pct=99,
+        clock_event_reasons=0,
+        ecc_sbe_volatile=0,
+        ecc_dbe_volatile=0,
+        pcie_replay=0,
+        nvlink_crc_errors=0,
+        xid=None,
+    )
     return schema.dumps(rec)
 
 
 def _nic_line(node: str, ts: float, port: int) -> str:
     rec = schema.make_record(
-        "nic", node, ts, device="mlx5_0", port=port, state="ACTIVE", rate_gbps=400.0,
-        symbol_errors=0, link_error_recovery=0, link_downed=0, rcv_errors=0,
-        xmit_wait=10 * port, xmit_bytes=2**40 + port,
-    )  # fmt: skip
+        "nic",
+        node,
+        ts,
+        device="mlx5_0",
+        port=port,
+        state="ACTIVE",
+        rate_gbps=400.0,
+        symbol_errors=0,
+        link_error_recovery=0,
+        link_downed=0,
+        rcv_errors=0,
+        xmit_wait=10 * port,
+        xmit_bytes=2**40 + port,
+    )
     return schema.dumps(rec)
 
 
@@ -274,8 +296,10 @@ def test_store_check_verifies_mirrors_against_their_files(tmp_path: Path) -> Non
     assert report.mirror_differs == [str(path)]
     proc = subprocess.run(
         [sys.executable, "-m", "guardctl", "store", "check", str(tmp_path)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1 and f"mirror differs from its file: {path}" in proc.stdout
 
 
@@ -413,15 +437,25 @@ def test_mirror_of_the_first_format_is_ignored_then_rebuilt(tmp_path: Path) -> N
 def test_agent_health_records_are_mirrored(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
     health = [
-        schema.make_record("agent", "gn01", T0, collector="nvml", state="error", ok=False,
-                           duration_s=0.0021, error="NVMLError_Unknown: Unknown Error"),
-        schema.make_record("agent", "gn01", T0, collector="host", state="ok", ok=True,
-                           duration_s=0.1, error=""),
+        schema.make_record(
+            "agent",
+            "gn01",
+            T0,
+            collector="nvml",
+            state="error",
+            ok=False,
+            duration_s=0.0021,
+            error="NVMLError_Unknown: Unknown Error",
+        ),
+        schema.make_record(
+            "agent", "gn01", T0, collector="host", state="ok", ok=True, duration_s=0.1, error=""
+        ),
         schema.make_record("agent", "gn01", T0, collector="infiniband", ok=True),
-    ]  # fmt: skip
+    ]
     writer = LineWriter(mirror=mirror_format.Mirror())
-    writer.append(path, _sample("gn01", T0) + "".join(schema.dumps(r) + "\n" for r in health)
-                  .encode())  # fmt: skip
+    writer.append(
+        path, _sample("gn01", T0) + "".join(schema.dumps(r) + "\n" for r in health).encode()
+    )
     writer.close()
     assert mirrors.verify(path) == "whole"
     frame = _same_as_parsed(tmp_path)
@@ -429,7 +463,10 @@ def test_agent_health_records_are_mirrored(tmp_path: Path) -> None:
     assert [frame.collectors[i] for i in agent["collector"]] == ["nvml", "host", "infiniband"]
     assert agent["ok"].tolist() == [0, 1, 1]
     assert [frame.errors[i] if i >= 0 else None for i in agent["error"]] == [
-        "NVMLError_Unknown: Unknown Error", "", None]
+        "NVMLError_Unknown: Unknown Error",
+        "",
+        None,
+    ]
 
 
 def test_batches_with_corrupted_records_mirror_what_parsing_reads(tmp_path: Path) -> None:

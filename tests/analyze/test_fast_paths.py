@@ -69,8 +69,11 @@ def _good_records(rng: random.Random, n: int) -> list[dict[str, Any]]:
             }
         else:
             ok = rng.random() < 0.7
-            values = {"collector": rng.choice(["nvml", "host", "infiniband"]), "ok": ok,
-                      "duration_s": rng.uniform(0, 2)}  # fmt: skip
+            values = {
+                "collector": rng.choice(["nvml", "host", "infiniband"]),
+                "ok": ok,
+                "duration_s": rng.uniform(0, 2),
+            }
             if rng.random() < 0.8:
                 values["state"] = "ok" if ok else rng.choice(["error", "timeout"])
                 values["error"] = "" if ok else "NVMLError_Unknown: Unknown Error"

@@ -230,10 +230,15 @@ def test_kept_window_tables_held_narrow_join_as_the_wide_ones(
     frame = load_recent(tmp_path, settings, steps_needed(cfg))
     at = default_at(frame, cfg.window_s)
     assert at is not None
-    kw = {"min_samples": cfg.min_samples, "min_coverage": cfg.min_coverage,
-          "min_peers": cfg.min_peers, "min_rank_peers": cfg.min_rank_peers,
-          "own_history": cfg.own_history, "low_q": cfg.low_quantile,
-          "hw_xids": cfg.hardware_xids}  # fmt: skip
+    kw = {
+        "min_samples": cfg.min_samples,
+        "min_coverage": cfg.min_coverage,
+        "min_peers": cfg.min_peers,
+        "min_rank_peers": cfg.min_rank_peers,
+        "own_history": cfg.own_history,
+        "low_q": cfg.low_quantile,
+        "hw_xids": cfg.hardware_xids,
+    }
     parts: dict[tuple[float, float], features.WindowPart] = {}
     narrow = features.extract(frame, at, cfg.window_s, cfg.persist_n, parts=parts, **kw)
     held = [t for part in parts.values() for t in part.tables.values()]

@@ -327,8 +327,9 @@ def test_a_rank_table_stale_for_a_few_jobs_gets_their_rows_again_as_whole_ones_a
     redone: list[int] = []
     again = features._rank_rows_again
 
-    def checked(frame: Frame, rows: features.Rows, old: Table, jobs: np.ndarray, low_q: float
-                ) -> Table:  # fmt: skip
+    def checked(
+        frame: Frame, rows: features.Rows, old: Table, jobs: np.ndarray, low_q: float
+    ) -> Table:
         got = again(frame, rows, old, jobs, low_q)
         whole = features._narrowed(features.rank_table(frame, rows, low_q))
         assert got.narrowed == whole.narrowed and list(got.cols) == list(whole.cols)
@@ -344,8 +345,11 @@ def test_a_rank_table_stale_for_a_few_jobs_gets_their_rows_again_as_whole_ones_a
     rank = min(r for r in replay.lines if r.startswith("steps/")).rsplit(".", 2)[0] + "."
     for minute in range(5, 25):
         if minute % 4 == 0:
-            replay.held.update(dict.fromkeys([r for r in replay.lines if r.startswith(rank)],
-                                             START + 60 * (minute + 2) + 1))  # fmt: skip
+            replay.held.update(
+                dict.fromkeys(
+                    [r for r in replay.lines if r.startswith(rank)], START + 60 * (minute + 2) + 1
+                )
+            )
         replay.advance(START + 60 * minute)
         aligned = grid.analyze().to_dict()
         want = analyze(store, settings, aligned["window"]["end"]).to_dict()
@@ -377,11 +381,21 @@ def test_agent_records_pass_as_in_a_cold_pass(
         t = START + 60 * minute
         replay.advance(t)
         lines = [
-            dumps(make_record("agent", node, t - s, collector="nvml", state="error", ok=False,
-                              duration_s=0.01, error="NVML_ERROR_GPU_IS_LOST"))
+            dumps(
+                make_record(
+                    "agent",
+                    node,
+                    t - s,
+                    collector="nvml",
+                    state="error",
+                    ok=False,
+                    duration_s=0.01,
+                    error="NVML_ERROR_GPU_IS_LOST",
+                )
+            )
             + "\n"
             for s in (20.0, 10.0)
-        ]  # fmt: skip
+        ]
         replay.append(telemetry[2], "".join(lines).encode())
         got = _same(inc, store, settings)
         unknown |= {n["node"] for n in got["nodes"] if n["verdict"] == "unknown"}
@@ -391,8 +405,11 @@ def test_agent_records_pass_as_in_a_cold_pass(
 def test_directories_are_listed_again_only_when_they_change(tmp_path: Path) -> None:
     """The kept listing equals a fresh one after every change, and lists nothing when none."""
     store = tmp_path / "store"
-    for rel in ("telemetry/a/20261202T10.jsonl", "telemetry/b/20261202T10.jsonl",
-                "steps/7/a.r0.20261202T10.jsonl"):  # fmt: skip
+    for rel in (
+        "telemetry/a/20261202T10.jsonl",
+        "telemetry/b/20261202T10.jsonl",
+        "steps/7/a.r0.20261202T10.jsonl",
+    ):
         (store / rel).parent.mkdir(parents=True, exist_ok=True)
         (store / rel).write_bytes(b"")
     listing = Listing()
@@ -458,8 +475,17 @@ def _two_rank_job(tmp_path: Path) -> Path:
             node = f"gn{rank + 1:02d}"
             compute = 0.5 * (2 if rank == 1 and step >= 1800 else 1) * (1 + 0.01 * (step % 3))
             compute *= 1 + 0.02 * (step // 300 % 4)  # (each window's pace its own)
-            rec = make_record("step", node, ts, job="9", rank=rank, step=step, step_s=1.5,
-                              compute_s=compute, comm_s=1.5 - compute)  # fmt: skip
+            rec = make_record(
+                "step",
+                node,
+                ts,
+                job="9",
+                rank=rank,
+                step=step,
+                step_s=1.5,
+                compute_s=compute,
+                comm_s=1.5 - compute,
+            )
             files.setdefault(layout.step_file(src, "9", node, rank, ts), []).append(dumps(rec))
             if step % 10 == 0:
                 host = make_record("host", node, ts, cpu_pct=30.0, load1=8.0, mem_used_pct=50.0)
@@ -490,8 +516,9 @@ def test_a_small_jobs_own_history_is_kept_as_a_cold_pass_reads_it(
     assert inc.cold_passes == 0
 
 
-def _history_on_the_grid(inc: Analyzer, replay: Replay, store: Path, settings: Settings,
-                         minutes: range) -> list[dict]:  # fmt: skip
+def _history_on_the_grid(
+    inc: Analyzer, replay: Replay, store: Path, settings: Settings, minutes: range
+) -> list[dict]:
     """The grid analyzer's passes a minute apart, each the same as a cold pass at its time."""
     got = []
     for minute in minutes:
@@ -530,8 +557,17 @@ def test_on_the_grid_a_history_window_keeps_its_rank_rows_not_its_step_records(
     assert inc.restarts == inc.cold_passes == 0
     # 19 minutes late, into the newest history window: its step records are gone.
     rel = next(r for r in replay.lines if "gn01" in r and "telemetry" not in r)
-    late = make_record("step", "gn01", end - 19 * 60, job="9", rank=0, step=9999, step_s=1.5,
-                       compute_s=0.4, comm_s=1.1)  # fmt: skip
+    late = make_record(
+        "step",
+        "gn01",
+        end - 19 * 60,
+        job="9",
+        rank=0,
+        step=9999,
+        step_s=1.5,
+        compute_s=0.4,
+        comm_s=1.1,
+    )
     replay.append(rel, (dumps(late) + "\n").encode())
     _history_on_the_grid(inc, replay, store, settings, range(46, 48))
     assert inc.restarts == 1
@@ -551,7 +587,9 @@ def test_a_daemon_started_late_keeps_20_minutes_of_steps_from_its_second_pass(
     assert _minutes_kept(inc, passes[-1]["window"]["end"]) <= 21
     passes = _history_on_the_grid(inc, replay, store, settings, range(37, 46))
     assert {n["node"]: n["verdict"] for n in passes[-1]["nodes"]} == {
-        "gn01": "healthy", "gn02": "suspect"}  # fmt: skip
+        "gn01": "healthy",
+        "gn02": "suspect",
+    }
     assert inc.restarts == inc.cold_passes == 0
 
 
@@ -672,9 +710,16 @@ def test_kept_columns_let_go_grow_and_wrap_as_plain_arrays_would(
         new_ts = clock + rng.random(m) * 60.0
         clock += 60.0
         new_load = rng.random(m)
-        cols.append({"ts": new_ts, "node": np.zeros(m, np.int32), "cpu_pct": new_load,
-                     "load1": new_load, "mem_used_pct": new_load,
-                     "hour": np.zeros(m, np.int32)})  # fmt: skip
+        cols.append(
+            {
+                "ts": new_ts,
+                "node": np.zeros(m, np.int32),
+                "cpu_pct": new_load,
+                "load1": new_load,
+                "mem_used_pct": new_load,
+                "hour": np.zeros(m, np.int32),
+            }
+        )
         ts += new_ts.tolist()
         load += new_load.tolist()
         have = np.array(ts)
@@ -728,8 +773,16 @@ class _Minutes:
         ts = self.clock + np.arange(k * self.minute) * (60.0 / self.minute)
         self.clock += 60.0 * k
         z = np.zeros(ts.size)
-        self.cols.append({"ts": ts, "node": z.astype(np.int32), "cpu_pct": z, "load1": ts,
-                          "mem_used_pct": z, "hour": z.astype(np.int32)})  # fmt: skip
+        self.cols.append(
+            {
+                "ts": ts,
+                "node": z.astype(np.int32),
+                "cpu_pct": z,
+                "load1": ts,
+                "mem_used_pct": z,
+                "hour": z.astype(np.int32),
+            }
+        )
         self.cols.keep(~(self.cols.view()["ts"] < self.clock - 600.0))  # ten minutes kept
         self.cols.fit(self.per_pass)
 
@@ -761,8 +814,13 @@ def test_kept_columns_grow_by_a_copy_when_a_view_outlives_its_pass() -> None:
     first = np.arange(70_000, dtype=np.float64)
     zeros = np.zeros(first.size)
     row: dict[str, np.ndarray] = {
-        "ts": first, "node": zeros.astype(np.int32), "cpu_pct": zeros, "load1": first,
-        "mem_used_pct": zeros, "hour": zeros.astype(np.int32)}  # fmt: skip
+        "ts": first,
+        "node": zeros.astype(np.int32),
+        "cpu_pct": zeros,
+        "load1": first,
+        "mem_used_pct": zeros,
+        "hour": zeros.astype(np.int32),
+    }
     cols.append(row)
     held = cols.view()["ts"]  # a frame still held somewhere (a column kept as read: a view)
     assert held.base is not None
@@ -778,8 +836,7 @@ def _mark_row(start: int, end: int, lines: int, total: int) -> bytes:
     return row.ljust(mirror.WIDTH, b"\0")
 
 
-def test_tails_read_behind_string_rows_get_them_and_a_mark_standing_for_what_went_before(
-) -> None:  # fmt: skip
+def test_tails_read_behind_string_rows_get_them_and_a_mark_standing_for_what_went_before() -> None:
     w = mirror.WIDTH
     files = []
     for k, strings in enumerate((b"", bytes(range(1, w + 1)) * 2, b"\x07" * w)):
@@ -811,8 +868,13 @@ def test_a_passs_records_are_put_in_the_order_of_their_minutes() -> None:
     ts = np.array([130.0, 5.0, 61.0, np.nan, 10.0, 125.0, 60.0, np.inf])
     zeros = np.zeros(ts.size)
     row: dict[str, np.ndarray] = {
-        "ts": ts, "node": np.arange(ts.size, dtype=np.int32), "cpu_pct": zeros,
-        "load1": zeros, "mem_used_pct": zeros, "hour": zeros.astype(np.int32)}  # fmt: skip
+        "ts": ts,
+        "node": np.arange(ts.size, dtype=np.int32),
+        "cpu_pct": zeros,
+        "load1": zeros,
+        "mem_used_pct": zeros,
+        "hour": zeros.astype(np.int32),
+    }
     cols.append(row)
     cols.by_minute(1)  # the first record stays where it is
     got = cols.view()
@@ -836,8 +898,17 @@ def test_steps_whose_time_moves_to_another_minute_are_kept_in_minute_order(
         for rank in (0, 1, 2):
             node = f"cn{rank + 1:02d}"
             ts = START + step - (40 if rank == 0 else 0)
-            rec = make_record("step", node, ts, job="7", rank=rank, step=step, step_s=2.0,
-                              compute_s=1.5, comm_s=0.5)  # fmt: skip
+            rec = make_record(
+                "step",
+                node,
+                ts,
+                job="7",
+                rank=rank,
+                step=step,
+                step_s=2.0,
+                compute_s=1.5,
+                comm_s=0.5,
+            )
             files.setdefault(layout.step_file(src, "7", node, rank, ts), []).append(dumps(rec))
     for path, lines in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -851,7 +922,8 @@ def test_steps_whose_time_moves_to_another_minute_are_kept_in_minute_order(
         before = inc._kept["step"].data["end"][: inc._kept["step"].n].copy()
         got = inc.analyze().to_dict()
         assert _without_records(got) == _without_records(
-            analyze(store, settings, got["window"]["end"]).to_dict())  # fmt: skip
+            analyze(store, settings, got["window"]["end"]).to_dict()
+        )
         cols = inc._kept["step"]
         minutes = np.ceil(cols.data["end"][: cols.n] / 60)
         assert (np.diff(minutes) >= 0).all(), f"minute {minute}: kept out of minute order"
@@ -881,9 +953,17 @@ def test_gpu_records_that_name_their_job_give_a_kept_windows_peers_as_a_cold_pas
             clock = (1980.0 if n >= 6 else 1580.0) + 15.0 * (n % 3)
             for gpu in range(2):
                 rec = make_record(
-                    "gpu", node, ts, gpu=gpu, sm_clock_mhz=clock, power_w=650.0,
-                    power_limit_w=700.0, temp_c=60.0, util_pct=95.0, job=job,
-                )  # fmt: skip
+                    "gpu",
+                    node,
+                    ts,
+                    gpu=gpu,
+                    sm_clock_mhz=clock,
+                    power_w=650.0,
+                    power_limit_w=700.0,
+                    temp_c=60.0,
+                    util_pct=95.0,
+                    job=job,
+                )
                 files.setdefault(layout.node_telemetry_file(src, node, ts), []).append(dumps(rec))
     for path, lines in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)

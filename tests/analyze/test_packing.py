@@ -98,8 +98,11 @@ def test_a_value_that_does_not_fit_is_refused_not_changed() -> None:
 
 
 def test_packed_columns_read_as_the_frames_and_take_rows_before_unpacking() -> None:
-    wide = {"ts": np.arange(6.0), "power_w": np.array([1.5, 2.25, NAN, 4.0, 5.5, 6.0]),
-            "ecc": np.array([0, 1, INT_MISSING, 3, 4, 5])}  # fmt: skip
+    wide = {
+        "ts": np.arange(6.0),
+        "power_w": np.array([1.5, 2.25, NAN, 4.0, 5.5, 6.0]),
+        "ecc": np.array([0, 1, INT_MISSING, 3, 4, 5]),
+    }
     packings = {name: choose(values) for name, values in wide.items() if name != "ts"}
     stored = {"ts": wide["ts"]}
     for name, packing in packings.items():

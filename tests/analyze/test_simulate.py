@@ -151,12 +151,28 @@ def test_cli_simulate_then_analyze(tmp_path: Path) -> None:
 
 
 def test_named_nodes_and_pinned_faults(tmp_path: Path) -> None:
-    truth = simulate(tmp_path / "t", nodes=8, names=[f"node{i}" for i in range(1, 9)],
-                     duration=1800, seed=1, faults="slow_gpu@node3,link_errors@node6")
-    assert {(f.kind, f.node) for f in truth.faults} == {("slow_gpu", "node3"),
-                                                       ("link_errors", "node6")}
+    truth = simulate(
+        tmp_path / "t",
+        nodes=8,
+        names=[f"node{i}" for i in range(1, 9)],
+        duration=1800,
+        seed=1,
+        faults="slow_gpu@node3,link_errors@node6",
+    )
+    assert {(f.kind, f.node) for f in truth.faults} == {
+        ("slow_gpu", "node3"),
+        ("link_errors", "node6"),
+    }
     assert sorted(p.name for p in (tmp_path / "t" / "telemetry").iterdir()) == [
-        f"node{i}" for i in range(1, 9)]
+        f"node{i}" for i in range(1, 9)
+    ]
     with pytest.raises(UsageError, match="not a busy node"):
-        simulate(tmp_path / "u", nodes=8, names=[f"node{i}" for i in range(1, 9)],
-                 duration=1800, seed=1, faults="thermal@node99", dry_run=True)
+        simulate(
+            tmp_path / "u",
+            nodes=8,
+            names=[f"node{i}" for i in range(1, 9)],
+            duration=1800,
+            seed=1,
+            faults="thermal@node99",
+            dry_run=True,
+        )

@@ -81,8 +81,9 @@ def test_the_cli_and_the_export_count_watched_and_unknown_nodes(tmp_path: Path) 
     assert table.exit_code == 0, table.output  # nothing persistent: no finding
     assert "0 suspect, 1 watch, 0 unknown, 5 healthy" in table.output
     assert any(line.split()[:2] == [SICK, "watch"] for line in table.output.splitlines())
-    shown = json.loads(CliRunner().invoke(main, ["analyze", "--input", str(tr.root), "--json"])
-                       .stdout)  # fmt: skip
+    shown = json.loads(
+        CliRunner().invoke(main, ["analyze", "--input", str(tr.root), "--json"]).stdout
+    )
     assert shown["summary"] == {"suspect": 0, "watch": 1, "unknown": 0, "healthy": 5}
     text = prometheus_text(result)
     assert 'guardctl_analyze_nodes{verdict="watch"} 1.0' in text

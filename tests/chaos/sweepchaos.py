@@ -21,20 +21,31 @@ from guardctl.slurm.types import JobInfo
 NODES = [f"node{i}" for i in range(1, 9)]
 
 
-def settings(tmp_path: Path, *, sweep: dict[str, Any] | None = None,
-             **control: Any) -> Settings:
+def settings(tmp_path: Path, *, sweep: dict[str, Any] | None = None, **control: Any) -> Settings:
     """A private store on *tmp_path*, fast polled sweeps, room under the cap."""
-    return build_settings([Layer("test", {
-        "store": {"root": str(tmp_path)},
-        "safety": {"max_out_fraction": 0.5},
-        "control": {"sweep_kind": "single", "align": False, **control},
-        "sweep": {"job_timeout_s": 600.0, "poll_interval_s": 0.05, "learn_baselines": False,
-                  **(sweep or {})},
-    })])
+    return build_settings(
+        [
+            Layer(
+                "test",
+                {
+                    "store": {"root": str(tmp_path)},
+                    "safety": {"max_out_fraction": 0.5},
+                    "control": {"sweep_kind": "single", "align": False, **control},
+                    "sweep": {
+                        "job_timeout_s": 600.0,
+                        "poll_interval_s": 0.05,
+                        "learn_baselines": False,
+                        **(sweep or {}),
+                    },
+                },
+            )
+        ]
+    )
 
 
-def daemon(tmp_path: Path, slurm: MemorySlurm, *, sweep: dict[str, Any] | None = None,
-           **control: Any) -> Controller:
+def daemon(
+    tmp_path: Path, slurm: MemorySlurm, *, sweep: dict[str, Any] | None = None, **control: Any
+) -> Controller:
     """The controller as its daemon runs it: sweeps started by one pass, polled by the next."""
     c = Controller(settings(tmp_path, sweep=sweep, **control), act=True, slurm=slurm)
     c.as_daemon(10.0)
@@ -47,8 +58,11 @@ def decision(c: Controller, node: str) -> dict[str, Any]:
 
 def sweep_jobs(slurm: MemorySlurm, node: str, live: bool = True) -> list[JobInfo]:
     """The jobs in *node*'s quarantine reservation (the sweep's), those not ended (*live*)."""
-    return [j for j in slurm.jobs() if j.reservation == f"guardctl_q_{node}"
-            and (not live or not j.finished)]
+    return [
+        j
+        for j in slurm.jobs()
+        if j.reservation == f"guardctl_q_{node}" and (not live or not j.finished)
+    ]
 
 
 def end_sweep_jobs(slurm: MemorySlurm, node: str, end: Callable[[int], None]) -> list[int]:
@@ -62,8 +76,9 @@ def end_sweep_jobs(slurm: MemorySlurm, node: str, end: Callable[[int], None]) ->
 
 
 def log(c: Controller, action: str, node: str | None = None) -> list[Entry]:
-    return [e for e in c.ops.log.entries() if e.action == action
-            and (node is None or node in e.nodes)]
+    return [
+        e for e in c.ops.log.entries() if e.action == action and (node is None or node in e.nodes)
+    ]
 
 
 def verdicts(c: Controller, node: str) -> list[str]:

@@ -29,9 +29,17 @@ from guardctl.slurm.memory import MemorySlurm
 
 
 def settings(root: Path) -> Settings:
-    return build_settings([Layer("test", {"store": {"root": str(root)},
-                                          "safety": {"max_out_nodes": 8,
-                                                     "max_out_fraction": 1.0}})])
+    return build_settings(
+        [
+            Layer(
+                "test",
+                {
+                    "store": {"root": str(root)},
+                    "safety": {"max_out_nodes": 8, "max_out_fraction": 1.0},
+                },
+            )
+        ]
+    )
 
 
 def lines(log: ActionLog) -> list[str]:
@@ -39,7 +47,8 @@ def lines(log: ActionLog) -> list[str]:
 
 
 def test_a_short_write_is_taken_back_and_the_next_entry_survives(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = ActionLog(tmp_path)
     first = log.record("quarantine", "intent", ["node1"], reason="guardctl: slow")
     size = log.path.stat().st_size
@@ -67,7 +76,9 @@ def test_an_append_after_a_torn_fragment_starts_its_own_line(tmp_path: Path) -> 
         f.write(b'{"id":"torn","ts":1.0,"action":"drain","pha')
     later = log.record("quarantine", "done", ["node1"], entry_id=first.id)
     assert [(e.id, e.phase) for e in ActionLog(tmp_path).entries()] == [
-        (first.id, "intent"), (later.id, "done")]
+        (first.id, "intent"),
+        (later.id, "done"),
+    ]
     assert lines(log)[1].startswith('{"id":"torn"')  # the fragment kept, on a line of its own
 
 
@@ -78,8 +89,12 @@ def tiny_store(tmp_path: Path) -> Iterator[Path]:
         pytest.skip("mounting a small tmpfs needs root")
     mnt = tmp_path / "store"
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -100,8 +115,9 @@ def test_the_store_full_mid_append_loses_no_entry(tiny_store: Path) -> None:
             assert exc.errno == errno.ENOSPC
     with pytest.raises(StoreError):
         for _ in range(200):
-            log.record("control decision", "note", ["node1"], reason="x" * 300,
-                       evidence={"pad": "y" * 300})
+            log.record(
+                "control decision", "note", ["node1"], reason="x" * 300, evidence={"pad": "y" * 300}
+            )
     text = log.path.read_text()
     assert text.endswith("\n")  # the failed line is taken back whole
     kept = ActionLog(tiny_store).entries()
@@ -112,10 +128,28 @@ def test_the_store_full_mid_append_loses_no_entry(tiny_store: Path) -> None:
     assert ActionLog(tiny_store).entries()[:-1] == kept
 
 
-def _entry(ts: float, action: str, phase: str, nodes: list[str], *, reason: str = "",
-           eid: str | None = None, **evidence: Any) -> Entry:
-    return Entry(eid or uuid.uuid4().hex[:16], ts, action, phase, tuple(nodes), "ops@h", "h", 1,
-                 reason, dict(evidence))
+def _entry(
+    ts: float,
+    action: str,
+    phase: str,
+    nodes: list[str],
+    *,
+    reason: str = "",
+    eid: str | None = None,
+    **evidence: Any,
+) -> Entry:
+    return Entry(
+        eid or uuid.uuid4().hex[:16],
+        ts,
+        action,
+        phase,
+        tuple(nodes),
+        "ops@h",
+        "h",
+        1,
+        reason,
+        dict(evidence),
+    )
 
 
 def _history(now: float, months: int = 2) -> list[Entry]:
@@ -127,31 +161,76 @@ def _history(now: float, months: int = 2) -> list[Entry]:
         for i in range(40):
             node = f"node{i}"
             out.append(_entry(t + i, "control pass", "note", [node]))
-            out.append(_entry(t + i + 1, "control decision", "note", [node],
-                              decision="wait", why=f"day {day}"))
+            out.append(
+                _entry(
+                    t + i + 1, "control decision", "note", [node], decision="wait", why=f"day {day}"
+                )
+            )
             if (day + i) % 9 == 0:
                 q = uuid.uuid4().hex[:16]
-                out += [_entry(t + i + 2, "quarantine", "intent", [node], eid=q, by="control",
-                               reservation=f"guardctl_q_{node}"),
-                        _entry(t + i + 3, "quarantine", "done", [node], eid=q, by="control",
-                               reservation=f"guardctl_q_{node}"),
-                        _entry(t + i + 4, "control sweep", "note", [node],
-                               verdict="pass" if i % 2 else "fail", sweep=f"s{day}{i}")]
+                out += [
+                    _entry(
+                        t + i + 2,
+                        "quarantine",
+                        "intent",
+                        [node],
+                        eid=q,
+                        by="control",
+                        reservation=f"guardctl_q_{node}",
+                    ),
+                    _entry(
+                        t + i + 3,
+                        "quarantine",
+                        "done",
+                        [node],
+                        eid=q,
+                        by="control",
+                        reservation=f"guardctl_q_{node}",
+                    ),
+                    _entry(
+                        t + i + 4,
+                        "control sweep",
+                        "note",
+                        [node],
+                        verdict="pass" if i % 2 else "fail",
+                        sweep=f"s{day}{i}",
+                    ),
+                ]
                 if i % 2:
-                    out.append(_entry(t + i + 5, "release", "done", [node],
-                                      reservation=f"guardctl_q_{node}"))
+                    out.append(
+                        _entry(
+                            t + i + 5, "release", "done", [node], reservation=f"guardctl_q_{node}"
+                        )
+                    )
                 else:
-                    out += [_entry(t + i + 5, "drain", "done", [node], reason="guardctl: fail"),
-                            _entry(t + i + 6, "release", "done", [node], because="drained",
-                                   reservation=f"guardctl_q_{node}")]
+                    out += [
+                        _entry(t + i + 5, "drain", "done", [node], reason="guardctl: fail"),
+                        _entry(
+                            t + i + 6,
+                            "release",
+                            "done",
+                            [node],
+                            because="drained",
+                            reservation=f"guardctl_q_{node}",
+                        ),
+                    ]
                     if day < months * 30 - 5:  # repaired, resumed
                         out.append(_entry(t + i + 7, "resume", "done", [node]))
     old = now - 40 * 86400
-    out += [_entry(old, "drain", "intent", ["node3"], reason="guardctl: x"),  # never closed
-            _entry(old, "sweep reserve", "done", ["node5", "node6"], sweep="s-old",
-                   reservation="guardctl_s_old_1", partners=["node6"]),
-            _entry(old, "control sweeping", "note", ["node5"], sweep="s-old"),
-            _entry(old, "sweep jobs", "note", ["node5"], sweep="s-old", jobs={"7": "gemm"})]
+    out += [
+        _entry(old, "drain", "intent", ["node3"], reason="guardctl: x"),  # never closed
+        _entry(
+            old,
+            "sweep reserve",
+            "done",
+            ["node5", "node6"],
+            sweep="s-old",
+            reservation="guardctl_s_old_1",
+            partners=["node6"],
+        ),
+        _entry(old, "control sweeping", "note", ["node5"], sweep="s-old"),
+        _entry(old, "sweep jobs", "note", ["node5"], sweep="s-old", jobs={"7": "gemm"}),
+    ]
     return sorted(out, key=lambda e: e.ts)
 
 
@@ -180,10 +259,23 @@ def test_a_checkpoint_keeps_what_holds_and_the_ladder_need(tmp_path: Path) -> No
     week = now - 7 * 86400
     for node, lad in ladders_full.items():
         got = ladders_cut[node]
-        assert (got.quarantined_by_control, got.quarantined_at, got.last_pass(),
-                got.fresh_start, got.last_decision, got.rebalance, got.sweeping) == (
-            lad.quarantined_by_control, lad.quarantined_at, lad.last_pass(), lad.fresh_start,
-            lad.last_decision, lad.rebalance, lad.sweeping), node
+        assert (
+            got.quarantined_by_control,
+            got.quarantined_at,
+            got.last_pass(),
+            got.fresh_start,
+            got.last_decision,
+            got.rebalance,
+            got.sweeping,
+        ) == (
+            lad.quarantined_by_control,
+            lad.quarantined_at,
+            lad.last_pass(),
+            lad.fresh_start,
+            lad.last_decision,
+            lad.rebalance,
+            lad.sweeping,
+        ), node
         assert got.passes_since(week) == lad.passes_since(week)
         assert got.onsets_since(now - 3600) == lad.onsets_since(now - 3600)
     assert any(e.action == "sweep jobs" for e in kept)  # its open sweep's jobs, to cancel
@@ -195,8 +287,16 @@ def test_a_pass_reads_the_log_once_then_only_what_was_appended(tmp_path: Path) -
     now = time.time()
     with open(log.path, "w") as f:  # a big log: 40k entries
         for i in range(40_000):
-            f.write(_entry(now - 10 * 86400 + i, "control decision", "note", [f"node{i % 50}"],
-                           why="w" * 100).to_json() + "\n")
+            f.write(
+                _entry(
+                    now - 10 * 86400 + i,
+                    "control decision",
+                    "note",
+                    [f"node{i % 50}"],
+                    why="w" * 100,
+                ).to_json()
+                + "\n"
+            )
     size = log.path.stat().st_size
 
     def read_bytes() -> int:
@@ -214,8 +314,9 @@ def test_a_pass_reads_the_log_once_then_only_what_was_appended(tmp_path: Path) -
     assert len(got) == 40_001 and got[-1].action == "drain"
 
 
-def test_an_acting_command_checkpoints_a_log_past_its_size(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_acting_command_checkpoints_a_log_past_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from guardctl.nodeops import actions
 
     slurm = MemorySlurm([f"node{i}" for i in range(40)])

@@ -114,6 +114,7 @@ def test_a_database_without_the_restore_table_is_taken_over(tmp_path: Path) -> N
 
 # -- the real service process, SIGKILLed and started again between a restore and its retry ----
 
+
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[ServiceProcess]:
     proc = ServiceProcess(tmp_path, "9101", ["--records", "50", "--shard-size", "10"], 30.0)
@@ -127,8 +128,9 @@ def _post(service: ServiceProcess, path: str, body: dict[str, object]) -> dict[s
     assert address is not None
     secret = (service.dir / "secret").read_text().strip()
     conn = http.client.HTTPConnection(address[0], address[1], timeout=10)
-    conn.request("POST", path, body=json.dumps(body).encode(),
-                 headers={"Authorization": f"Bearer {secret}"})
+    conn.request(
+        "POST", path, body=json.dumps(body).encode(), headers={"Authorization": f"Bearer {secret}"}
+    )
     response = conn.getresponse()
     payload = json.loads(response.read())
     conn.close()
@@ -137,7 +139,8 @@ def _post(service: ServiceProcess, path: str, body: dict[str, object]) -> dict[s
 
 
 def test_a_restore_retried_across_a_service_restart_is_answered_once(
-        service: ServiceProcess) -> None:
+    service: ServiceProcess,
+) -> None:
     settings = load_settings(assignments=(f"store.root={service.store}",), environ={})
     client = Client(service.job, worker="w", settings=settings)
     shard = client.lease()
@@ -155,8 +158,9 @@ def test_a_restore_retried_across_a_service_restart_is_answered_once(
     assert _post(service, "/v1/restore", {"checkpoint": "ck", "request_id": "R1"}) == reply
     with service.db() as conn:
         (gen,) = conn.execute("SELECT value FROM meta WHERE key = 'gen'").fetchone()
-        done = conn.execute("SELECT shard, COUNT(*) FROM lease WHERE state = 'done' "
-                            "GROUP BY shard").fetchall()
+        done = conn.execute(
+            "SELECT shard, COUNT(*) FROM lease WHERE state = 'done' GROUP BY shard"
+        ).fetchall()
     assert gen == "1"
     assert dict(done) == {shard.shard: 1, later.shard: 1}, "a completed shard was revoked again"
     client = Client(service.job, worker="w2", settings=settings)

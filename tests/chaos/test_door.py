@@ -47,8 +47,13 @@ class LateSlurm(MemorySlurm):
         if name in self.late:
             raise SlurmUnavailable(f"scontrol {name}: did not finish within 30 s")
 
-    def create_reservation(self, name: str, nodes: Sequence[str], users: Sequence[str],
-                           flags: Sequence[str] = ("MAINT", "IGNORE_JOBS")) -> None:
+    def create_reservation(
+        self,
+        name: str,
+        nodes: Sequence[str],
+        users: Sequence[str],
+        flags: Sequence[str] = ("MAINT", "IGNORE_JOBS"),
+    ) -> None:
         self._answer("create_reservation")
         super().create_reservation(name, nodes, users, flags)
         self._late("create_reservation")
@@ -60,8 +65,10 @@ class LateSlurm(MemorySlurm):
 
 
 def settings(tmp_path: Path, **safety: Any) -> Settings:
-    table = {"store": {"root": str(tmp_path / "store")},
-             "safety": {"max_out_fraction": 1.0, "max_out_nodes": 4, **safety}}
+    table = {
+        "store": {"root": str(tmp_path / "store")},
+        "safety": {"max_out_fraction": 1.0, "max_out_nodes": 4, **safety},
+    }
     return build_settings([Layer("test", table)])
 
 
@@ -114,7 +121,8 @@ def test_a_definite_refusal_is_failed(tmp_path: Path) -> None:
 
 
 def test_a_late_drain_of_a_quarantined_node_is_settled_and_its_reservation_deleted(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     slurm = LateSlurm(NODES)
     ops = NodeOps(settings(tmp_path), slurm)
     ops.quarantine(["node1"], "suspect")
@@ -158,8 +166,14 @@ def test_a_drain_whose_release_failed_does_not_leak_the_quarantine(tmp_path: Pat
     slurm = MemorySlurm(NODES)
     ops = NodeOps(settings(tmp_path), slurm)
     ops.quarantine(["node1"], "suspect")
-    sweep = slurm.submit(SubmitRequest("gemm.sbatch", nodes=("node1",),
-                                       reservation="guardctl_q_node1", job_name="guardctl-gemm"))
+    sweep = slurm.submit(
+        SubmitRequest(
+            "gemm.sbatch",
+            nodes=("node1",),
+            reservation="guardctl_q_node1",
+            job_name="guardctl-gemm",
+        )
+    )
     slurm.advance(1)  # a sweep job still running in it: Slurm refuses to delete it
     with pytest.raises(SlurmError, match="busy"):
         ops.drain(["node1"], "failed sweep")
@@ -194,8 +208,15 @@ def test_the_cap_counts_a_drain_in_flight_elsewhere(tmp_path: Path) -> None:
     slurm = MemorySlurm(NODES)
     ops = NodeOps(settings(tmp_path, max_out_nodes=2), slurm)
     # Another host's guardctl is draining node3 (its intent ten seconds old, no outcome yet).
-    _line(ops.log.path, action="drain", phase="intent", nodes=["node3"], host="other-host",
-          pid=1, reason="guardctl: failed sweep")
+    _line(
+        ops.log.path,
+        action="drain",
+        phase="intent",
+        nodes=["node3"],
+        host="other-host",
+        pid=1,
+        reason="guardctl: failed sweep",
+    )
     ops.quarantine(["node1"], "suspect")
     with pytest.raises(RefusedError, match="cap: guardctl would hold 3"):
         ops.quarantine(["node2"], "suspect")
@@ -203,8 +224,13 @@ def test_the_cap_counts_a_drain_in_flight_elsewhere(tmp_path: Path) -> None:
 
 
 def _line(path: Path, **fields: Any) -> str:
-    raw = {"id": uuid.uuid4().hex[:16], "ts": time.time() - 10, "actor": "ops@h",
-           "reason": "guardctl: x", **fields}
+    raw = {
+        "id": uuid.uuid4().hex[:16],
+        "ts": time.time() - 10,
+        "actor": "ops@h",
+        "reason": "guardctl: x",
+        **fields,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps(raw) + "\n")
@@ -222,19 +248,35 @@ def test_a_writer_is_its_machine_boot_and_process_not_its_hostname(tmp_path: Pat
     ops = NodeOps(settings(tmp_path), slurm)
     slurm.create_reservation("guardctl_q_node5", ["node5"], ["root"])
     start = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-    me = {"machine": Path("/etc/machine-id").read_text().strip(),
-          "boot": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-          "pidns": os.stat("/proc/self/ns/pid").st_ino, "pid": os.getpid(), "start": start}
+    me = {
+        "machine": Path("/etc/machine-id").read_text().strip(),
+        "boot": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        "pidns": os.stat("/proc/self/ns/pid").st_ino,
+        "pid": os.getpid(),
+        "start": start,
+    }
     # Another container with this hostname, its pid free here: in flight there, not dead.
     dead = _dead_pid()
-    other = _line(ops.log.path, action="quarantine", phase="intent", nodes=["node5"],
-                  host=socket.gethostname(), pid=dead,
-                  evidence={"reservation": "guardctl_q_node5"},
-                  writer={**me, "machine": "f" * 32, "pid": dead})
+    other = _line(
+        ops.log.path,
+        action="quarantine",
+        phase="intent",
+        nodes=["node5"],
+        host=socket.gethostname(),
+        pid=dead,
+        evidence={"reservation": "guardctl_q_node5"},
+        writer={**me, "machine": "f" * 32, "pid": dead},
+    )
     # This machine, a pid reused by another process since (its start time differs).
-    reused = _line(ops.log.path, action="drain", phase="intent", nodes=["node6"],
-                   host=socket.gethostname(), pid=os.getpid(),
-                   writer={**me, "start": start + 1})
+    reused = _line(
+        ops.log.path,
+        action="drain",
+        phase="intent",
+        nodes=["node6"],
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        writer={**me, "start": start + 1},
+    )
     ops.reconcile()
     closed = {e.id: e.phase for e in ops.log.entries() if e.phase != "intent"}
     assert closed == {reused: "abandoned"}
@@ -248,16 +290,40 @@ def _leftovers(tmp_path: Path, slurm: MemorySlurm) -> tuple[int, str]:
     log = root / "actions" / "actions.jsonl"
     pid = _dead_pid()
     slurm.create_reservation("guardctl_q_node4", ["node4"], ["root"])
-    _line(log, action="quarantine", phase="intent", nodes=["node4"], host=socket.gethostname(),
-          pid=pid, evidence={"reservation": "guardctl_q_node4"})
+    _line(
+        log,
+        action="quarantine",
+        phase="intent",
+        nodes=["node4"],
+        host=socket.gethostname(),
+        pid=pid,
+        evidence={"reservation": "guardctl_q_node4"},
+    )
     slurm.create_reservation("guardctl_s_s9_1", ["node5", "node6"], ["root"])
-    job = slurm.submit(SubmitRequest("pairwise.sbatch", nodes=("node5", "node6"),
-                                     reservation="guardctl_s_s9_1", job_name="guardctl-pair"))
+    job = slurm.submit(
+        SubmitRequest(
+            "pairwise.sbatch",
+            nodes=("node5", "node6"),
+            reservation="guardctl_s_s9_1",
+            job_name="guardctl-pair",
+        )
+    )
     slurm.advance(1)
-    _line(log, action="sweep reserve", phase="done", nodes=["node5", "node6"],
-          host=socket.gethostname(), pid=pid,
-          evidence={"sweep": "s9", "reservation": "guardctl_s_s9_1", "partners": ["node6"],
-                    "host": socket.gethostname(), "pid": pid})
+    _line(
+        log,
+        action="sweep reserve",
+        phase="done",
+        nodes=["node5", "node6"],
+        host=socket.gethostname(),
+        pid=pid,
+        evidence={
+            "sweep": "s9",
+            "reservation": "guardctl_s_s9_1",
+            "partners": ["node6"],
+            "host": socket.gethostname(),
+            "pid": pid,
+        },
+    )
     return job, log.read_text()
 
 
@@ -266,15 +332,18 @@ def _slurm_state(slurm: MemorySlurm) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize("observe_only", [False, True])
-def test_reading_and_observing_change_nothing_in_slurm(tmp_path: Path, observe_only: bool
-                                                       ) -> None:
+def test_reading_and_observing_change_nothing_in_slurm(tmp_path: Path, observe_only: bool) -> None:
     fleet_trace(tmp_path / "store", NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
     job, _ = _leftovers(tmp_path, slurm)
     before = _slurm_state(slurm)
     base = load_settings(environ={"GUARDCTL_STORE": str(tmp_path / "store")})
-    cfg = dataclasses.replace(base, safety=dataclasses.replace(
-        base.safety, observe_only=observe_only, max_out_fraction=1.0, max_out_nodes=8))
+    cfg = dataclasses.replace(
+        base,
+        safety=dataclasses.replace(
+            base.safety, observe_only=observe_only, max_out_fraction=1.0, max_out_nodes=8
+        ),
+    )
     ops = NodeOps(cfg, slurm)
     ops.status()
     ops.log.history(["node4"])
@@ -288,7 +357,9 @@ def test_reading_and_observing_change_nothing_in_slurm(tmp_path: Path, observe_o
     assert _slurm_state(slurm) == before
     assert slurm.job(job).state == "RUNNING"  # type: ignore[union-attr]
     assert [(e.action, e.phase) for e in ops.log.entries() if e.action in NODE_ACTIONS] == [
-        ("quarantine", "intent"), ("sweep reserve", "done")]  # as the leftovers were
+        ("quarantine", "intent"),
+        ("sweep reserve", "done"),
+    ]  # as the leftovers were
     assert ops.open_intents() == 2
     if not observe_only:  # the next acting command reconciles them
         assert len(NodeOps(cfg, slurm).reconcile()) >= 2
@@ -309,8 +380,9 @@ def test_every_node_in_a_guardctl_quarantine_has_a_decision(tmp_path: Path) -> N
 
 @pytest.mark.slurm
 @pytest.mark.parametrize("observe_only", [False, True])
-def test_read_commands_and_observe_only_leave_the_lab_as_it_was(lab: Any, tmp_path: Path,
-                                                                 observe_only: bool) -> None:
+def test_read_commands_and_observe_only_leave_the_lab_as_it_was(
+    lab: Any, tmp_path: Path, observe_only: bool
+) -> None:
     import sys
 
     from guardctl import store
@@ -318,22 +390,36 @@ def test_read_commands_and_observe_only_leave_the_lab_as_it_was(lab: Any, tmp_pa
     root = tmp_path / "store"
     store.init(root)
     config = tmp_path / "guardctl.toml"
-    config.write_text(f'[store]\nroot = "{root}"\n[slurm]\nconf = "{lab.conf}"\n'
-                      + (f'bin_dir = "{lab.bin_dir}"\n' if lab.bin_dir else "")
-                      + "[safety]\nmax_out_nodes = 4\nmax_out_fraction = 1.0\n")
+    config.write_text(
+        f'[store]\nroot = "{root}"\n[slurm]\nconf = "{lab.conf}"\n'
+        + (f'bin_dir = "{lab.bin_dir}"\n' if lab.bin_dir else "")
+        + "[safety]\nmax_out_nodes = 4\nmax_out_fraction = 1.0\n"
+    )
 
     def gctl(*args: str, env: dict[str, str] | None = None) -> Any:
-        return subprocess.run([sys.executable, "-m", "guardctl", "--config", str(config), *args],
-                              env={**lab.env, **(env or {})}, capture_output=True, text=True,
-                              timeout=120)
+        return subprocess.run(
+            [sys.executable, "-m", "guardctl", "--config", str(config), *args],
+            env={**lab.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     # Leftovers: a quarantine whose guardctl died after Slurm made it (its intent open), and a
     # dead sweep's reservation with its job still running in it.
     crashed = gctl("quarantine", "node2", env={"GUARDCTL_TEST_CRASH": "quarantine:after-slurm"})
     assert crashed.returncode == 99, crashed.stderr
-    lab.sh("scontrol", "create", "reservation", "ReservationName=guardctl_s_s9_1",
-           "Nodes=node3,node4", "Users=root", "Flags=MAINT,IGNORE_JOBS", "StartTime=now",
-           "Duration=infinite")
+    lab.sh(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=guardctl_s_s9_1",
+        "Nodes=node3,node4",
+        "Users=root",
+        "Flags=MAINT,IGNORE_JOBS",
+        "StartTime=now",
+        "Duration=infinite",
+    )
     job = lab.submit("#!/bin/bash\nsleep 600\n", "--reservation=guardctl_s_s9_1", "-w", "node3")
     deadline = time.monotonic() + 30
     while lab.job_info(job).get("JobState") != "RUNNING":
@@ -341,27 +427,47 @@ def test_read_commands_and_observe_only_leave_the_lab_as_it_was(lab: Any, tmp_pa
         time.sleep(0.3)
     pid = _dead_pid()
     log = root / "actions" / "actions.jsonl"
-    _line(log, action="sweep reserve", phase="done", nodes=["node3", "node4"],
-          host=socket.gethostname(), pid=pid,
-          evidence={"sweep": "s9", "reservation": "guardctl_s_s9_1", "partners": ["node4"],
-                    "host": socket.gethostname(), "pid": pid})
+    _line(
+        log,
+        action="sweep reserve",
+        phase="done",
+        nodes=["node3", "node4"],
+        host=socket.gethostname(),
+        pid=pid,
+        evidence={
+            "sweep": "s9",
+            "reservation": "guardctl_s_s9_1",
+            "partners": ["node4"],
+            "host": socket.gethostname(),
+            "pid": pid,
+        },
+    )
     fleet_trace(root, ["node1", "node2", "node3", "node4"], slow={"node1": 1.3})
     if observe_only:
         config.write_text(config.read_text() + "observe_only = true\n")
+
     def slurm_now() -> tuple[Any, ...]:
         text = lab.sh("scontrol", "show", "-o", "reservation").stdout
-        return (sorted(re.findall(r"ReservationName=(\S+) .*?Nodes=(\S+)", text)),
-                [lab.node_state(n).get("reason", "") for n in ("node1", "node2", "node3")],
-                ["DRAIN" in lab.node_state(n).get("state_flags", []) for n in ("node1",
-                                                                              "node2")])
+        return (
+            sorted(re.findall(r"ReservationName=(\S+) .*?Nodes=(\S+)", text)),
+            [lab.node_state(n).get("reason", "") for n in ("node1", "node2", "node3")],
+            ["DRAIN" in lab.node_state(n).get("state_flags", []) for n in ("node1", "node2")],
+        )
 
     before = slurm_now()
     assert [r for r, _ in before[0]] == ["guardctl_q_node2", "guardctl_s_s9_1"]
     logged = log.read_text()
-    commands = [("status",), ("status", "--json"), ("history",), ("analyze",), ("report",),
-                ("control", "--once"), ("control", "--explain", "node1"),
-                ("control", "--once", "--dry-run"), ("drain", "node1", "--reason", "x",
-                                                     "--dry-run")]
+    commands = [
+        ("status",),
+        ("status", "--json"),
+        ("history",),
+        ("analyze",),
+        ("report",),
+        ("control", "--once"),
+        ("control", "--explain", "node1"),
+        ("control", "--once", "--dry-run"),
+        ("drain", "node1", "--reason", "x", "--dry-run"),
+    ]
     if observe_only:
         commands += [("control", "--once", "--act"), ("quarantine", "node1")]
     for args in commands:
@@ -371,11 +477,18 @@ def test_read_commands_and_observe_only_leave_the_lab_as_it_was(lab: Any, tmp_pa
     assert lab.job_info(job)["JobState"] == "RUNNING"
     shown = gctl("status")
     assert "2 intent(s) or leftover reservation(s) open" in shown.stderr, shown.stderr
-    assert [line for line in log.read_text().splitlines()
-            if '"phase":"intent"' in line or '"phase":"done"' in line
-            or '"phase":"reconciled"' in line or '"phase":"abandoned"' in line] == [
-        line for line in logged.splitlines()
-        if '"phase":"intent"' in line or '"phase":"done"' in line]
+    assert [
+        line
+        for line in log.read_text().splitlines()
+        if '"phase":"intent"' in line
+        or '"phase":"done"' in line
+        or '"phase":"reconciled"' in line
+        or '"phase":"abandoned"' in line
+    ] == [
+        line
+        for line in logged.splitlines()
+        if '"phase":"intent"' in line or '"phase":"done"' in line
+    ]
 
 
 def test_a_sweep_reservation_made_but_answered_late_is_deleted(tmp_path: Path) -> None:

@@ -43,20 +43,28 @@ def faulty_sysfs(tmp_path: Path) -> Path:
     tree = tmp_path / "sys"
     if not tree.exists():
         shutil.copytree(SYSFS, tree)
-        (tree / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "state").write_text(
-            "1: DOWN\n")
+        (tree / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "state").write_text("1: DOWN\n")
     return tree
 
 
-def settings(tmp_path: Path, *, marked: bool = True, sysfs: Path | None = None,
-             hooks: dict[str, Any] | None = None, **safety: Any) -> Settings:
+def settings(
+    tmp_path: Path,
+    *,
+    marked: bool = True,
+    sysfs: Path | None = None,
+    hooks: dict[str, Any] | None = None,
+    **safety: Any,
+) -> Settings:
     root = tmp_path / "store"
     if marked:
         store.init(root)
-    table = {"store": {"root": str(root)},
-             "safety": {"max_out_fraction": 0.5, "max_out_nodes": 4, **safety},
-             "agent": {"sysfs_root": str(sysfs or faulty_sysfs(tmp_path))},
-             "sweep": {"hook_gpus": 0}, **({"hooks": hooks} if hooks else {})}
+    table = {
+        "store": {"root": str(root)},
+        "safety": {"max_out_fraction": 0.5, "max_out_nodes": 4, **safety},
+        "agent": {"sysfs_root": str(sysfs or faulty_sysfs(tmp_path))},
+        "sweep": {"hook_gpus": 0},
+        **({"hooks": hooks} if hooks else {}),
+    }
     return build_settings([Layer("test", table)])
 
 
@@ -106,14 +114,20 @@ def root_secret(tmp_path: Path) -> Path:
 
 
 def as_job_of_nobody(path: Path, **more: str) -> dict[str, str]:
-    return {"SLURM_JOB_STDERR": str(path), "SLURM_JOB_UID": str(NOBODY),
-            "SLURM_JOB_GID": str(NOBODY), "SLURM_JOB_USER": "nobody", **more}
+    return {
+        "SLURM_JOB_STDERR": str(path),
+        "SLURM_JOB_UID": str(NOBODY),
+        "SLURM_JOB_GID": str(NOBODY),
+        "SLURM_JOB_USER": "nobody",
+        **more,
+    }
 
 
 @needs_root
 @pytest.mark.parametrize("link", ["symlink", "hardlink"])
-def test_a_link_to_a_root_file_is_neither_written_nor_given_away(tmp_path: Path, top: Path,
-                                                                 link: str) -> None:
+def test_a_link_to_a_root_file_is_neither_written_nor_given_away(
+    tmp_path: Path, top: Path, link: str
+) -> None:
     secret = root_secret(top)
     home = user_dir(top)
     err = home / "err.txt"
@@ -140,8 +154,9 @@ def test_a_directory_the_user_cannot_write_gets_nothing(tmp_path: Path, top: Pat
     report = prolog(settings(tmp_path), MemorySlurm(NODES), "node2", **as_job_of_nobody(err))
     assert not err.exists()
     assert report.fails
-    assert report.told_user == (f"not written to {err}: Permission denied; the reason is the "
-                                "node's drain reason")
+    assert report.told_user == (
+        f"not written to {err}: Permission denied; the reason is the node's drain reason"
+    )
 
 
 @needs_root
@@ -150,8 +165,7 @@ def test_the_note_is_written_as_the_job_user(tmp_path: Path, top: Path) -> None:
     err = home / "err.txt"
     report = prolog(settings(tmp_path), MemorySlurm(NODES), "node2", **as_job_of_nobody(err))
     assert report.told_user == f"written to {err}"
-    assert "node node2 failed the prolog checks (prolog: ib mlx5_0/1 state DOWN)" \
-        in err.read_text()
+    assert "node node2 failed the prolog checks (prolog: ib mlx5_0/1 state DOWN)" in err.read_text()
     assert (err.stat().st_uid, err.stat().st_gid) == (NOBODY, NOBODY)
 
 
@@ -163,8 +177,10 @@ def test_a_fifo_neither_blocks_the_prolog_nor_is_written(tmp_path: Path, top: Pa
     os.chown(err, NOBODY, NOBODY)
     cfg, slurm = settings(tmp_path), MemorySlurm(NODES)
     done: list[HookReport] = []
-    worker = threading.Thread(target=lambda: done.append(
-        prolog(cfg, slurm, "node2", **as_job_of_nobody(err))), daemon=True)
+    worker = threading.Thread(
+        target=lambda: done.append(prolog(cfg, slurm, "node2", **as_job_of_nobody(err))),
+        daemon=True,
+    )
     worker.start()
     worker.join(20)
     assert done, "the prolog blocked opening a FIFO the user made"
@@ -180,14 +196,20 @@ def test_slurm_patterns_are_expanded_or_the_note_is_not_written(tmp_path: Path, 
     assert "failed the prolog checks" in (home / "train-42.err").read_text()
     per_task = as_job_of_nobody(home / "out-%N-%t.err")
     report = prolog(settings(tmp_path), MemorySlurm(NODES), "node3", **per_task)
-    assert report.told_user == (f"not written to {home}/out-%N-%t.err: guardctl cannot expand "
-                                "%N, %t on this node; the reason is the node's drain reason")
+    assert report.told_user == (
+        f"not written to {home}/out-%N-%t.err: guardctl cannot expand "
+        "%N, %t on this node; the reason is the node's drain reason"
+    )
     assert list(home.iterdir()) == [home / "train-42.err"]
 
 
 def test_expand_path_knows_only_what_the_prolog_environment_says() -> None:
-    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_USER": "ann", "SLURM_ARRAY_JOB_ID": "5",
-           "SLURM_ARRAY_TASK_ID": "3"}
+    env = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_USER": "ann",
+        "SLURM_ARRAY_JOB_ID": "5",
+        "SLURM_ARRAY_TASK_ID": "3",
+    }
     assert expand_path("/h/%u/%A_%a.%4j.err", env) == ("/h/ann/5_3.0007.err", "")
     assert expand_path("/h/100%%.err", env) == ("/h/100%.err", "")
     assert expand_path("/h/%a.err", {"SLURM_JOB_ID": "7"})[0] == ""  # not an array job
@@ -224,19 +246,26 @@ def test_fail_when_not_drained_lets_slurm_drain_the_node(tmp_path: Path) -> None
 def test_a_bad_configuration_push_is_a_fleet_finding_not_node_faults(tmp_path: Path) -> None:
     # Every node's ports are fine, but the pushed floor is above their rate: every prolog fails.
     cfg = settings(tmp_path, sysfs=SYSFS)
-    cfg = dataclasses.replace(cfg, sweep=dataclasses.replace(cfg.sweep,
-                                                             hook_ib_min_rate_gbps=800.0))
+    cfg = dataclasses.replace(
+        cfg, sweep=dataclasses.replace(cfg.sweep, hook_ib_min_rate_gbps=800.0)
+    )
     slurm = MemorySlurm(NODES)
     reports = [prolog(cfg, slurm, node) for node in NODES[:5]]
     assert [r.fails for r in reports] == [True, True, False, False, False]
     assert sorted(drained(slurm)) == ["node1", "node2"]  # below burst_nodes = 3: node faults
-    assert "fleet-wide: 3 nodes (node[1-3]) failed the ib_port check within 600 s" \
+    assert (
+        "fleet-wide: 3 nodes (node[1-3]) failed the ib_port check within 600 s"
         in reports[2].alerts[0]
+    )
     assert "fleet-wide: 5 nodes" in reports[4].alerts[0]
     notes = hook_notes(cfg)
     assert [(e.nodes, e.evidence["drained"]) for e in notes] == [
-        (("node1",), True), (("node2",), True), (("node3",), False), (("node4",), False),
-        (("node5",), False)]
+        (("node1",), True),
+        (("node2",), True),
+        (("node3",), False),
+        (("node4",), False),
+        (("node5",), False),
+    ]
     # The same node failing again within the window is not noted again.
     assert not prolog(cfg, slurm, "node4").fails
     assert len(hook_notes(cfg)) == 5
@@ -247,8 +276,13 @@ def test_a_node_guardctl_drained_failing_again_is_not_news(tmp_path: Path) -> No
     slurm = MemorySlurm(NODES)
     assert prolog(cfg, slurm, "node1").fails
     for _ in range(3):  # its health check, every HealthCheckInterval
-        again = run_hook(cfg, "healthcheck", environ={"SLURMD_NODENAME": "node1"},
-                         nvml=no_gpus(), ops=NodeOps(cfg, slurm))
+        again = run_hook(
+            cfg,
+            "healthcheck",
+            environ={"SLURMD_NODENAME": "node1"},
+            nvml=no_gpus(),
+            ops=NodeOps(cfg, slurm),
+        )
         assert again.fails and again.drained.startswith("no change: already drained")
     assert [e.nodes for e in hook_notes(cfg)] == [("node1",)]
     assert drained(slurm) == {"node1": "guardctl: prolog: ib mlx5_0/1 state DOWN"}
@@ -266,8 +300,7 @@ def test_an_unmounted_store_drains_nothing_and_creates_nothing(tmp_path: Path) -
 # -- 3. on the lab: what Slurm itself does with the prolog's exit -----------------------------
 
 
-def test_at_the_cap_slurm_runs_the_job_and_drains_nothing(lab_factory: Any, tmp_path: Path
-                                                          ) -> None:
+def test_at_the_cap_slurm_runs_the_job_and_drains_nothing(lab_factory: Any, tmp_path: Path) -> None:
     from labtools import job_guardctl
 
     os.chmod(tmp_path, 0o755)
@@ -276,22 +309,45 @@ def test_at_the_cap_slurm_runs_the_job_and_drains_nothing(lab_factory: Any, tmp_
     config = tmp_path / "guardctl.toml"
     wrapper = tmp_path / "prolog-wrapper.sh"
     # Test harness only: every node's prolog sees a sysfs tree whose InfiniBand port is down.
-    wrapper.write_text("#!/bin/bash\n"
-                       f"GUARDCTL={job_guardctl()} GUARDCTL_CONFIG={config} "
-                       f"exec {REPO / 'slurm' / 'prolog.sh'}\n")
+    wrapper.write_text(
+        "#!/bin/bash\n"
+        f"GUARDCTL={job_guardctl()} GUARDCTL_CONFIG={config} "
+        f"exec {REPO / 'slurm' / 'prolog.sh'}\n"
+    )
     wrapper.chmod(0o755)
     lab = lab_factory(nodes=2, up_args=["--prolog", str(wrapper)])
-    config.write_text(f'[store]\nroot = "{root}"\n[slurm]\nconf = "{lab.conf}"\n'
-                      + (f'bin_dir = "{lab.bin_dir}"\n' if lab.bin_dir else "")
-                      + "[safety]\nmax_out_nodes = 1\n"
-                      + f'[agent]\nsysfs_root = "{faulty_sysfs(tmp_path)}"\n')
+    config.write_text(
+        f'[store]\nroot = "{root}"\n[slurm]\nconf = "{lab.conf}"\n'
+        + (f'bin_dir = "{lab.bin_dir}"\n' if lab.bin_dir else "")
+        + "[safety]\nmax_out_nodes = 1\n"
+        + f'[agent]\nsysfs_root = "{faulty_sysfs(tmp_path)}"\n'
+    )
     # The operator's drain runs on this host (the hooks run guardctl where the lab's jobs do).
-    proc = subprocess.run([sys.executable, "-m", "guardctl", "--config", str(config), "drain",
-                           "node1", "--reason", "bad DIMM"], env=lab.env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "guardctl",
+            "--config",
+            str(config),
+            "drain",
+            "node1",
+            "--reason",
+            "bad DIMM",
+        ],
+        env=lab.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr  # guardctl holds one node: its cap
-    job = lab.submit("#!/bin/bash\necho ran on $SLURMD_NODENAME\n", "-w", "node2",
-                     "-o", str(tmp_path / "job.out"))
+    job = lab.submit(
+        "#!/bin/bash\necho ran on $SLURMD_NODENAME\n",
+        "-w",
+        "node2",
+        "-o",
+        str(tmp_path / "job.out"),
+    )
     assert lab.wait_job(job, timeout=60)["JobState"] == "COMPLETED"
     assert "ran on node2" in (tmp_path / "job.out").read_text()
     assert "DRAIN" not in lab.node_state("node2")["state_flags"]  # Slurm did not drain it

@@ -32,13 +32,15 @@ NODES = ["node1", "node2", "node3", "node4", "node5", "node6"]
 NODE_ACTIONS = {"quarantine", "unquarantine", "drain", "resume", "reserve", "unreserve"}
 
 
-def controller(store: Path, slurm: MemorySlurm, lines: list[str] | None = None,
-               **control: object) -> Controller:
+def controller(
+    store: Path, slurm: MemorySlurm, lines: list[str] | None = None, **control: object
+) -> Controller:
     settings = load_settings(environ={"GUARDCTL_STORE": str(store)})
     # Two flagged nodes of six are two node faults here, not a fleet-wide cause.
     control = {"max_fleet_fraction": 0.5, "max_job_fraction": 0.5, **control}
     settings = dataclasses.replace(
-        settings, control=dataclasses.replace(settings.control, **control))  # type: ignore[arg-type]
+        settings, control=dataclasses.replace(settings.control, **control)
+    )  # type: ignore[arg-type]
     progress = lines.append if lines is not None else (lambda _m: None)
     return Controller(settings, act=True, slurm=slurm, progress=progress)
 
@@ -49,7 +51,7 @@ def old_trace(store: Path, names: list[str], slow: dict[str, float], end: float)
     tr.names = list(names)
     tr.t = tr.t - tr.t[-1] + end
     for node, factor in slow.items():
-        tr.slow[tr.at(2):, tr.node(node), 3] = factor
+        tr.slow[tr.at(2) :, tr.node(node), 3] = factor
     tr.write()
     return tr
 
@@ -69,8 +71,11 @@ def one_record_ahead(store: Path, tr: Trace, node: str, ahead_s: float) -> float
 
 def acted(c: Controller, nodes: Sequence[str] | None = None) -> list[tuple[str, str, tuple]]:
     """The node actions in the log: (action, phase, nodes)."""
-    return [(e.action, e.phase, e.nodes) for e in c.ops.log.entries()
-            if e.action in NODE_ACTIONS and (nodes is None or set(e.nodes) & set(nodes))]
+    return [
+        (e.action, e.phase, e.nodes)
+        for e in c.ops.log.entries()
+        if e.action in NODE_ACTIONS and (nodes is None or set(e.nodes) & set(nodes))
+    ]
 
 
 def busy(slurm: MemorySlurm, node: str) -> int:
@@ -82,8 +87,10 @@ def busy(slurm: MemorySlurm, node: str) -> int:
 
 # -- stale telemetry ----------------------------------------------------------------------------
 
+
 def test_telemetry_three_days_old_changes_nothing_and_the_next_fresh_pass_acts(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     old_trace(tmp_path, NODES, {"node2": 1.3}, end=time.time() - 3 * 86400)
     slurm = MemorySlurm(NODES, start=time.time())
     busy(slurm, "node2")
@@ -108,8 +115,7 @@ def test_telemetry_three_days_old_changes_nothing_and_the_next_fresh_pass_acts(
     assert acted(c) == [("quarantine", "intent", ("node2",)), ("quarantine", "done", ("node2",))]
 
 
-def test_a_daemon_over_stale_telemetry_says_so_each_pass_and_acts_on_none(
-        tmp_path: Path) -> None:
+def test_a_daemon_over_stale_telemetry_says_so_each_pass_and_acts_on_none(tmp_path: Path) -> None:
     old_trace(tmp_path, NODES, {"node2": 1.3}, end=time.time() - 3 * 86400)
     slurm = MemorySlurm(NODES, start=time.time())
     lines: list[str] = []
@@ -125,8 +131,13 @@ def test_the_one_off_analyze_warns_of_a_stale_window(tmp_path: Path) -> None:
     old_trace(tmp_path, NODES, {"node2": 1.3}, end=time.time() - 3 * 86400)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GUARDCTL")}
     env["GUARDCTL_STORE"] = str(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "guardctl", "analyze"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "guardctl", "analyze"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr  # the verdicts, reported all the same
     (warning,) = [line for line in proc.stderr.splitlines() if "warning" in line]
     assert warning.startswith("guardctl: warning: stale telemetry: the newest window ended 3.0")
@@ -135,8 +146,10 @@ def test_the_one_off_analyze_warns_of_a_stale_window(tmp_path: Path) -> None:
 
 # -- a clock ahead ------------------------------------------------------------------------------
 
+
 def test_one_record_two_hours_ahead_neither_moves_the_window_nor_hides_a_fault(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     tr = fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     end = float(tr.t[-1])
     stamped = one_record_ahead(tmp_path, tr, "node5", 7200.0)
@@ -146,8 +159,9 @@ def test_one_record_two_hours_ahead_neither_moves_the_window_nor_hides_a_fault(
     assert cold.verdict_of("node2").verdict == "suspect"  # type: ignore[union-attr]
     assert cold.ahead == {"node5": stamped}
     steady = Analyzer(settings).analyze()  # the controller's reader: the same answer
-    assert json.dumps(steady.to_dict(), sort_keys=True) == json.dumps(cold.to_dict(),
-                                                                      sort_keys=True)
+    assert json.dumps(steady.to_dict(), sort_keys=True) == json.dumps(
+        cold.to_dict(), sort_keys=True
+    )
 
     slurm = MemorySlurm(NODES, start=time.time())
     busy(slurm, "node2")
@@ -194,11 +208,13 @@ def test_a_window_is_current_only_between_two_windows_ago_and_the_tolerance() ->
     future = out_of_date(window(now + 900.0), now, 120.0)
     assert future is not None and future.startswith("the newest window ends 900 s after")
     stale = out_of_date(window(now - 721.0), now, 120.0)
-    assert stale == ("stale telemetry: the newest window ended 721 s ago (more than 2 windows "
-                     "of 300 s)")
+    assert stale == (
+        "stale telemetry: the newest window ended 721 s ago (more than 2 windows of 300 s)"
+    )
 
 
 # -- nodes Slurm does not know, and one node's error ---------------------------------------------
+
 
 def test_a_node_unknown_to_slurm_is_left_alone_and_the_others_go_on(tmp_path: Path) -> None:
     fleet_trace(tmp_path, [*NODES, "ghost"], slow={"ghost": 1.3, "node2": 1.3})
@@ -212,8 +228,11 @@ def test_a_node_unknown_to_slurm_is_left_alone_and_the_others_go_on(tmp_path: Pa
     assert (by_node["node2"]["decision"], by_node["node2"]["outcome"]) == ("quarantine", "done")
     assert [r.nodes for r in slurm.reservations()] == [("node2",)]
     assert acted(c, ["ghost"]) == []
-    assert [e.nodes for e in c.ops.log.entries() if e.action == "control decision"
-            and e.evidence["decision"] == "leave"] == [("ghost",)]
+    assert [
+        e.nodes
+        for e in c.ops.log.entries()
+        if e.action == "control decision" and e.evidence["decision"] == "leave"
+    ] == [("ghost",)]
     c.run_pass()  # and again: nothing stalls
     explained = c.explain("ghost")
     assert explained["owner"][0] == "unknown to Slurm"
@@ -230,8 +249,13 @@ class RefusingSlurm(MemorySlurm):
         super().__init__(names, start=time.time())
         self.refuse = refuse
 
-    def create_reservation(self, name: str, nodes: Sequence[str], users: Sequence[str],
-                           flags: Sequence[str] = ("MAINT", "IGNORE_JOBS")) -> None:
+    def create_reservation(
+        self,
+        name: str,
+        nodes: Sequence[str],
+        users: Sequence[str],
+        flags: Sequence[str] = ("MAINT", "IGNORE_JOBS"),
+    ) -> None:
         for node in nodes:
             if node in self.refuse:
                 raise self.refuse[node]
@@ -240,8 +264,14 @@ class RefusingSlurm(MemorySlurm):
 
 def test_one_decisions_slurm_error_does_not_stop_the_others(tmp_path: Path) -> None:
     fleet_trace(tmp_path, NODES, slow={"node1": 1.3, "node2": 1.3})
-    slurm = RefusingSlurm(NODES, {"node1": SlurmError(
-        "scontrol failed: Error creating the reservation: Requested nodes are busy")})
+    slurm = RefusingSlurm(
+        NODES,
+        {
+            "node1": SlurmError(
+                "scontrol failed: Error creating the reservation: Requested nodes are busy"
+            )
+        },
+    )
     busy(slurm, "node1")
     busy(slurm, "node2")
     c = controller(tmp_path, slurm)

@@ -42,14 +42,14 @@ class HostClock(Clock):
 
 
 def controller(tmp_path: Path, slurm: MemorySlurm, clock: HostClock) -> Controller:
-    c = Controller(settings(tmp_path, lease_s=LEASE, interval_s=10.0), act=True, slurm=slurm,
-                   clock=clock)
+    c = Controller(
+        settings(tmp_path, lease_s=LEASE, interval_s=10.0), act=True, slurm=slurm, clock=clock
+    )
     c.as_daemon(10.0)
     return c
 
 
-def test_a_leader_paused_past_its_lease_wakes_mid_pass_and_changes_nothing(tmp_path: Path
-                                                                          ) -> None:
+def test_a_leader_paused_past_its_lease_wakes_mid_pass_and_changes_nothing(tmp_path: Path) -> None:
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
     ca, cb = HostClock("a"), HostClock("b")
@@ -97,8 +97,7 @@ def test_a_leader_paused_past_its_lease_wakes_mid_pass_and_changes_nothing(tmp_p
     assert list(b.sweeps.running) == ["node2"]
 
 
-def test_a_leader_paused_past_its_lease_notices_it_though_nobody_took_it(tmp_path: Path
-                                                                        ) -> None:
+def test_a_leader_paused_past_its_lease_notices_it_though_nobody_took_it(tmp_path: Path) -> None:
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
     clock = HostClock("a")
@@ -144,7 +143,8 @@ def test_a_deposed_leader_neither_appends_to_nor_checkpoints_the_log(tmp_path: P
 
 @pytest.mark.parametrize("skew_s", [300.0, -300.0])
 def test_skewed_controllers_never_take_a_fresh_lease_and_fail_over_in_lease_s(
-        tmp_path: Path, skew_s: float) -> None:
+    tmp_path: Path, skew_s: float
+) -> None:
     ca, cb = HostClock("a"), HostClock("b", skew_s)  # B's wall clock minutes ahead or behind
     a = Lease(tmp_path, LEASE, clock=ca)
     b = Lease(tmp_path, LEASE, clock=cb)
@@ -188,14 +188,20 @@ def test_never_two_sweeps_of_one_node(tmp_path: Path) -> None:
         c.sweeps.start(c.settings, "node3", options, 0, False, "again")
     assert c.sweeps.running["node3"] is first  # not orphaned by a second one
     # Another controller's sweep open in the log: not duplicated either.
-    c.ops.record("control sweeping", ["node4"], reason="sweep S9 started",
-                 evidence={"by": "control", "sweep": "S9"})
+    c.ops.record(
+        "control sweeping",
+        ["node4"],
+        reason="sweep S9 started",
+        evidence={"by": "control", "sweep": "S9"},
+    )
     with pytest.raises(RefusedError, match="open in the action log"):
         c.sweeps.start(c.settings, "node4", options, 0, False, "suspect")
     assert [j.job_id for j in sweep_jobs(slurm, "node3")] == jobs
     assert sweep_jobs(slurm, "node4") == [] and not quarantined(slurm, "node4")
-    assert [e.evidence["sweep"] for e in c.ops.log.entries()
-            if e.action == "control sweeping"] == [first.sweep_id, "S9"]
+    assert [e.evidence["sweep"] for e in c.ops.log.entries() if e.action == "control sweeping"] == [
+        first.sweep_id,
+        "S9",
+    ]
 
 
 def test_a_long_pass_keeps_its_lease_by_renewing_at_its_changes(tmp_path: Path) -> None:

@@ -22,11 +22,16 @@ def entries(g: Any) -> list[dict[str, Any]]:
     return list(json.loads(out.stdout)["entries"])
 
 
-def wait_for(g: Any, what: str, until: float, proc: subprocess.Popen[str], **match: Any
-             ) -> dict[str, Any]:
+def wait_for(
+    g: Any, what: str, until: float, proc: subprocess.Popen[str], **match: Any
+) -> dict[str, Any]:
     while True:
-        found = [e for e in entries(g) if e["action"] == what
-                 and all(e.get(k, e["evidence"].get(k)) == v for k, v in match.items())]
+        found = [
+            e
+            for e in entries(g)
+            if e["action"] == what
+            and all(e.get(k, e["evidence"].get(k)) == v for k, v in match.items())
+        ]
         if found:
             return found[-1]
         assert time.monotonic() < until and proc.poll() is None, (what, proc.poll())
@@ -34,9 +39,11 @@ def wait_for(g: Any, what: str, until: float, proc: subprocess.Popen[str], **mat
 
 
 def test_a_daemon_stopped_past_its_lease_wakes_and_leaves_the_new_leader_be(
-        lab: Any, tmp_path: Path) -> None:
-    g = control_guardctl(tmp_path, lab, control=f"lease_s = {LEASE_S}\ninterval_s = 1.0\n"
-                         "sweep_duration_s = 15.0\n")
+    lab: Any, tmp_path: Path
+) -> None:
+    g = control_guardctl(
+        tmp_path, lab, control=f"lease_s = {LEASE_S}\ninterval_s = 1.0\nsweep_duration_s = 15.0\n"
+    )
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
     old = g.popen("control", "--act")
     new: subprocess.Popen[str] | None = None
@@ -52,18 +59,25 @@ def test_a_daemon_stopped_past_its_lease_wakes_and_leaves_the_new_leader_be(
         woke = time.time()
         old.send_signal(signal.SIGCONT)
         time.sleep(4)  # several of its passes, had it gone on acting
-        judged = wait_for(g, "control sweep", deadline + 60, new,
-                          sweep=second["evidence"]["sweep"])
+        judged = wait_for(g, "control sweep", deadline + 60, new, sweep=second["evidence"]["sweep"])
         assert judged["pid"] == new.pid and judged["evidence"]["verdict"] != "aborted", judged
         log = entries(g)
         # The old leader's own sweep was closed by the new leader, its jobs cancelled...
-        closed = [e for e in log if e["action"] == "control sweep"
-                  and e["evidence"].get("sweep") == first["evidence"]["sweep"]]
+        closed = [
+            e
+            for e in log
+            if e["action"] == "control sweep"
+            and e["evidence"].get("sweep") == first["evidence"]["sweep"]
+        ]
         assert [(e["pid"], e["evidence"]["verdict"]) for e in closed] == [(new.pid, "aborted")]
         # ...and after it woke, the old leader wrote nothing and cancelled nothing.
         assert [e for e in log if e["pid"] == old.pid and e["ts"] >= stopped] == []
-        assert not [e for e in log if e["action"] == "sweep aborted"
-                    and e["evidence"].get("sweep") == second["evidence"]["sweep"]]
+        assert not [
+            e
+            for e in log
+            if e["action"] == "sweep aborted"
+            and e["evidence"].get("sweep") == second["evidence"]["sweep"]
+        ]
         assert woke > stopped
     finally:
         for p in (old, new):

@@ -55,8 +55,9 @@ def untouched(c: Controller, slurm: MemorySlurm) -> None:
 
 
 @pytest.mark.parametrize("code", [errno.ESTALE, errno.EIO])
-def test_a_lease_file_that_cannot_be_read_is_held(tmp_path: Path, code: int,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lease_file_that_cannot_be_read_is_held(
+    tmp_path: Path, code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     slurm = busy_suspect(tmp_path)
     holder = controller(tmp_path, slurm)
     assert holder.lead()[0]  # another controller leads; this one reads its lease
@@ -69,7 +70,8 @@ def test_a_lease_file_that_cannot_be_read_is_held(tmp_path: Path, code: int,
 
 
 def test_the_leader_that_cannot_read_its_lease_stops_acting(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     slurm = busy_suspect(tmp_path)
     c = controller(tmp_path, slurm)
     assert c.lead()[0]
@@ -81,8 +83,15 @@ def test_the_leader_that_cannot_read_its_lease_stops_acting(
     assert report.leader and quarantined(slurm, "node2")
 
 
-@pytest.mark.parametrize("text", ['{"host": "h1", "pid"', "[]", "\x00\x00\x00",
-                                  '{"host": "h1", "pid": 1, "token": "t", "expires": "soon"}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"host": "h1", "pid"',
+        "[]",
+        "\x00\x00\x00",
+        '{"host": "h1", "pid": 1, "token": "t", "expires": "soon"}',
+    ],
+)
 def test_a_garbled_lease_file_is_held(tmp_path: Path, text: str) -> None:
     slurm = busy_suspect(tmp_path)
     (tmp_path / "control").mkdir()
@@ -105,8 +114,9 @@ def agent_beat(root: Path, node: str, skew_s: float, age_s: float = 0.0) -> None
 
 
 @pytest.mark.parametrize("skew_s", [120.0, -120.0])
-def test_agents_whose_clocks_are_off_hold_the_controller_back(tmp_path: Path,
-                                                              skew_s: float) -> None:
+def test_agents_whose_clocks_are_off_hold_the_controller_back(
+    tmp_path: Path, skew_s: float
+) -> None:
     slurm = busy_suspect(tmp_path)
     for node in NODES:
         agent_beat(tmp_path, node, 0.5)

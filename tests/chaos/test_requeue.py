@@ -79,12 +79,15 @@ class PausedClock(Clock):
         return time.monotonic() + self.stood_s
 
 
-def controller(tmp_path: Path, slurm: Any, *, observe_only: bool = False,
-               clock: Clock | None = None) -> Controller:
+def controller(
+    tmp_path: Path, slurm: Any, *, observe_only: bool = False, clock: Clock | None = None
+) -> Controller:
     settings = load_settings(environ={"GUARDCTL_STORE": str(tmp_path)})
     settings = dataclasses.replace(
-        settings, control=dataclasses.replace(settings.control, **CHEAP),  # type: ignore[arg-type]
-        safety=dataclasses.replace(settings.safety, observe_only=observe_only))
+        settings,
+        control=dataclasses.replace(settings.control, **CHEAP),  # type: ignore[arg-type]
+        safety=dataclasses.replace(settings.safety, observe_only=observe_only),
+    )
     c = Controller(settings, act=True, slurm=slurm, clock=clock)
     c.as_daemon(c.cfg.interval_s)  # a sweep is started by a pass, not waited for
     return c
@@ -108,8 +111,9 @@ def requeues(c: Controller) -> list[Entry]:
     return [e for e in c.ops.log.entries() if e.action == REQUEUE]
 
 
-def quarantined_with_a_job(tmp_path: Path, clock: Clock | None = None
-                           ) -> tuple[MemorySlurm, FaultySlurm, Controller, int]:
+def quarantined_with_a_job(
+    tmp_path: Path, clock: Clock | None = None
+) -> tuple[MemorySlurm, FaultySlurm, Controller, int]:
     """node2 slow under a requeue-able training job; the first pass quarantined it."""
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
@@ -123,8 +127,9 @@ def quarantined_with_a_job(tmp_path: Path, clock: Clock | None = None
     return slurm, faulty, c, job
 
 
-def fail_the_release(c: Controller, faulty: FaultySlurm,
-                     error: type[SlurmError] = SlurmError) -> None:
+def fail_the_release(
+    c: Controller, faulty: FaultySlurm, error: type[SlurmError] = SlurmError
+) -> None:
     """A pass whose requeue's release fails. Refused: the decision's outcome says so, and the
     other decisions go on; not answered: the pass stops (Slurm is down: nothing more is tried).
     Either way the job is left held."""
@@ -141,7 +146,8 @@ def fail_the_release(c: Controller, faulty: FaultySlurm,
 
 @pytest.mark.parametrize("error", [SlurmError, SlurmUnavailable], ids=["refused", "timed-out"])
 def test_a_requeue_whose_release_fails_is_released_by_the_next_pass(
-        tmp_path: Path, error: type[SlurmError]) -> None:
+    tmp_path: Path, error: type[SlurmError]
+) -> None:
     slurm, faulty, c, job = quarantined_with_a_job(tmp_path)
     fail_the_release(c, faulty, error)
     held = info(slurm, job)
@@ -154,13 +160,15 @@ def test_a_requeue_whose_release_fails_is_released_by_the_next_pass(
     assert (moved.state, moved.nodes) == ("RUNNING", ("node3",))  # not node2: excluded
     assert slurm.restarts(job) == 1  # released, not requeued again
     # refused: the outcome says the job may be left held; timed out: the intent stays open
-    assert [e.phase for e in left] == (["intent", "failed"] if error is SlurmError
-                                       else ["intent"])
+    assert [e.phase for e in left] == (["intent", "failed"] if error is SlurmError else ["intent"])
     assert left[-1].evidence.get("held", True) is True
     assert report.reconciled >= 1
     last = requeues(c)[-1]
     assert (last.phase, last.evidence["job"], last.evidence["released"]) == (
-        "reconciled", job, True)
+        "reconciled",
+        job,
+        True,
+    )
     assert last.id == requeues(c)[0].id and last.nodes == ("node2",)
     assert sum(counts_toward_cap(e) for e in requeues(c)) == 1  # one requeue for the cap
     c.run_pass()
@@ -185,7 +193,8 @@ def test_a_crash_between_the_hold_and_the_release_is_reconciled(tmp_path: Path) 
 
 
 def test_a_leader_that_loses_its_lease_between_the_hold_and_the_release_still_releases(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Releasing the hold only undoes what this requeue did a moment before: a leader deposed
     in the middle (it stood still past its lease) does nothing more, but it does not leave
     the job held until it dies."""
@@ -226,7 +235,8 @@ def test_a_job_someone_else_held_is_never_released(tmp_path: Path) -> None:
 
 
 def test_a_job_that_ended_meanwhile_closes_its_requeue_without_touching_slurm(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     slurm, faulty, c, job = quarantined_with_a_job(tmp_path)
     fail_the_release(c, faulty)
     slurm.cancel(job)  # its user gave up on it
@@ -268,20 +278,30 @@ def test_observe_only_would_requeue_and_changes_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.slurm
 def test_on_the_lab_a_job_a_crashed_requeue_left_held_is_released_by_the_next_pass(
-        lab: Any, tmp_path: Path) -> None:
+    lab: Any, tmp_path: Path
+) -> None:
     """Slurm's own hold: ``scontrol requeuehold`` leaves the job pending with priority 0 (22.05:
     job_requeued_in_held_state); the controller killed right after it, the next pass releases
     the job, which runs again."""
-    g = control_guardctl(tmp_path, lab, control="".join(
-        f"{key} = {str(value).lower()}\n" for key, value in CHEAP.items()))
+    g = control_guardctl(
+        tmp_path,
+        lab,
+        control="".join(f"{key} = {str(value).lower()}\n" for key, value in CHEAP.items()),
+    )
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
-    job, stop = held_job(lab, tmp_path, "node2", "--requeue", "-t", "30",
-                         elsewhere="node1,node3,node4")
+    job, stop = held_job(
+        lab, tmp_path, "node2", "--requeue", "-t", "30", elsewhere="node1,node3,node4"
+    )
     try:
         assert decision(control(g, "--act"), "node2")["decision"] == "quarantine"
         env = {**g.env, CRASH_ENV: "requeue:held"}
-        proc = subprocess.run(g.cmd("control", "--once", "--act"), env=env,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            g.cmd("control", "--once", "--act"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 99, proc.stdout + proc.stderr  # killed once Slurm held it
         held = lab_job(lab, job, lambda i: i.get("JobState") == "PENDING")
         assert held.get("Reason") in HELD_REASONS and held.get("Priority") == "0", held
@@ -291,14 +311,17 @@ def test_on_the_lab_a_job_a_crashed_requeue_left_held_is_released_by_the_next_pa
         assert int(again.get("Restarts", "0")) == 1, again  # the one requeue, run again
         mine = [e for e in entries(g) if e["action"] == REQUEUE]
         assert [(e["phase"], e["evidence"].get("released")) for e in mine] == [
-            ("intent", None), ("reconciled", True)]
+            ("intent", None),
+            ("reconciled", True),
+        ]
     finally:
         stop.touch()
         os.sync()
 
 
-def lab_job(lab: Any, job: str, until: Callable[[dict[str, str]], bool],
-            timeout: float = 60) -> dict[str, str]:
+def lab_job(
+    lab: Any, job: str, until: Callable[[dict[str, str]], bool], timeout: float = 60
+) -> dict[str, str]:
     """The lab's job once *until* holds (``scontrol show job``)."""
     deadline = time.monotonic() + timeout
     while not until(found := lab.job_info(job)):

@@ -29,25 +29,34 @@ def guardctl(*args: str, store_root: Path | None = None) -> subprocess.Completed
     if store_root is not None:
         env["GUARDCTL_STORE"] = str(store_root)
     env["SLURM_CONF"] = "/nonexistent/slurm.conf"  # no Slurm is needed to refuse
-    return subprocess.run([sys.executable, "-m", "guardctl", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "guardctl", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def refused(proc: subprocess.CompletedProcess[str], root: Path) -> None:
     assert proc.returncode == 8, proc.stderr
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith(f"guardctl: error: store {root} is not guardctl's shared store: "
-                           ".guardctl-store is missing"), line
+    assert line.startswith(
+        f"guardctl: error: store {root} is not guardctl's shared store: .guardctl-store is missing"
+    ), line
 
 
-@pytest.mark.parametrize("command", [
-    ["agent", "--once", "--set-store"],
-    ["control", "--once"],
-    ["drain", "node1", "--reason", "x"],
-    ["quarantine", "node1", "--reason", "x"],
-    ["sweep", "node1"],
-    ["qualify"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["agent", "--once", "--set-store"],
+        ["control", "--once"],
+        ["drain", "node1", "--reason", "x"],
+        ["quarantine", "node1", "--reason", "x"],
+        ["sweep", "node1"],
+        ["qualify"],
+    ],
+)
 def test_every_writer_refuses_an_unmounted_store(tmp_path: Path, command: list[str]) -> None:
     root = tmp_path / "mnt" / "guardctl"
     root.mkdir(parents=True)  # the mount point, with nothing mounted on it
@@ -76,17 +85,27 @@ def test_store_init_marks_the_store_for_the_agent(tmp_path: Path) -> None:
     proc = guardctl("store", "init", str(root))
     assert proc.returncode == 0, proc.stderr
     assert (root / ".guardctl-store").is_file()
-    proc = guardctl("--set", f"agent.sysfs_root={REPO}/tests/fixtures/sysfs/ib2", "--set",
-                    'agent.status_file=""', "agent", "--once", "--store", str(root),
-                    "--node", "node1")
+    proc = guardctl(
+        "--set",
+        f"agent.sysfs_root={REPO}/tests/fixtures/sysfs/ib2",
+        "--set",
+        'agent.status_file=""',
+        "agent",
+        "--once",
+        "--store",
+        str(root),
+        "--node",
+        "node1",
+    )
     assert proc.returncode == 0, proc.stderr
     assert list((root / "telemetry" / "node1").glob("*.jsonl"))
 
 
 @contextlib.contextmanager
 def bind_mount(source: Path, target: Path) -> Iterator[None]:
-    proc = subprocess.run(["mount", "--bind", str(source), str(target)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["mount", "--bind", str(source), str(target)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot bind-mount here: {proc.stderr.strip()}")
     try:
@@ -118,16 +137,16 @@ def test_a_running_agent_buffers_while_the_store_is_unmounted(tmp_path: Path) ->
     assert layout.node_telemetry_file(server, "node1", TS).is_file()
 
 
-@pytest.mark.parametrize("unit", ["guardctl-agent.service", "guardctl-control.service",
-                                  "guardctl-control-once.service"])
+@pytest.mark.parametrize(
+    "unit", ["guardctl-agent.service", "guardctl-control.service", "guardctl-control-once.service"]
+)
 def test_the_units_require_the_store_mount(unit: str) -> None:
     text = (REPO / "contrib" / unit).read_text()
     section = text.split("[Unit]", 1)[1].split("[Service]", 1)[0]
     assert any(line.startswith("RequiresMountsFor=/") for line in section.splitlines())
 
 
-def test_the_controller_daemon_skips_passes_while_the_store_is_unmounted(tmp_path: Path
-                                                                         ) -> None:
+def test_the_controller_daemon_skips_passes_while_the_store_is_unmounted(tmp_path: Path) -> None:
     from guardctl.config import load_settings
     from guardctl.controller.loop import Controller, serve
     from guardctl.slurm.memory import MemorySlurm

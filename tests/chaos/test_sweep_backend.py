@@ -37,8 +37,13 @@ def without_gpu_libraries(tmp_path: Path) -> dict[str, str]:
 
 
 def burn(env: dict[str, str], out: Path | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, str(SWEEPS / "gemm_burn.py"), "--duration", "0.3",
-                           "--size", "64"], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SWEEPS / "gemm_burn.py"), "--duration", "0.3", "--size", "64"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if out is not None:
         out.write_text(proc.stdout)
     return proc
@@ -49,7 +54,8 @@ def records(text: str) -> list[dict[str, object]]:
 
 
 def test_the_gemm_program_on_a_gpu_node_without_torch_or_cupy_says_no_gpu_backend(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     env = without_gpu_libraries(tmp_path)
     gpu = burn({**env, "GUARDCTL_NODE_GPUS": "8"})
     assert gpu.returncode == 3, gpu.stderr
@@ -77,15 +83,17 @@ class Recording(MemorySlurm):
 
 
 def test_a_gpu_node_whose_sweep_finds_no_gpu_backend_is_undetermined_not_passed(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = Recording(NODES, start=time.time(), gres="gpu:h100:8(S:0-1)")
     c = daemon(tmp_path, slurm)
     assert decision(c, "node2")["outcome"] == "sweep started"
     env = without_gpu_libraries(tmp_path)
     for _ in range(2):  # gemm, then nccl: each run as the job would run it, on node2
-        (job,) = [j for j in slurm.jobs() if j.state == "RUNNING"
-                  and j.reservation == "guardctl_q_node2"]
+        (job,) = [
+            j for j in slurm.jobs() if j.state == "RUNNING" and j.reservation == "guardctl_q_node2"
+        ]
         request = slurm.requests[job.job_id]
         assert request.env["GUARDCTL_NODE_GPUS"] == "8"  # from Slurm's Gres
         assert "--no-requeue" in request.extra
@@ -104,15 +112,17 @@ def test_a_gpu_node_whose_sweep_finds_no_gpu_backend_is_undetermined_not_passed(
 
 
 def test_a_dry_run_says_which_program_and_backend_each_node_would_run(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bare = tmp_path / "python-without-gpu-libraries"  # no site-packages: no torch, no cupy
-    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
     bare.chmod(0o755)
     cfg = settings(tmp_path, sweep={"python": str(bare)})
     slurm = MemorySlurm(["cpu1", "cpu2", "cpu3"], start=time.time())
     slurm.add_node("gpu1", gres="gpu:h100:8(S:0-1)")
-    report = run_sweep(cfg, ["cpu1", "gpu1"], SweepOptions(kind="single", dry_run=True),
-                       ops=NodeOps(cfg, slurm))
+    report = run_sweep(
+        cfg, ["cpu1", "gpu1"], SweepOptions(kind="single", dry_run=True), ops=NodeOps(cfg, slurm)
+    )
     gemm = {p["nodes"][0]: p for p in report.planned if p["sweep"] == "gemm"}
     assert gemm["cpu1"]["program"] == "gemm.sbatch: gemm_burn.py"
     assert gemm["cpu1"]["backend"].startswith("numpy on the CPU")
@@ -127,15 +137,27 @@ def test_a_dry_run_says_which_program_and_backend_each_node_would_run(
     assert "allreduce.py" in nccl["gpu1"]["program"]
     assert slurm.reservations() == [] and slurm.jobs() == []  # a dry run changes nothing
     with_torch = settings(tmp_path)  # this Python: torch is installed here (tests run it)
-    again = run_sweep(with_torch, ["gpu1"], SweepOptions(kind="single", dry_run=True),
-                      ops=NodeOps(with_torch, slurm))
-    assert [p["backend"] for p in again.planned if p["sweep"] == "gemm"] == [
-        "torch on 8 GPU(s)"]
+    again = run_sweep(
+        with_torch,
+        ["gpu1"],
+        SweepOptions(kind="single", dry_run=True),
+        ops=NodeOps(with_torch, slurm),
+    )
+    assert [p["backend"] for p in again.planned if p["sweep"] == "gemm"] == ["torch on 8 GPU(s)"]
 
 
 def test_gres_strings_count_gpus() -> None:
     from guardctl.sweep.backend import gres_gpus
 
-    assert [gres_gpus(g) for g in ("", "(null)", "gpu:8", "gpu:h100:8(S:0-1)",
-                                   "gpu:a:4(S:0,1),gpu:b:4(S:1)", "gpu:1080:2",
-                                   "gpu:2g.10gb:3,mps:100")] == [0, 0, 8, 8, 8, 2, 3]
+    assert [
+        gres_gpus(g)
+        for g in (
+            "",
+            "(null)",
+            "gpu:8",
+            "gpu:h100:8(S:0-1)",
+            "gpu:a:4(S:0,1),gpu:b:4(S:1)",
+            "gpu:1080:2",
+            "gpu:2g.10gb:3,mps:100",
+        )
+    ] == [0, 0, 8, 8, 8, 2, 3]

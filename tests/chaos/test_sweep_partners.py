@@ -43,23 +43,36 @@ def test_a_one_off_sweep_takes_no_partner_the_controller_suspects(tmp_path: Path
     slurm = MemorySlurm(NODES)
     ops = NodeOps(cfg, slurm)
     ops.record("control pass", ["node1"], reason="1 node(s) at fault")
-    ops.record("control decision", ["node3"], reason="transient: host contention",
-               evidence={"decision": "watch"})
+    ops.record(
+        "control decision",
+        ["node3"],
+        reason="transient: host contention",
+        evidence={"decision": "watch"},
+    )
     report = run_sweep(cfg, ["node5"], SweepOptions(kind="multi", dry_run=True), ops=ops)
     (pair,) = [p for p in report.planned if p["sweep"] == "pairwise"]
     assert pair["good_partners"] == ["node2", "node4", "node6", "node7"], pair
     assert pair["nodes"] == ["node5", "node2"]
     named = settings(tmp_path, sweep={"good_nodes": ["node3", "node4"]})
     with pytest.raises(RefusedError, match="node3 are current suspects"):
-        run_sweep(named, ["node5"], SweepOptions(kind="multi", dry_run=True),
-                  ops=NodeOps(named, slurm))
+        run_sweep(
+            named, ["node5"], SweepOptions(kind="multi", dry_run=True), ops=NodeOps(named, slurm)
+        )
     assert slurm.reservations() == []
 
 
-def figure(value: float, error: str = "", nodes: tuple[str, ...] = ("n1",),
-           sweep: str = "gemm") -> Measurement:
-    return Measurement(sweep, nodes, "gpu0" if sweep == "gemm" else "group", "TFLOP/s", value,
-                       f"{sweep}|x", error=error)
+def figure(
+    value: float, error: str = "", nodes: tuple[str, ...] = ("n1",), sweep: str = "gemm"
+) -> Measurement:
+    return Measurement(
+        sweep,
+        nodes,
+        "gpu0" if sweep == "gemm" else "group",
+        "TFLOP/s",
+        value,
+        f"{sweep}|x",
+        error=error,
+    )
 
 
 def test_no_figure_is_undetermined_and_only_a_low_figure_fails() -> None:
@@ -69,12 +82,18 @@ def test_no_figure_is_undetermined_and_only_a_low_figure_fails() -> None:
     assert none.undetermined and not none.failed and not none.passed
     assert low.failed and not low.undetermined
     nodes = ["n1", "n2", "n3"]
-    judged = [none, judge(figure(50.0, nodes=("n2",)), ref, 0.92),
-              judge(figure(0.0, "x", ("n3",)), ref, 0.92),
-              judge(figure(99.0, nodes=("n3",)), ref, 0.92)]
+    judged = [
+        none,
+        judge(figure(50.0, nodes=("n2",)), ref, 0.92),
+        judge(figure(0.0, "x", ("n3",)), ref, 0.92),
+        judge(figure(99.0, nodes=("n3",)), ref, 0.92),
+    ]
     verdicts = _verdicts(nodes, judged, None)
     assert [(v.node, v.verdict) for v in verdicts] == [
-        ("n1", "undetermined"), ("n2", "fail"), ("n3", "undetermined")]
+        ("n1", "undetermined"),
+        ("n2", "fail"),
+        ("n3", "undetermined"),
+    ]
     assert isinstance(verdicts[0], NodeVerdict)
     assert verdicts[0].evidence.startswith("undetermined: sweep gemm gpu0: no result")
     both = _verdicts(["n1"], [none, low], None)  # a real failure wins

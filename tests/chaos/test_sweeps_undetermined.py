@@ -42,8 +42,9 @@ from guardctl.sweep.engine import SweepOptions, run_sweep
 from guardctl.sweep.qualify import load_state, qualify
 
 
-def started(tmp_path: Path, sweep: dict[str, Any] | None = None,
-            **control: Any) -> tuple[MemorySlurm, Controller]:
+def started(
+    tmp_path: Path, sweep: dict[str, Any] | None = None, **control: Any
+) -> tuple[MemorySlurm, Controller]:
     """node2 flagged, quarantined and its sweep started by the first pass."""
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
@@ -55,7 +56,8 @@ def started(tmp_path: Path, sweep: dict[str, Any] | None = None,
 
 
 def test_sweep_jobs_exiting_127_are_undetermined_retried_later_then_left_to_an_operator(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     slurm, c = started(tmp_path)  # the defaults: retried after 600 s, at most 3 times
     ended = end_sweep_jobs(slurm, "node2", lambda j: slurm.finish(j, 127))  # no Python there
     assert len(ended) == 2  # gemm and nccl
@@ -108,8 +110,7 @@ def test_a_sweep_job_ended_by_node_fail_is_undetermined(tmp_path: Path) -> None:
     assert not log(c, "drain") and not sweep_jobs(slurm, "node2")
 
 
-def test_sweep_jobs_running_or_pending_until_the_timeout_are_undetermined(tmp_path: Path
-                                                                          ) -> None:
+def test_sweep_jobs_running_or_pending_until_the_timeout_are_undetermined(tmp_path: Path) -> None:
     slurm, c = started(tmp_path, sweep={"job_timeout_s": 0.3})
     jobs = {j.job_id: j.state for j in sweep_jobs(slurm, "node2")}
     assert sorted(jobs.values()) == ["PENDING", "RUNNING"]  # one job per node at a time
@@ -118,18 +119,22 @@ def test_sweep_jobs_running_or_pending_until_the_timeout_are_undetermined(tmp_pa
     assert {slurm.job(j).state for j in jobs} == {"CANCELLED"}  # type: ignore[union-attr]
     assert verdicts(c, "node2") == ["undetermined"]
     (judged,) = log(c, "control sweep", "node2")
-    results = json.loads((layout.sweep_dir(tmp_path, judged.evidence["sweep"])
-                          / "results.json").read_text())
+    results = json.loads(
+        (layout.sweep_dir(tmp_path, judged.evidence["sweep"]) / "results.json").read_text()
+    )
     why = sorted(j["evidence"] for j in results["judgements"])
     assert all(j["undetermined"] and not j["passed"] for j in results["judgements"])
-    assert "job 1 timeout" in why[0] and "still pending (ReqNodeNotAvail) at " \
-        "sweep.job_timeout_s=0.3, cancelled" in why[1], why
+    assert (
+        "job 1 timeout" in why[0]
+        and "still pending (ReqNodeNotAvail) at sweep.job_timeout_s=0.3, cancelled" in why[1]
+    ), why
     assert quarantined(slurm, "node2") and not drained(slurm, "node2")
     assert not log(c, "drain")
 
 
 def test_undetermined_sweeps_on_several_nodes_are_a_fleet_finding_not_drains(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     slow = ["node2", "node3", "node4"]
     fleet_trace(tmp_path, NODES, slow={n: 1.3 for n in slow})
     slurm = MemorySlurm(NODES, start=time.time())
@@ -155,13 +160,18 @@ def test_undetermined_sweeps_on_several_nodes_are_a_fleet_finding_not_drains(
 
 
 def test_a_job_landing_between_read_and_act_gets_no_sweep_beside_it(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
     c = daemon(tmp_path, slurm)
     landed: list[int] = []
-    between_read_and_act(monkeypatch, lambda: landed.append(slurm.submit(SubmitRequest(
-        "train.sbatch", nodes=("node2",), job_name="train"))))
+    between_read_and_act(
+        monkeypatch,
+        lambda: landed.append(
+            slurm.submit(SubmitRequest("train.sbatch", nodes=("node2",), job_name="train"))
+        ),
+    )
     first = decision(c, "node2")  # free at the read: quarantine, then a second look
     (job,) = landed
     assert first["decision"] == "quarantine" and first["outcome"].startswith("done; not swept")
@@ -175,8 +185,7 @@ def test_a_job_landing_between_read_and_act_gets_no_sweep_beside_it(
     assert len(log(c, "control sweeping", "node2")) == 1
 
 
-def test_a_user_job_named_like_a_sweep_job_does_not_make_its_node_look_free(
-        tmp_path: Path) -> None:
+def test_a_user_job_named_like_a_sweep_job_does_not_make_its_node_look_free(tmp_path: Path) -> None:
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
     job = slurm.submit(SubmitRequest("mine.sbatch", nodes=("node2",), job_name="guardctl-gemm"))
@@ -191,26 +200,35 @@ def test_a_user_job_named_like_a_sweep_job_does_not_make_its_node_look_free(
 
 
 def test_sweep_jobs_are_recognised_by_their_logged_id_and_guardctl_reservation(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     cfg = settings(tmp_path)
     slurm = MemorySlurm(NODES)
     ops = NodeOps(cfg, slurm)
     ops.quarantine(["node2"], "test")
-    ours = slurm.submit(SubmitRequest("gemm.sbatch", nodes=("node2",), job_name="anything",
-                                      reservation="guardctl_q_node2"))
+    ours = slurm.submit(
+        SubmitRequest(
+            "gemm.sbatch", nodes=("node2",), job_name="anything", reservation="guardctl_q_node2"
+        )
+    )
     named = slurm.submit(SubmitRequest("x.sbatch", nodes=("node3",), job_name="guardctl-x"))
-    ops.record("sweep jobs", ["node2", "node3"], evidence={
-        "sweep": "S", "jobs": {str(ours): "001-gemm-node2-a1", str(named): "forged"}})
+    ops.record(
+        "sweep jobs",
+        ["node2", "node3"],
+        evidence={"sweep": "S", "jobs": {str(ours): "001-gemm-node2-a1", str(named): "forged"}},
+    )
     # A job in guardctl's reservation but never logged by a sweep is someone else's too.
-    stray = slurm.submit(SubmitRequest("y.sbatch", job_name="guardctl-y",
-                                       reservation="guardctl_q_node2"))
+    stray = slurm.submit(
+        SubmitRequest("y.sbatch", job_name="guardctl-y", reservation="guardctl_q_node2")
+    )
     jobs: list[JobInfo] = slurm.jobs()
     assert loop.own_sweep_jobs(cfg, ops.log.entries(), jobs) == frozenset({ours})
     assert stray not in loop.own_sweep_jobs(cfg, ops.log.entries(), jobs)
 
 
 def test_an_operator_quarantine_between_read_and_act_is_neither_swept_nor_released(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
     c = daemon(tmp_path, slurm)
@@ -229,8 +247,7 @@ def test_an_operator_quarantine_between_read_and_act_is_neither_swept_nor_releas
     assert not log(c, "release") and not log(c, "drain")
 
 
-def test_during_a_fleet_wide_finding_sweeps_of_quarantined_nodes_are_held(
-        tmp_path: Path) -> None:
+def test_during_a_fleet_wide_finding_sweeps_of_quarantined_nodes_are_held(tmp_path: Path) -> None:
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
     job = slurm.submit(SubmitRequest("train.sbatch", nodes=("node2",), job_name="train"))
@@ -239,8 +256,13 @@ def test_during_a_fleet_wide_finding_sweeps_of_quarantined_nodes_are_held(
     assert (first["decision"], first["outcome"]) == ("quarantine", "done"), first
     slurm.finish(job)  # free now: it would be swept at the next pass
     # A fleet-wide thermal event: half the fleet reports hardware slowdown at once.
-    fleet_trace(tmp_path, NODES, hw_slowdown=["node1", "node3", "node5", "node7"],
-                slow={"node2": 1.3}, replace=True)
+    fleet_trace(
+        tmp_path,
+        NODES,
+        hw_slowdown=["node1", "node3", "node5", "node7"],
+        slow={"node2": 1.3},
+        replace=True,
+    )
     c.analyzer = Analyzer(c.settings)  # the telemetry rewritten: read it afresh
     report = c.run_pass()
     assert any("node2" in f["nodes"] for f in report.fleet), report.fleet
@@ -253,7 +275,8 @@ def test_during_a_fleet_wide_finding_sweeps_of_quarantined_nodes_are_held(
 
 
 def test_a_one_off_sweep_pending_behind_a_job_until_the_timeout_drains_nothing(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     cfg = settings(tmp_path, sweep={"job_timeout_s": 0.3})
     slurm = MemorySlurm(NODES)
     job = slurm.submit(SubmitRequest("train.sbatch", nodes=("node2",), job_name="train"))

@@ -32,9 +32,17 @@ interval_s = 1.0
 """
 
 
-def fleet_trace(store: Path, names: list[str], *, slow: dict[str, float] | None = None,
-                hw_slowdown: list[str] | None = None, contention: list[str] | None = None,
-                minutes: int = 20, seed: int = 7, replace: bool = False) -> Trace:
+def fleet_trace(
+    store: Path,
+    names: list[str],
+    *,
+    slow: dict[str, float] | None = None,
+    hw_slowdown: list[str] | None = None,
+    contention: list[str] | None = None,
+    minutes: int = 20,
+    seed: int = 7,
+    replace: bool = False,
+) -> Trace:
     """A job on *names* whose telemetry ends now: *slow* ranks compute longer (busy time);
     *hw_slowdown* GPUs report NVML's HW-slowdown clock event; *contention* nodes a high load.
     *replace*: files replaced whole (new inodes), for a running controller to read anew."""
@@ -72,14 +80,16 @@ def write_replacing(tr: Trace, steps: list[dict[str, Any]]) -> None:
         atomic_write(path, "\n".join(lines) + "\n", fsync=False)
 
 
-def control_guardctl(tmp_path: Path, lab: object, *, sweep: str = "", control: str = "",
-                     sections: str = "") -> Guardctl:
+def control_guardctl(
+    tmp_path: Path, lab: object, *, sweep: str = "", control: str = "", sections: str = ""
+) -> Guardctl:
     """guardctl with a private store on the lab: fast sweeps and a fast controller
     (*sections*: more configuration tables, e.g. ``[source]``)."""
     mine = {line.split("=")[0].strip() for line in control.splitlines() if "=" in line}
     base = [line for line in CONTROL.splitlines() if line.split("=")[0].strip() not in mine]
-    return make_guardctl(tmp_path, lab,
-                         extra=sweep + "\n".join(base) + "\n" + control + "\n" + sections)
+    return make_guardctl(
+        tmp_path, lab, extra=sweep + "\n".join(base) + "\n" + control + "\n" + sections
+    )
 
 
 class ShardedTrace(Trace):
@@ -94,30 +104,58 @@ class ShardedTrace(Trace):
     SAMPLES = 32
     PER_SAMPLE_S = 7.0 / 32
 
-    def __init__(self, store: Path, names: list[str], job: str, *, slow: str, factor: float,
-                 minutes: int, end: float, rebalanced: float | None = None) -> None:
+    def __init__(
+        self,
+        store: Path,
+        names: list[str],
+        job: str,
+        *,
+        slow: str,
+        factor: float,
+        minutes: int,
+        end: float,
+        rebalanced: float | None = None,
+    ) -> None:
         super().__init__(store, nodes=len(names), minutes=minutes, seed=7)
         self.names, self.job = list(names), job
         self.t = self.t - self.t[-1] + end
-        self.slow[self.at(2):, self.node(slow), :] = factor
+        self.slow[self.at(2) :, self.node(slow), :] = factor
         self.shares = np.full(self.slow.shape, self.SAMPLES)
         if rebalanced is not None:
-            self.shares[self.at(rebalanced):, self.node(slow), :] = round(self.SAMPLES / factor)
+            self.shares[self.at(rebalanced) :, self.node(slow), :] = round(self.SAMPLES / factor)
 
     def step_records(self) -> list[dict[str, Any]]:
         out = []
         for k in range(1, int((self.t[-1] - self.t[0]) / self.step_s) + 1):
             ts = self.t[0] + k * self.step_s
             i = min(int(np.searchsorted(self.t, ts)), self.t.size - 1)
-            work = {(n, g): (int(self.shares[i, n, g]), self.PER_SAMPLE_S * self.shares[i, n, g]
-                             * self.slow[i, n, g] * (1 + self.rng.normal(0, 0.005)))
-                    for n in range(self.n) for g in range(8)}
+            work = {
+                (n, g): (
+                    int(self.shares[i, n, g]),
+                    self.PER_SAMPLE_S
+                    * self.shares[i, n, g]
+                    * self.slow[i, n, g]
+                    * (1 + self.rng.normal(0, 0.005)),
+                )
+                for n in range(self.n)
+                for g in range(8)
+            }
             step_s = max(c for _, c in work.values()) + 3.0
-            out += [schema.make_record("step", self.names[n], round(float(ts), 3), job=self.job,
-                                       rank=n * 8 + g, step=k, step_s=round(step_s, 4),
-                                       compute_s=round(c, 4), comm_s=round(step_s - c, 4),
-                                       samples=samples)
-                    for (n, g), (samples, c) in work.items()]
+            out += [
+                schema.make_record(
+                    "step",
+                    self.names[n],
+                    round(float(ts), 3),
+                    job=self.job,
+                    rank=n * 8 + g,
+                    step=k,
+                    step_s=round(step_s, 4),
+                    compute_s=round(c, 4),
+                    comm_s=round(step_s - c, 4),
+                    samples=samples,
+                )
+                for (n, g), (samples, c) in work.items()
+            ]
         return out
 
     def write(self) -> Path:

@@ -28,8 +28,11 @@ RULES = Path(__file__).resolve().parents[2] / "contrib" / "prometheus"
 def export(store: Path) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     out = store / "textfile" / "guardctl.prom"
     out.parent.mkdir(exist_ok=True)
-    res = CliRunner().invoke(main, ["export", "--prometheus", str(out), "--input", str(store)],
-                             env={"GUARDCTL_STORE": str(store)})
+    res = CliRunner().invoke(
+        main,
+        ["export", "--prometheus", str(out), "--input", str(store)],
+        env={"GUARDCTL_STORE": str(store)},
+    )
     assert res.exit_code == 0, res.output
     metrics: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
     for family in text_string_to_metric_families(out.read_text()):
@@ -57,22 +60,30 @@ def test_the_export_says_whether_the_controller_passes_leads_and_acts(tmp_path: 
     assert m["guardctl_control_observe_only"][h] == 1
     assert m["guardctl_control_pass_failed"][h] == 0
     assert m["guardctl_control_held_back"][(("host", host), ("why", "clock_skew"))] == 0
-    assert m["guardctl_control_decisions_total"][
-        (("decision", "quarantine"), ("outcome", "would_do"))] == 1
+    assert (
+        m["guardctl_control_decisions_total"][(("decision", "quarantine"), ("outcome", "would_do"))]
+        == 1
+    )
     assert m["guardctl_control_rehearsal_steps_total"][(("step", "quarantine"),)] == 1
     assert "guardctl_node_actions_total" not in m  # nothing done to Slurm
     assert slurm.reservations() == []
 
     c.acting = True
     c.run_pass()  # acting: quarantined through the door
-    c.ops.record(HOOK_FAILED, ["node4"], reason="check gpu_count: 7 of 8 GPUs",
-                 evidence={"hook": "prolog", "drained": False})
+    c.ops.record(
+        HOOK_FAILED,
+        ["node4"],
+        reason="check gpu_count: 7 of 8 GPUs",
+        evidence={"hook": "prolog", "drained": False},
+    )
     m = export(tmp_path)
     assert "node2" in slurm.reservations()[0].nodes
     assert m["guardctl_control_acting"][h] == 1 and m["guardctl_control_observe_only"][h] == 0
     assert m["guardctl_node_actions_total"][(("action", "quarantine"), ("outcome", "done"))] == 1
-    assert m["guardctl_control_decisions_total"][
-        (("decision", "quarantine"), ("outcome", "done"))] == 1
+    assert (
+        m["guardctl_control_decisions_total"][(("decision", "quarantine"), ("outcome", "done"))]
+        == 1
+    )
     assert m["guardctl_hook_failures_total"][(("drained", "false"), ("hook", "prolog"))] == 1
     assert m["guardctl_action_intents_open"][()] == 0
     assert m["guardctl_store_writable"][()] == 1 and m["guardctl_action_log_readable"][()] == 1
@@ -106,9 +117,19 @@ def _promtool() -> str:
 
 def test_the_example_alert_rules_are_valid_and_fire_when_they_should() -> None:
     promtool = _promtool()
-    check = subprocess.run([promtool, "check", "rules", "guardctl-alerts.yml"], cwd=RULES,
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [promtool, "check", "rules", "guardctl-alerts.yml"],
+        cwd=RULES,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode == 0, check.stdout + check.stderr
-    unit = subprocess.run([promtool, "test", "rules", "guardctl-alerts.test.yml"], cwd=RULES,
-                          capture_output=True, text=True, timeout=60)
+    unit = subprocess.run(
+        [promtool, "test", "rules", "guardctl-alerts.test.yml"],
+        cwd=RULES,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert unit.returncode == 0, unit.stdout + unit.stderr

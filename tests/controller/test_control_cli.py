@@ -18,16 +18,30 @@ def guardctl(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("GUARDCTL_CONFIG",)}
     env["GUARDCTL_STORE"] = str(store)
     shared_store.init(store)  # what the administrator does once, at install time
-    return subprocess.run([sys.executable, "-m", "guardctl", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "guardctl", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_history_control_shows_only_decisions_with_their_evidence(tmp_path: Path) -> None:
     log = ActionLog(tmp_path)
     log.record("sweep jobs", "note", ["node1"], evidence={"sweep": "s1"})
-    log.record("control decision", "note", ["node2"], reason="persistent node fault: x",
-               evidence={"decision": "quarantine", "rung": "b", "outcome": "done",
-                         "impact": {"pct": 14.0, "gpu_h_per_day": 860.0}})
+    log.record(
+        "control decision",
+        "note",
+        ["node2"],
+        reason="persistent node fault: x",
+        evidence={
+            "decision": "quarantine",
+            "rung": "b",
+            "outcome": "done",
+            "impact": {"pct": 14.0, "gpu_h_per_day": 860.0},
+        },
+    )
     log.record("quarantine", "done", ["node2"], evidence={"by": "control"})
     proc = guardctl(tmp_path, "history", "--control")
     assert proc.returncode == 0, proc.stderr
@@ -44,15 +58,23 @@ def test_history_control_shows_what_a_sweep_did_and_its_release(tmp_path: Path) 
     log.record("release", "intent", ["node3"], evidence={"sweep": "s7"})
     log.record("release", "done", ["node3"], evidence={"sweep": "s7"})
     log.record("release", "done", ["node4"], evidence={"sweep": "s8"})  # an operator's sweep
-    log.record("control sweep", "note", ["node3"], reason="gemm ok",
-               evidence={"verdict": "pass", "action": "released", "sweep": "s7"})
+    log.record(
+        "control sweep",
+        "note",
+        ["node3"],
+        reason="gemm ok",
+        evidence={"verdict": "pass", "action": "released", "sweep": "s7"},
+    )
     proc = guardctl(tmp_path, "history", "--control")
     assert proc.returncode == 0, proc.stderr
     assert "verdict=pass action=released sweep=s7" in proc.stdout
     entries = json.loads(guardctl(tmp_path, "history", "--control", "--json").stdout)["entries"]
     assert [(e["action"], e["phase"], e["nodes"]) for e in entries] == [
-        ("control sweeping", "note", ["node3"]), ("release", "intent", ["node3"]),
-        ("release", "done", ["node3"]), ("control sweep", "note", ["node3"])]
+        ("control sweeping", "note", ["node3"]),
+        ("release", "intent", ["node3"]),
+        ("release", "done", ["node3"]),
+        ("control sweep", "note", ["node3"]),
+    ]
 
 
 def test_analyze_shows_what_a_suspect_costs_its_job(tmp_path: Path) -> None:
@@ -81,8 +103,12 @@ def test_status_shows_no_cost_for_a_job_that_ended_or_left_the_node(tmp_path: Pa
 
     log = ActionLog(tmp_path)
     impact = {"job": "7", "pct": 55.6, "gpus": 16, "gpu_h_per_day": 213.5}
-    log.record("control pass", "note", ["node3"], evidence={"findings": [
-        {"node": "node3", "job": "7", "impact": impact}]})
+    log.record(
+        "control pass",
+        "note",
+        ["node3"],
+        evidence={"findings": [{"node": "node3", "job": "7", "impact": impact}]},
+    )
     entries = log.entries()
     running = JobInfo(7, "train", "alice", "RUNNING", ("node3", "node4"))
     assert last_impacts(entries, [running]) == {"node3": impact}

@@ -20,7 +20,8 @@ NODES = ["node1", "node2", "node3", "node4"]
 def controller(tmp_path: Path, slurm: MemorySlurm, **control: object) -> Controller:
     settings = load_settings(environ={"GUARDCTL_STORE": str(tmp_path)})
     settings = dataclasses.replace(
-        settings, control=dataclasses.replace(settings.control, **control))  # type: ignore[arg-type]
+        settings, control=dataclasses.replace(settings.control, **control)
+    )  # type: ignore[arg-type]
     return Controller(settings, act=True, slurm=slurm)
 
 
@@ -33,8 +34,9 @@ def test_quarantine_wait_then_requeue_off_the_node(tmp_path: Path) -> None:
     slurm = MemorySlurm(NODES, start=time.time())
     job = slurm.submit(SubmitRequest("train.sbatch", nodes=("node2",), job_name="train"))
     slurm.advance(1)
-    c = controller(tmp_path, slurm, requeue=True, checkpoint_interval_s=0.0, restart_s=0.0,
-                   queue_wait_s=0.0)
+    c = controller(
+        tmp_path, slurm, requeue=True, checkpoint_interval_s=0.0, restart_s=0.0, queue_wait_s=0.0
+    )
     first = decision(c, "node2")
     assert (first["decision"], first["outcome"]) == ("quarantine", "done")
     assert "node2" in slurm.reservations()[0].nodes
@@ -55,8 +57,7 @@ def test_observe_only_leaves_the_memory_slurm_as_it_was(tmp_path: Path) -> None:
     assert slurm.reservations() == [] and not any(n.drained for n in slurm.nodes())
 
 
-def test_a_node_someone_else_took_out_comes_back_with_its_relapses_at_zero(tmp_path: Path
-                                                                           ) -> None:
+def test_a_node_someone_else_took_out_comes_back_with_its_relapses_at_zero(tmp_path: Path) -> None:
     slurm = MemorySlurm(NODES, start=time.time())
     c = controller(tmp_path, slurm)
     for _ in range(2):  # two passed sweeps: the next flag would make it a lemon
@@ -78,7 +79,8 @@ def test_a_node_someone_else_took_out_comes_back_with_its_relapses_at_zero(tmp_p
 
 
 def test_a_node_guardctl_drained_comes_back_from_repair_with_its_relapses_at_zero(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     slurm = MemorySlurm(NODES, start=time.time())
     c = controller(tmp_path, slurm)
     for _ in range(2):  # two passed sweeps: the next flag would make it a lemon
@@ -99,8 +101,9 @@ def test_a_node_merely_not_responding_keeps_its_relapses(tmp_path: Path) -> None
     slurm = MemorySlurm(NODES, start=time.time())
     c = controller(tmp_path, slurm)
     c.ops.record("control sweep", ["node2"], reason="gemm ok", evidence={"verdict": "pass"})
-    silent = dataclasses.replace(next(n for n in slurm.nodes() if n.name == "node2"),
-                                 flags=frozenset({"NOT_RESPONDING"}))
+    silent = dataclasses.replace(
+        next(n for n in slurm.nodes() if n.name == "node2"), flags=frozenset({"NOT_RESPONDING"})
+    )
     real_nodes = slurm.nodes
     slurm.nodes = lambda: [silent if n.name == "node2" else n for n in real_nodes()]  # type: ignore[method-assign]
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
@@ -118,8 +121,9 @@ def rung_a_taken(tmp_path: Path, **control: object) -> tuple[Controller, MemoryS
     job = slurm.submit(SubmitRequest("train.sbatch", nodes=tuple(NODES), job_name="train"))
     slurm.advance(1)
     layout.dds_dir(tmp_path, str(job)).mkdir(parents=True)  # the job's service runs
-    ShardedTrace(tmp_path, NODES, str(job), slow="node2", factor=1.5, minutes=20,
-                 end=now - 300).write()
+    ShardedTrace(
+        tmp_path, NODES, str(job), slow="node2", factor=1.5, minutes=20, end=now - 300
+    ).write()
     c = controller(tmp_path, slurm, **control)
     first = decision(c, "node2")
     assert (first["decision"], first["rung"], first["outcome"]) == ("rebalance", "a", ""), first
@@ -132,17 +136,25 @@ def rung_a_taken(tmp_path: Path, **control: object) -> tuple[Controller, MemoryS
 
 def later_steps(tmp_path: Path, job: int, now: float, rebalanced: float | None) -> None:
     """Five more minutes of the job, ending now (*rebalanced*: the minute shares moved)."""
-    ShardedTrace(tmp_path, NODES, str(job), slow="node2", factor=1.5, minutes=25, end=now,
-                 rebalanced=rebalanced).write()
+    ShardedTrace(
+        tmp_path,
+        NODES,
+        str(job),
+        slow="node2",
+        factor=1.5,
+        minutes=25,
+        end=now,
+        rebalanced=rebalanced,
+    ).write()
 
 
 def watches(c: Controller) -> list[str]:
-    return [str(e.evidence["phase"]) for e in c.ops.log.entries()
-            if e.action == "control rebalance"]
+    return [
+        str(e.evidence["phase"]) for e in c.ops.log.entries() if e.action == "control rebalance"
+    ]
 
 
-def test_rung_a_a_rebalanced_job_whose_step_time_recovers_stays_on_rung_a(tmp_path: Path
-                                                                         ) -> None:
+def test_rung_a_a_rebalanced_job_whose_step_time_recovers_stays_on_rung_a(tmp_path: Path) -> None:
     c, slurm, job, now = rung_a_taken(tmp_path)
     later_steps(tmp_path, job, now, rebalanced=20)
     second = decision(c, "node2")
@@ -159,7 +171,8 @@ def test_rung_a_a_rebalanced_job_whose_step_time_recovers_stays_on_rung_a(tmp_pa
 
 
 def test_rung_a_a_step_time_that_does_not_recover_in_time_goes_on_to_quarantine(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     c, slurm, job, now = rung_a_taken(tmp_path, rebalance_window_s=600.0)
     later_steps(tmp_path, job, now, rebalanced=None)  # shares never moved
     second = decision(c, "node2")
@@ -191,19 +204,24 @@ def test_rung_a_without_newer_step_records_waits_then_goes_on(tmp_path: Path) ->
     assert watches(c) == ["watch", "not recovered"]
 
 
-def test_a_sweep_open_in_the_log_that_no_daemon_here_runs_is_aborted_once(tmp_path: Path
-                                                                         ) -> None:
+def test_a_sweep_open_in_the_log_that_no_daemon_here_runs_is_aborted_once(tmp_path: Path) -> None:
     # What a daemon SIGKILLed mid-sweep leaves: its sweep started, a batch submitted, no verdict.
     fleet_trace(tmp_path, NODES)
     slurm = MemorySlurm(NODES, start=time.time())
-    job = slurm.submit(SubmitRequest("gemm.sbatch", nodes=("node2",),
-                                     job_name="guardctl-sweep-gemm"))
+    job = slurm.submit(
+        SubmitRequest("gemm.sbatch", nodes=("node2",), job_name="guardctl-sweep-gemm")
+    )
     slurm.advance(1)
     c = controller(tmp_path, slurm)
-    c.ops.record("control sweeping", ["node2"], reason="sweep S1 started",
-                 evidence={"by": "control", "sweep": "S1"})
-    c.ops.record("sweep jobs", ["node2"], evidence={"sweep": "S1",
-                                                     "jobs": {str(job): "001-gemm-node2-a1"}})
+    c.ops.record(
+        "control sweeping",
+        ["node2"],
+        reason="sweep S1 started",
+        evidence={"by": "control", "sweep": "S1"},
+    )
+    c.ops.record(
+        "sweep jobs", ["node2"], evidence={"sweep": "S1", "jobs": {str(job): "001-gemm-node2-a1"}}
+    )
     c.acting = False
     c.run_pass()  # observing only: not even a dead daemon's sweep job is cancelled
     assert slurm.job(job).state == "RUNNING"  # type: ignore[union-attr]
@@ -215,11 +233,13 @@ def test_a_sweep_open_in_the_log_that_no_daemon_here_runs_is_aborted_once(tmp_pa
     assert [(e.evidence["verdict"], e.evidence["sweep"]) for e in closed] == [("aborted", "S1")]
     assert "no longer runs it" in closed[0].reason
     assert [e.action for e in c.ops.log.entries() if e.action == "sweep aborted"] == [
-        "sweep aborted"]
+        "sweep aborted"
+    ]
 
 
 def test_a_daemon_judges_windows_ending_on_its_interval_and_one_pass_the_newest(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """So that a window judged once is judged again unchanged a window length later (the
     analyzer then keeps its figures), a daemon's windows end on the newest multiple of its
     pass interval. A single pass keeps nothing, so it judges up to the newest record: on the
@@ -228,8 +248,11 @@ def test_a_daemon_judges_windows_ending_on_its_interval_and_one_pass_the_newest(
     slurm = MemorySlurm(NODES, start=time.time())
     newest = controller(tmp_path, slurm).analysis().window_end  # one pass: the newest record
     assert newest % 60 and newest % 7
-    for interval, align, want in ((60.0, True, newest // 60 * 60), (7.0, True, newest // 7 * 7),
-                                  (60.0, False, newest)):
+    for interval, align, want in (
+        (60.0, True, newest // 60 * 60),
+        (7.0, True, newest // 7 * 7),
+        (60.0, False, newest),
+    ):
         c = controller(tmp_path, slurm, align=align)
         c.as_daemon(interval)
         assert c.analysis().window_end == want

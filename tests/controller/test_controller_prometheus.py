@@ -32,8 +32,14 @@ SCRAPE_S = 10.0
 
 
 def _source(url: str, **more: object) -> str:
-    keys = {"kind": "prometheus", "url": url, "step_s": SCRAPE_S, "retries": 0, "timeout_s": 5.0,
-            **more}
+    keys = {
+        "kind": "prometheus",
+        "url": url,
+        "step_s": SCRAPE_S,
+        "retries": 0,
+        "timeout_s": 5.0,
+        **more,
+    }
     return "[source]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
 
 
@@ -60,14 +66,19 @@ def _with_store(tmp_path: Path, lab: Any, url: str) -> Guardctl:
     """guardctl reading *url*; its store: step records with node3 slow, GPU records with node4
     in HW slowdown (not read: GPU telemetry comes from Prometheus)."""
     # two of four nodes at fault are node faults here, not a fleet-wide cause
-    g = control_guardctl(tmp_path, lab, sections=_source(url),
-                         control="max_fleet_fraction = 0.6\nmax_job_fraction = 0.6\n")
+    g = control_guardctl(
+        tmp_path,
+        lab,
+        sections=_source(url),
+        control="max_fleet_fraction = 0.6\nmax_job_fraction = 0.6\n",
+    )
     fleet_trace(g.store, NODES, slow={"node3": 1.3}, hw_slowdown=["node4"])
     return g
 
 
 def test_a_pass_judges_prometheus_series_and_the_stores_step_records(
-        lab: Any, tmp_path: Path, exporter: PromServer) -> None:
+    lab: Any, tmp_path: Path, exporter: PromServer
+) -> None:
     g = _with_store(tmp_path, lab, exporter.url)
     proc = g("control", "--once", "--json")
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -116,16 +127,24 @@ def test_prometheus_down_a_pass_does_nothing_and_says_so(lab: Any, tmp_path: Pat
     assert daemon.returncode == 0, err
     lines = err.strip().splitlines()
     assert len(lines) >= 2 and "Traceback" not in err, err
-    assert all(ln.startswith("guardctl: no analysis this pass, nothing decided or done")
-               and "cannot connect" in ln for ln in lines), err
+    assert all(
+        ln.startswith("guardctl: no analysis this pass, nothing decided or done")
+        and "cannot connect" in ln
+        for ln in lines
+    ), err
     assert not [e for e in _entries(g) if e["action"].startswith("control")]
     assert "guardctl_" not in lab.sh("scontrol", "show", "reservation").stdout
 
 
 def test_a_pass_reads_the_gpus_jobs_through_its_own_slurm(
-        lab: Any, tmp_path: Path, exporter: PromServer) -> None:
-    g = control_guardctl(tmp_path, lab, sections=_source(exporter.url, jobs_from="slurm"),
-                         control="max_fleet_fraction = 0.6\nmax_job_fraction = 0.6\n")
+    lab: Any, tmp_path: Path, exporter: PromServer
+) -> None:
+    g = control_guardctl(
+        tmp_path,
+        lab,
+        sections=_source(exporter.url, jobs_from="slurm"),
+        control="max_fleet_fraction = 0.6\nmax_job_fraction = 0.6\n",
+    )
     fleet_trace(g.store, NODES, slow={"node3": 1.3})
     proc = g("control", "--once", "--json")
     assert proc.returncode == 1, proc.stdout + proc.stderr

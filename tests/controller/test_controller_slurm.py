@@ -15,15 +15,15 @@ from controltools import Guardctl, control_guardctl, fleet_trace
 NODES = ["node1", "node2", "node3", "node4"]
 
 
-def held_job(lab: Any, tmp_path: Path, nodes: str, *extra: str,
-             elsewhere: str = "") -> tuple[str, Path]:
+def held_job(
+    lab: Any, tmp_path: Path, nodes: str, *extra: str, elsewhere: str = ""
+) -> tuple[str, Path]:
     """A running job on *nodes* that ends when its stop file appears (with *elsewhere*: kept
     off those nodes by --exclude instead of pinned, so that it may run elsewhere later)."""
     stop = tmp_path / f"stop-{nodes}"
     script = f"#!/bin/bash\nwhile [ ! -e {stop} ]; do sleep 0.3; done\n"
     where = ("-x", elsewhere) if elsewhere else ("-w", nodes)
-    job = lab.submit(script, "-N", str(len(nodes.split(","))), *where, "-o", "/dev/null",
-                     *extra)
+    job = lab.submit(script, "-N", str(len(nodes.split(","))), *where, "-o", "/dev/null", *extra)
     deadline = time.monotonic() + 30
     while lab.job_info(job).get("JobState") != "RUNNING":
         assert time.monotonic() < deadline, lab.job_info(job)
@@ -65,7 +65,8 @@ def entries(g: Guardctl) -> list[dict[str, Any]]:
 
 
 def test_grey_node_in_a_running_job_is_quarantined_then_swept_and_drained(
-        lab: Any, tmp_path: Path) -> None:
+    lab: Any, tmp_path: Path
+) -> None:
     g = control_guardctl(tmp_path, lab, sweep="inject = { node2 = 0.1 }\n")
     learn_baselines(g)
     job, stop = held_job(lab, tmp_path, "node1,node2")
@@ -97,7 +98,8 @@ def test_grey_node_in_a_running_job_is_quarantined_then_swept_and_drained(
 
 
 def test_a_false_suspect_is_released_and_a_relapsing_one_drained_as_a_lemon(
-        lab: Any, tmp_path: Path) -> None:
+    lab: Any, tmp_path: Path
+) -> None:
     g = control_guardctl(tmp_path, lab, control="relapses = 2\nrelapse_sweep_factor = 1.5\n")
     fleet_trace(g.store, NODES, slow={"node3": 1.3})
     first = decision(control(g, "--act"), "node3")
@@ -115,8 +117,10 @@ def test_a_false_suspect_is_released_and_a_relapsing_one_drained_as_a_lemon(
     fleet_trace(g.store, NODES, slow={"node3": 1.3})  # relapse 2: a lemon
     lemon = decision(control(g, "--act"), "node3")
     # Its last, longest sweep passes, and it is drained for repair all the same.
-    assert (lemon["decision"], lemon["outcome"]) == ("quarantine", "swept: pass, drained as a lemon"
-                                                    ) and "lemon" in lemon["why"], lemon
+    assert (lemon["decision"], lemon["outcome"]) == (
+        "quarantine",
+        "swept: pass, drained as a lemon",
+    ) and "lemon" in lemon["why"], lemon
     sweeps = [e for e in entries(g) if e["action"] == "control sweep"]
     assert [s["evidence"]["duration_s"] for s in sweeps] == [2.0, 3.0, 4.5]
     assert "guardctl_q_node3" not in reservations(lab)  # drained first, then the reservation gone
@@ -125,7 +129,8 @@ def test_a_false_suspect_is_released_and_a_relapsing_one_drained_as_a_lemon(
 
 
 def test_a_whole_fleet_flagged_at_once_is_one_finding_and_no_node_action(
-        lab: Any, tmp_path: Path) -> None:
+    lab: Any, tmp_path: Path
+) -> None:
     g = control_guardctl(tmp_path, lab)
     fleet_trace(g.store, NODES, hw_slowdown=NODES)
     report = control(g, "--act")
@@ -137,12 +142,20 @@ def test_a_whole_fleet_flagged_at_once_is_one_finding_and_no_node_action(
     assert len([e for e in entries(g) if e["action"] == "control fleet"]) == 1
 
 
-def test_an_administrators_drain_and_reservation_are_untouched(lab: Any, tmp_path: Path
-                                                               ) -> None:
+def test_an_administrators_drain_and_reservation_are_untouched(lab: Any, tmp_path: Path) -> None:
     g = control_guardctl(tmp_path, lab, control="max_fleet_fraction = 1.0\n")
     lab.sh("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=admin: DIMM")
-    lab.sh("scontrol", "create", "reservation", "ReservationName=admin_maint", "Nodes=node3",
-           "Users=root", "StartTime=now", "Duration=60", "Flags=MAINT,IGNORE_JOBS")
+    lab.sh(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=admin_maint",
+        "Nodes=node3",
+        "Users=root",
+        "StartTime=now",
+        "Duration=60",
+        "Flags=MAINT,IGNORE_JOBS",
+    )
     fleet_trace(g.store, NODES, slow={"node2": 1.3, "node3": 1.3})
     report = control(g, "--act")
     for node in ("node2", "node3"):
@@ -152,8 +165,9 @@ def test_an_administrators_drain_and_reservation_are_untouched(lab: Any, tmp_pat
     assert "guardctl_" not in reservations(lab) and "admin_maint" in reservations(lab)
 
 
-def test_observe_only_changes_nothing_and_records_what_it_would_do(lab: Any, tmp_path: Path
-                                                                  ) -> None:
+def test_observe_only_changes_nothing_and_records_what_it_would_do(
+    lab: Any, tmp_path: Path
+) -> None:
     g = control_guardctl(tmp_path, lab)
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
     proc = g("control", "--once")
@@ -169,7 +183,8 @@ def test_observe_only_changes_nothing_and_records_what_it_would_do(lab: Any, tmp
 
 
 def test_two_controllers_one_acts_and_the_other_takes_over_a_dead_leader(
-        lab: Any, tmp_path: Path) -> None:
+    lab: Any, tmp_path: Path
+) -> None:
     g = control_guardctl(tmp_path, lab, control="interval_s = 0.5\n")
     _job, stop = held_job(lab, tmp_path, "node2")
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
@@ -177,8 +192,7 @@ def test_two_controllers_one_acts_and_the_other_takes_over_a_dead_leader(
     try:
         deadline = time.monotonic() + 60
         lease = g.store / "control" / "lease.json"
-        while not [e for e in entries(g) if e["action"] == "quarantine"
-                   and e["phase"] == "done"]:
+        while not [e for e in entries(g) if e["action"] == "quarantine" and e["phase"] == "done"]:
             assert time.monotonic() < deadline, [p.poll() for p in procs]
             time.sleep(0.3)
         time.sleep(2)  # several passes of both
@@ -207,12 +221,14 @@ def test_two_controllers_one_acts_and_the_other_takes_over_a_dead_leader(
 
 
 def test_a_crash_between_quarantine_and_sweep_is_reconciled_next_pass(
-        lab: Any, tmp_path: Path) -> None:
+    lab: Any, tmp_path: Path
+) -> None:
     g = control_guardctl(tmp_path, lab)
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
     env = {**g.env, "GUARDCTL_TEST_CRASH": "quarantine:after-slurm"}
-    proc = subprocess.run(g.cmd("control", "--once", "--act"), env=env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        g.cmd("control", "--once", "--act"), env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 99, proc.stderr  # killed after Slurm, before the log said done
     assert "guardctl_q_node2" in reservations(lab)
     d = decision(control(g, "--act"), "node2")
@@ -229,14 +245,16 @@ def _running(job: dict[str, Any]) -> bool:
 
 
 def test_slurm_controller_stopped_mid_pass_exits_5_and_the_next_pass_carries_on(
-        lab: Any, tmp_path: Path) -> None:
+    lab: Any, tmp_path: Path
+) -> None:
     g = control_guardctl(tmp_path, lab, control="sweep_duration_s = 15.0\n")
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
     proc = g.popen("control", "--once", "--act")
     try:
         deadline = time.monotonic() + 60
-        while not any(_running(j) and j["name"].startswith("guardctl-")
-                      for j in lab.squeue_json()["jobs"]):
+        while not any(
+            _running(j) and j["name"].startswith("guardctl-") for j in lab.squeue_json()["jobs"]
+        ):
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.3)
         lab.stop_controller()
@@ -256,15 +274,14 @@ def test_slurm_controller_stopped_mid_pass_exits_5_and_the_next_pass_carries_on(
     assert d["decision"] == "sweep" and d["outcome"].startswith("swept: pass"), d
 
 
-def test_requeue_rung_moves_a_requeueable_job_off_the_slow_node(lab: Any, tmp_path: Path
-                                                                ) -> None:
-    cheap = ("requeue = true\ncheckpoint_interval_s = 0.0\nrestart_s = 0.0\n"
-             "queue_wait_s = 0.0\n")
+def test_requeue_rung_moves_a_requeueable_job_off_the_slow_node(lab: Any, tmp_path: Path) -> None:
+    cheap = "requeue = true\ncheckpoint_interval_s = 0.0\nrestart_s = 0.0\nqueue_wait_s = 0.0\n"
     g = control_guardctl(tmp_path, lab, control=cheap)
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
     kept, kept_stop = held_job(lab, tmp_path, "node1")  # on a healthy node: left alone
-    job, stop = held_job(lab, tmp_path, "node2", "--requeue", "-t", "30",
-                         elsewhere="node1,node3,node4")
+    job, stop = held_job(
+        lab, tmp_path, "node2", "--requeue", "-t", "30", elsewhere="node1,node3,node4"
+    )
     assert lab.job_info(job)["NodeList"] == "node2"
     first = decision(control(g, "--act"), "node2")
     assert first["decision"] == "quarantine"
@@ -289,8 +306,14 @@ def test_requeue_rung_moves_a_requeueable_job_off_the_slow_node(lab: Any, tmp_pa
 def _daemon(g: Guardctl, out: Path) -> subprocess.Popen[str]:
     """A controller daemon whose output goes to *out* (a pipe could fill and stall it)."""
     with out.open("a") as fh:
-        return subprocess.Popen(g.cmd("control", "--act"), env=g.env, stdout=fh, stderr=fh,
-                                text=True, cwd=str(g.store.parent))
+        return subprocess.Popen(
+            g.cmd("control", "--act"),
+            env=g.env,
+            stdout=fh,
+            stderr=fh,
+            text=True,
+            cwd=str(g.store.parent),
+        )
 
 
 def _until(what: str, check: Any, timeout: float, proc: subprocess.Popen[str]) -> Any:
@@ -302,13 +325,21 @@ def _until(what: str, check: Any, timeout: float, proc: subprocess.Popen[str]) -
 
 
 def test_the_daemon_watches_the_fleet_during_a_sweep_and_a_restart_cleans_it_up(
-        lab: Any, tmp_path: Path) -> None:
-    g = control_guardctl(tmp_path, lab, control="sweep_duration_s = 15.0\ninterval_s = 1.0\n"
-                         "max_fleet_fraction = 1.0\nmax_job_fraction = 1.0\n")
+    lab: Any, tmp_path: Path
+) -> None:
+    g = control_guardctl(
+        tmp_path,
+        lab,
+        control="sweep_duration_s = 15.0\ninterval_s = 1.0\n"
+        "max_fleet_fraction = 1.0\nmax_job_fraction = 1.0\n",
+    )
 
     def of(action: str, node: str, pid: int | None = None) -> list[dict[str, Any]]:
-        return [e for e in entries(g) if e["action"] == action and node in e["nodes"]
-                and pid in (None, e["pid"])]
+        return [
+            e
+            for e in entries(g)
+            if e["action"] == action and node in e["nodes"] and pid in (None, e["pid"])
+        ]
 
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
     first = _daemon(g, tmp_path / "first.log")
@@ -324,25 +355,37 @@ def test_the_daemon_watches_the_fleet_during_a_sweep_and_a_restart_cleans_it_up(
         if first.poll() is None:
             first.kill()
     (orphan,) = of("control sweeping", "node3")
-    jobs = [int(j) for e in entries(g) if e["action"] == "sweep jobs"
-            and e["evidence"]["sweep"] == orphan["evidence"]["sweep"]
-            for j in e["evidence"]["jobs"]]
+    jobs = [
+        int(j)
+        for e in entries(g)
+        if e["action"] == "sweep jobs" and e["evidence"]["sweep"] == orphan["evidence"]["sweep"]
+        for j in e["evidence"]["jobs"]
+    ]
     assert jobs
     second = _daemon(g, tmp_path / "second.log")
     try:
         # The new daemon aborts what the dead one left (its jobs cancelled, node3 kept
         # quarantined), then sweeps both nodes itself to the end.
         for node in ("node2", "node3"):
-            _until(f"{node} swept by the new daemon", lambda n=node: [  # type: ignore[misc]
-                e for e in of("control sweep", n, second.pid)
-                if e["evidence"]["verdict"] == "pass"], 150, second)
-        aborted = [e for e in of("control sweep", "node3")
-                   if e["evidence"]["sweep"] == orphan["evidence"]["sweep"]]
+            _until(
+                f"{node} swept by the new daemon",
+                lambda n=node: [  # type: ignore[misc]
+                    e
+                    for e in of("control sweep", n, second.pid)
+                    if e["evidence"]["verdict"] == "pass"
+                ],
+                150,
+                second,
+            )
+        aborted = [
+            e
+            for e in of("control sweep", "node3")
+            if e["evidence"]["sweep"] == orphan["evidence"]["sweep"]
+        ]
         assert [e["evidence"]["verdict"] for e in aborted] == ["aborted"]
         assert aborted[0]["pid"] == second.pid
         for job in jobs:
-            assert lab.job_info(str(job)).get("JobState", "COMPLETED") in ("CANCELLED",
-                                                                         "COMPLETED")
+            assert lab.job_info(str(job)).get("JobState", "COMPLETED") in ("CANCELLED", "COMPLETED")
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=60)
@@ -351,24 +394,31 @@ def test_the_daemon_watches_the_fleet_during_a_sweep_and_a_restart_cleans_it_up(
 
 
 def test_the_daemons_sweep_of_kind_all_runs_its_pairwise_rounds_across_passes(
-        lab: Any, tmp_path: Path) -> None:
+    lab: Any, tmp_path: Path
+) -> None:
     g = control_guardctl(tmp_path, lab, control='sweep_kind = "all"\ninterval_s = 1.0\n')
     fleet_trace(g.store, NODES, slow={"node2": 1.3})
     proc = _daemon(g, tmp_path / "daemon.log")
     try:
-        done = _until("node2 swept", lambda: [e for e in entries(g)
-                                              if e["action"] == "control sweep"], 240, proc)
+        done = _until(
+            "node2 swept",
+            lambda: [e for e in entries(g) if e["action"] == "control sweep"],
+            240,
+            proc,
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     log = (tmp_path / "daemon.log").read_text()
     assert [(e["evidence"]["verdict"], e["evidence"]["action"]) for e in done] == [
-        ("pass", "released")], log
+        ("pass", "released")
+    ], log
     sweep = done[0]["evidence"]["sweep"]
     # GEMM and all-reduce, then the pairwise reference group and round, each a batch submitted
     # by one poll and read by a later one; each group's sweep reservation made and deleted once.
-    batches = [e for e in entries(g) if e["action"] == "sweep jobs"
-               and e["evidence"]["sweep"] == sweep]
+    batches = [
+        e for e in entries(g) if e["action"] == "sweep jobs" and e["evidence"]["sweep"] == sweep
+    ]
     tags = [t for e in batches for t in e["evidence"]["jobs"].values()]
     assert len(batches) >= 3 and any("pairwise-node2" in t for t in tags), log
     outputs = {p.stem for p in (g.store / "sweeps" / sweep).glob("*.out")}
@@ -376,8 +426,14 @@ def test_the_daemons_sweep_of_kind_all_runs_its_pairwise_rounds_across_passes(
     made = [e for e in entries(g) if e["action"] == "sweep reserve" and e["phase"] == "done"]
     gone = [e for e in entries(g) if e["action"] == "sweep unreserve" and e["phase"] == "done"]
     assert made and sorted(e["evidence"]["reservation"] for e in made) == sorted(
-        e["evidence"]["reservation"] for e in gone), log
-    waits = [e for e in entries(g) if e["action"] == "control decision"
-             and e["evidence"]["decision"] == "wait" and "its sweep" in e["reason"]]
+        e["evidence"]["reservation"] for e in gone
+    ), log
+    waits = [
+        e
+        for e in entries(g)
+        if e["action"] == "control decision"
+        and e["evidence"]["decision"] == "wait"
+        and "its sweep" in e["reason"]
+    ]
     assert waits, log  # the passes in between decided on, the node waiting on its sweep
     assert "guardctl_" not in reservations(lab) and lab.states()["node2"] == "idle"

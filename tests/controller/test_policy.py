@@ -17,29 +17,47 @@ def ev(detector: str, end: float = NOW) -> Evidence:
     return Evidence(detector, "m", "u", 2.0, 1.0, 1.0, 2.0, end - 300, end)
 
 
-def verdict(node: str, *detectors: str, job: str = "j1", suspect: bool = True,
-            impact: dict | None = None) -> NodeVerdict:
-    return NodeVerdict(node, "suspect" if suspect else "healthy", 2.0, (),
-                       evidence=tuple(ev(d) for d in detectors), flagged_windows=3, job=job,
-                       impact=impact)
+def verdict(
+    node: str, *detectors: str, job: str = "j1", suspect: bool = True, impact: dict | None = None
+) -> NodeVerdict:
+    return NodeVerdict(
+        node,
+        "suspect" if suspect else "healthy",
+        2.0,
+        (),
+        evidence=tuple(ev(d) for d in detectors),
+        flagged_windows=3,
+        job=job,
+        impact=impact,
+    )
 
 
 def analysis(*flagged: NodeVerdict, nodes: int = 8, job: str = "j1") -> Analysis:
     names = {v.node for v in flagged}
-    rest = [NodeVerdict(f"n{i}", "healthy", 0.0, job=job) for i in range(1, nodes + 1)
-            if f"n{i}" not in names]
+    rest = [
+        NodeVerdict(f"n{i}", "healthy", 0.0, job=job)
+        for i in range(1, nodes + 1)
+        if f"n{i}" not in names
+    ]
     return Analysis(NOW - 300, NOW, (*flagged, *rest))
 
 
-def entry(action: str, nodes: list[str], ts: float, phase: str = "note",
-          **evidence: object) -> Entry:
+def entry(
+    action: str, nodes: list[str], ts: float, phase: str = "note", **evidence: object
+) -> Entry:
     return Entry(f"{action}{ts}", ts, action, phase, tuple(nodes), evidence=dict(evidence))
 
 
-def view(a: Analysis, cfg: ControlSettings, *, entries: list[Entry] = (),  # type: ignore[assignment]
-         owners: dict | None = None, running: dict | None = None, **kw: object) -> View:
-    return View(classify(a, cfg), owners or {}, running or {}, derive(entries), NOW, 10.0,
-                **kw)  # type: ignore[arg-type]
+def view(
+    a: Analysis,
+    cfg: ControlSettings,
+    *,
+    entries: list[Entry] = (),  # type: ignore[assignment]
+    owners: dict | None = None,
+    running: dict | None = None,
+    **kw: object,
+) -> View:
+    return View(classify(a, cfg), owners or {}, running or {}, derive(entries), NOW, 10.0, **kw)  # type: ignore[arg-type]
 
 
 CFG = ControlSettings()
@@ -59,16 +77,28 @@ def test_too_many_of_a_job_rack_or_fleet_is_structural() -> None:
     assert {f.kind for f in fleet.findings} == {"structural"}
     # One job of 4 among 20 nodes: 3 of its 4 flagged is the job's cause, not the fleet's.
     job = [verdict(f"n{i}", "busy_time", job="big") for i in range(1, 4)]
-    a = Analysis(NOW - 300, NOW, (*job, NodeVerdict("n4", "healthy", 0.0, job="big"),
-                                  *(NodeVerdict(f"m{i}", "healthy", 0.0, job="other")
-                                    for i in range(16))))
+    a = Analysis(
+        NOW - 300,
+        NOW,
+        (
+            *job,
+            NodeVerdict("n4", "healthy", 0.0, job="big"),
+            *(NodeVerdict(f"m{i}", "healthy", 0.0, job="other") for i in range(16)),
+        ),
+    )
     cfg = ControlSettings(max_fleet_fraction=0.5)
     assert [(f.scope, f.name) for f in classify(a, cfg).fleet] == [("job", "big")]
     rack = ControlSettings(max_fleet_fraction=0.5, racks={"r1": "n[1-4]"})
     spread = [verdict(f"n{i}", "thermal", job=f"j{i}") for i in range(1, 4)]
-    a = Analysis(NOW - 300, NOW, (*spread, NodeVerdict("n4", "healthy", 0.0, job="j9"),
-                                  *(NodeVerdict(f"m{i}", "healthy", 0.0, job="x")
-                                    for i in range(16))))
+    a = Analysis(
+        NOW - 300,
+        NOW,
+        (
+            *spread,
+            NodeVerdict("n4", "healthy", 0.0, job="j9"),
+            *(NodeVerdict(f"m{i}", "healthy", 0.0, job="x") for i in range(16)),
+        ),
+    )
     assert [(f.scope, f.name) for f in classify(a, rack).fleet] == [("rack", "r1")]
     # One node alone is never a common cause.
     assert classify(analysis(verdict("n1", "thermal"), nodes=2), CFG).fleet == ()
@@ -87,25 +117,38 @@ def test_the_narrowest_scope_that_explains_the_flagged_nodes_wins() -> None:
     # Three of a 4-node job's nodes in an 8-node cluster: over the fleet's fraction too, but
     # the job holds them all: the job's cause, not the fleet's.
     job = [verdict(f"n{i}", "busy_time", job="small") for i in range(1, 4)]
-    a = Analysis(NOW - 300, NOW, (*job, NodeVerdict("n4", "healthy", 0.0, job="small"),
-                                  *(NodeVerdict(f"n{i}", "healthy", 0.0, job="other")
-                                    for i in range(5, 9))))
+    a = Analysis(
+        NOW - 300,
+        NOW,
+        (
+            *job,
+            NodeVerdict("n4", "healthy", 0.0, job="small"),
+            *(NodeVerdict(f"n{i}", "healthy", 0.0, job="other") for i in range(5, 9)),
+        ),
+    )
     assert [(f.scope, f.name) for f in classify(a, CFG).fleet] == [("job", "small")]
     # Spread over jobs, the same three are the fleet's.
     spread = [verdict(f"n{i}", "thermal", job=f"j{i}") for i in range(1, 4)]
-    a = Analysis(NOW - 300, NOW, (*spread, *(NodeVerdict(f"n{i}", "healthy", 0.0, job="x")
-                                             for i in range(4, 9))))
+    a = Analysis(
+        NOW - 300,
+        NOW,
+        (*spread, *(NodeVerdict(f"n{i}", "healthy", 0.0, job="x") for i in range(4, 9))),
+    )
     assert [f.scope for f in classify(a, CFG).fleet] == ["fleet"]
     # A job that spans the whole fleet is no narrower than the fleet.
     whole = [verdict(f"n{i}", "thermal", job="all") for i in range(1, 9)]
     assert [f.scope for f in classify(Analysis(NOW - 300, NOW, tuple(whole)), CFG).fleet] == [
-        "fleet"]
+        "fleet"
+    ]
 
 
 def test_the_fleet_is_the_nodes_slurm_knows_not_the_nodes_seen() -> None:
     spread = [verdict(f"n{i}", "thermal", job=f"j{i}") for i in range(1, 4)]
-    a = Analysis(NOW - 300, NOW, (*spread, *(NodeVerdict(f"n{i}", "healthy", 0.0, job="x")
-                                             for i in range(4, 9))))
+    a = Analysis(
+        NOW - 300,
+        NOW,
+        (*spread, *(NodeVerdict(f"n{i}", "healthy", 0.0, job="x") for i in range(4, 9))),
+    )
     assert [f.scope for f in classify(a, CFG).fleet] == ["fleet"]  # 3 of the 8 seen
     wide = classify(a, CFG, fleet_size=100)  # 3 of the 100 Slurm knows: node faults
     assert wide.fleet == () and {f.kind for f in wide.findings} == {"persistent"}
@@ -113,13 +156,18 @@ def test_the_fleet_is_the_nodes_slurm_knows_not_the_nodes_seen() -> None:
 
 def test_a_slower_model_mixed_into_a_job_is_heterogeneity() -> None:
     cfg = ControlSettings(models={"A100": "n[1-2]", "H100": "n[3-8]"})
-    c = classify(analysis(verdict("n1", "busy_time"), verdict("n2", "busy_time"), nodes=8),
-                 ControlSettings(max_fleet_fraction=1.0, max_job_fraction=1.0,
-                                 models=cfg.models))
+    c = classify(
+        analysis(verdict("n1", "busy_time"), verdict("n2", "busy_time"), nodes=8),
+        ControlSettings(max_fleet_fraction=1.0, max_job_fraction=1.0, models=cfg.models),
+    )
     assert {f.kind for f in c.findings} == {"heterogeneity"}
-    d = decide(view(analysis(verdict("n1", "busy_time"), verdict("n2", "busy_time")),
-                    ControlSettings(max_fleet_fraction=1.0, max_job_fraction=1.0,
-                                    models=cfg.models)), cfg)
+    d = decide(
+        view(
+            analysis(verdict("n1", "busy_time"), verdict("n2", "busy_time")),
+            ControlSettings(max_fleet_fraction=1.0, max_job_fraction=1.0, models=cfg.models),
+        ),
+        cfg,
+    )
     assert {x.action for x in d} == {"rebalance"}
 
 
@@ -179,8 +227,10 @@ def test_flapping_node_is_held_off() -> None:
     cfg = ControlSettings(max_flaps=2)
     log = []
     for k in range(3):
-        log += [entry("control pass", ["n2"], NOW - 900 + 200 * k),
-                entry("control pass", [], NOW - 800 + 200 * k)]
+        log += [
+            entry("control pass", ["n2"], NOW - 900 + 200 * k),
+            entry("control pass", [], NOW - 800 + 200 * k),
+        ]
     (d,) = decide(view(analysis(verdict("n2", "busy_time")), cfg, entries=log), cfg)
     assert d.action == "hold off" and "flapping" in d.why
 
@@ -191,25 +241,39 @@ def test_requeue_only_when_the_rule_says_so() -> None:
     job = JobInfo(41, "train", "u", "RUNNING", ("n2",), requeue=True)
     owners = {"n2": ("quarantined", "")}
     cfg = ControlSettings(requeue=True)  # a restart: 900+300+300 s of 8 GPUs = 3.33 GPU-h
-    early = [entry("control pass", ["n2"], NOW - 7200),  # 2 h x 20% x 8 GPUs = 3.2 GPU-h
-             entry("quarantine", ["n2"], NOW - 7000, "done", by="control")]
-    (d,) = decide(view(a, cfg, entries=early, owners=owners, running={"n2": [job]},
-                       requeueable={41: 36000.0}), cfg)
+    early = [
+        entry("control pass", ["n2"], NOW - 7200),  # 2 h x 20% x 8 GPUs = 3.2 GPU-h
+        entry("quarantine", ["n2"], NOW - 7000, "done", by="control"),
+    ]
+    (d,) = decide(
+        view(
+            a, cfg, entries=early, owners=owners, running={"n2": [job]}, requeueable={41: 36000.0}
+        ),
+        cfg,
+    )
     assert d.action == "wait" and "keep renting" in d.why
-    log = [entry("control pass", ["n2"], NOW - 9000),  # 2.5 h: 4.0 GPU-h, past the price
-           entry("quarantine", ["n2"], NOW - 7000, "done", by="control")]
-    (d,) = decide(view(a, cfg, entries=log, owners=owners, running={"n2": [job]},
-                       requeueable={41: 36000.0}), cfg)
+    log = [
+        entry("control pass", ["n2"], NOW - 9000),  # 2.5 h: 4.0 GPU-h, past the price
+        entry("quarantine", ["n2"], NOW - 7000, "done", by="control"),
+    ]
+    (d,) = decide(
+        view(a, cfg, entries=log, owners=owners, running={"n2": [job]}, requeueable={41: 36000.0}),
+        cfg,
+    )
     assert (d.action, d.job, d.rung) == ("requeue", 41, "d")
     assert d.evidence["rental"]["price_gpu_h"] == 3.333
-    (d,) = decide(view(a, cfg, entries=log, owners=owners, running={"n2": [job]},
-                       requeueable={41: 600.0}), cfg)
+    (d,) = decide(
+        view(a, cfg, entries=log, owners=owners, running={"n2": [job]}, requeueable={41: 600.0}),
+        cfg,
+    )
     assert d.action == "wait" and "let it finish" in d.why
     (d,) = decide(view(a, cfg, entries=log, owners=owners, running={"n2": [job]}), cfg)
     assert d.action == "wait"  # not requeue-able
     off = ControlSettings(requeue=False)
-    (d,) = decide(view(a, off, entries=log, owners=owners, running={"n2": [job]},
-                       requeueable={41: 36000.0}), off)
+    (d,) = decide(
+        view(a, off, entries=log, owners=owners, running={"n2": [job]}, requeueable={41: 36000.0}),
+        off,
+    )
     assert d.action == "wait"
 
 
@@ -221,8 +285,12 @@ def test_a_heavy_pipeline_stage_is_reported_and_a_node_fault_in_it_still_acted_o
     a = Analysis(base.window_start, base.window_end, base.nodes, stages=(heavy,))
     classified = classify(a, CFG)
     (stage,) = classified.fleet
-    assert (stage.scope, stage.name, stage.nodes, stage.of) == ("stage", "j1/stage3",
-                                                                ("n7", "n8"), 8)
+    assert (stage.scope, stage.name, stage.nodes, stage.of) == (
+        "stage",
+        "j1/stage3",
+        ("n7", "n8"),
+        8,
+    )
     assert "layer split" in stage.why
     # n8 is slow against its own stage's peers: still its node fault.
     (d,) = decide(view(a, CFG), CFG)
@@ -233,8 +301,14 @@ def test_a_heavy_pipeline_stage_is_reported_and_a_node_fault_in_it_still_acted_o
 
 
 def test_rung_a_only_for_the_served_job_running_on_the_node_with_step_records() -> None:
-    impact = {"job": "41", "pct": 25.0, "gpu_h_per_day": 96.0, "gpus": 16, "step_s": 12.0,
-              "step_s_without": 9.0}
+    impact = {
+        "job": "41",
+        "pct": 25.0,
+        "gpu_h_per_day": 96.0,
+        "gpus": 16,
+        "step_s": 12.0,
+        "step_s_without": 9.0,
+    }
     a = analysis(verdict("n2", "busy_time", job="41", impact=impact), job="41")
     job = JobInfo(41, "train", "u", "RUNNING", ("n1", "n2"))
     running = {"n2": [job]}
@@ -255,17 +329,36 @@ def test_rung_a_only_for_the_served_job_running_on_the_node_with_step_records() 
 def test_rung_a_watch_from_the_log_recovers_or_times_out_from_values() -> None:
     cfg = ControlSettings(recovery=0.5, rebalance_window_s=600.0)
     job = JobInfo(41, "train", "u", "RUNNING", ("n2",))
-    watch = {"phase": "watch", "job": "41", "since": NOW - 300, "step_s": 12.0,
-             "step_s_without": 9.0, "data_end": NOW - 300, "why": "watching"}
+    watch = {
+        "phase": "watch",
+        "job": "41",
+        "since": NOW - 300,
+        "step_s": 12.0,
+        "step_s_without": 9.0,
+        "data_end": NOW - 300,
+        "why": "watching",
+    }
 
     def now_at(step_s: float, since: float = NOW - 300) -> tuple[str, str, dict]:
         impact = {"job": "41", "step_s": step_s, "step_s_without": 9.0, "pct": 1, "gpus": 8}
         a = analysis(verdict("n2", "busy_time", job="41", impact=impact), job="41")
         # as record_rebalance writes it ("phase" is the evidence's, not the entry's)
-        entries = [Entry("w", since, "control rebalance", "note", ("n2",),
-                         evidence={**watch, "since": since})]
-        (d,) = decide(view(a, cfg, entries=entries, running={"n2": [job]},
-                           dds_jobs=frozenset({"41"}), data_end=NOW), cfg)
+        entries = [
+            Entry(
+                "w", since, "control rebalance", "note", ("n2",), evidence={**watch, "since": since}
+            )
+        ]
+        (d,) = decide(
+            view(
+                a,
+                cfg,
+                entries=entries,
+                running={"n2": [job]},
+                dds_jobs=frozenset({"41"}),
+                data_end=NOW,
+            ),
+            cfg,
+        )
         return d.action, d.evidence.get("rebalance", {}).get("phase", ""), d.evidence
 
     assert now_at(10.5)[:2] == ("rebalance", "recovered")  # half the 3 s won back
@@ -278,8 +371,10 @@ def test_rung_a_watch_from_the_log_recovers_or_times_out_from_values() -> None:
 def test_a_node_whose_sweep_runs_waits_on_it_until_its_verdict() -> None:
     a = analysis(verdict("n2", "busy_time"))
     owners = {"n2": ("quarantined", "reservation guardctl_q_n2")}
-    log = [entry("quarantine", ["n2"], NOW - 60, "done", by="control"),
-           entry("control sweeping", ["n2"], NOW - 30, sweep="S1")]
+    log = [
+        entry("quarantine", ["n2"], NOW - 60, "done", by="control"),
+        entry("control sweeping", ["n2"], NOW - 30, sweep="S1"),
+    ]
     (d,) = decide(view(a, CFG, entries=log, owners=owners), CFG)
     assert (d.action, d.rung, d.evidence["sweep"]) == ("wait", "c", "S1") and "S1 runs" in d.why
     aborted = [*log, entry("control sweep", ["n2"], NOW - 10, verdict="aborted", sweep="S1")]

@@ -23,12 +23,15 @@ def test_restart_cost_is_half_a_checkpoint_interval_plus_restart_and_queue() -> 
     assert restart_cost_s(CFG, queue_wait_s=0) == 1200  # Slurm's own estimate wins
 
 
-@pytest.mark.parametrize(("slow_for_h", "left_h", "requeue"), [
-    (1.0, None, False),  # paid 1.6 GPU-h of a 3.33 price: keep renting
-    (2.5, None, True),  # paid 4.0: buy
-    (2.5, 0.5, False),  # only 0.8 GPU-h left to lose: let it finish
-    (2.5, 10.0, True),
-])
+@pytest.mark.parametrize(
+    ("slow_for_h", "left_h", "requeue"),
+    [
+        (1.0, None, False),  # paid 1.6 GPU-h of a 3.33 price: keep renting
+        (2.5, None, True),  # paid 4.0: buy
+        (2.5, 0.5, False),  # only 0.8 GPU-h left to lose: let it finish
+        (2.5, 10.0, True),
+    ],
+)
 def test_ski_rental(slow_for_h: float, left_h: float | None, requeue: bool) -> None:
     r = decide(0.2, 8, slow_for_h * 3600, None if left_h is None else left_h * 3600, CFG)
     assert r.requeue is requeue, r.why
@@ -75,10 +78,13 @@ def test_lease_file_is_taken_renewed_refused_and_released(tmp_path: Path) -> Non
 
 
 def test_a_dead_holder_on_this_host_loses_the_lease(tmp_path: Path) -> None:
-    code = ("import sys; from pathlib import Path; from guardctl.controller.lease import Lease;"
-            f"print(Lease(Path({str(tmp_path)!r}), 3600.0).acquire()[0])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=os.environ)
+    code = (
+        "import sys; from pathlib import Path; from guardctl.controller.lease import Lease;"
+        f"print(Lease(Path({str(tmp_path)!r}), 3600.0).acquire()[0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ
+    )
     assert out.stdout.strip() == "True"
     held, holder = Lease(tmp_path, 30.0).acquire()
     assert held and holder is not None and holder.pid == os.getpid()

@@ -19,8 +19,10 @@ from labtools import JOB_USER, Lab, in_root, job_guardctl, job_user_ids, let_job
 from guardctl.telemetry.schema import read_path
 
 pytestmark = pytest.mark.skipif(
-    in_root(), reason="the example submits through runuser, which a release's root's chrooting "
-    "clients do not allow; it runs on the host's Slurm")
+    in_root(),
+    reason="the example submits through runuser, which a release's root's chrooting "
+    "clients do not allow; it runs on the host's Slurm",
+)
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / "examples" / "real_job" / "run.sh"
@@ -31,15 +33,27 @@ def test_the_slow_node_of_a_users_real_job_is_quarantined_by_the_daemon(lab: Lab
     top = Path(tempfile.mkdtemp(prefix="real-job-", dir=lab.dir))
     top.chmod(0o755)
     lab.dir.chmod(0o755)
-    env = {**lab.env, "REAL_JOB_DIR": str(top), "JOB_USER": JOB_USER, "NODES": "4",
-           "SLOW_NODE": "node3", "WINDOW_S": "8", "INTERVAL_S": "2", "JOB_SECONDS": "150",
-           "TIMEOUT_S": "120", "PYTHON": sys.executable, "GUARDCTL": job_guardctl()}  # fmt: skip
+    env = {
+        **lab.env,
+        "REAL_JOB_DIR": str(top),
+        "JOB_USER": JOB_USER,
+        "NODES": "4",
+        "SLOW_NODE": "node3",
+        "WINDOW_S": "8",
+        "INTERVAL_S": "2",
+        "JOB_SECONDS": "150",
+        "TIMEOUT_S": "120",
+        "PYTHON": sys.executable,
+        "GUARDCTL": job_guardctl(),
+    }
     started = time.monotonic()
-    run = subprocess.run(["bash", str(RUN)], env=env, capture_output=True, text=True,
-                         timeout=200, cwd=top)  # fmt: skip
+    run = subprocess.run(
+        ["bash", str(RUN)], env=env, capture_output=True, text=True, timeout=200, cwd=top
+    )
     took = time.monotonic() - started
-    logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-                     for p in sorted(top.glob("*.log")))  # fmt: skip
+    logs = "\n".join(
+        f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(top.glob("*.log"))
+    )
     assert run.returncode == 0, f"{run.stdout}\n{run.stderr}\n{logs}"
     assert "node3 quarantined" in run.stdout, run.stdout
 
@@ -53,8 +67,10 @@ def test_the_slow_node_of_a_users_real_job_is_quarantined_by_the_daemon(lab: Lab
     # The action log: the quarantine of node3, intent then outcome, and no other node action.
     log = _history(top)
     acted = [(e["action"], tuple(e["nodes"]), e["phase"]) for e in log if e["phase"] != "note"]
-    assert sorted(acted) == [("quarantine", ("node3",), "done"),
-                             ("quarantine", ("node3",), "intent")], log  # fmt: skip
+    assert sorted(acted) == [
+        ("quarantine", ("node3",), "done"),
+        ("quarantine", ("node3",), "intent"),
+    ], log
 
     # The job was the ordinary user's and its ranks wrote their step records as that user.
     steps = top / "store" / "steps"
@@ -68,7 +84,20 @@ def test_the_slow_node_of_a_users_real_job_is_quarantined_by_the_daemon(lab: Lab
 
 def _history(top: Path) -> list[dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if k not in ("GUARDCTL_STORE", "GUARDCTL_CONFIG")}
-    out = subprocess.run([job_guardctl(), "--config", str(top / "guardctl.toml"), "history",
-                          "--json", "--limit", "1000"], env=env, capture_output=True, text=True,
-                         timeout=60, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [
+            job_guardctl(),
+            "--config",
+            str(top / "guardctl.toml"),
+            "history",
+            "--json",
+            "--limit",
+            "1000",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     return list(json.loads(out)["entries"])

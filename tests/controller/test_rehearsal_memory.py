@@ -20,8 +20,11 @@ from guardctl.slurm.types import SubmitRequest
 
 
 def paper(root: Path) -> list[tuple[str, str]]:
-    return [(str(e.evidence["step"]), e.reason) for e in ActionLog(root).entries()
-            if e.action == REHEARSAL]
+    return [
+        (str(e.evidence["step"]), e.reason)
+        for e in ActionLog(root).entries()
+        if e.action == REHEARSAL
+    ]
 
 
 def unchanged(slurm: MemorySlurm) -> None:
@@ -65,8 +68,9 @@ def test_observe_only_walks_quarantine_then_sweep_on_paper(tmp_path: Path) -> No
     assert ladder.sweeps == [] and ladder.rehearsal["step"] == "sweep"
     snap = NodeOps(c.settings, slurm).snapshot()
     assert snap.owner("node2", c.settings.quarantine.reservation_prefix)[0] == "in service"
-    shown = CliRunner().invoke(main, ["history", "--control"],
-                               env={"GUARDCTL_STORE": str(tmp_path)})
+    shown = CliRunner().invoke(
+        main, ["history", "--control"], env={"GUARDCTL_STORE": str(tmp_path)}
+    )
     assert shown.exit_code == 0, shown.output
     notes = [line for line in shown.output.splitlines() if REHEARSAL in line]
     assert len(notes) == 2 and "would quarantine node2" in notes[0]
@@ -93,8 +97,9 @@ def test_observe_only_would_requeue_by_the_ski_rental_rule_on_paper(tmp_path: Pa
     slurm = MemorySlurm(NODES, start=time.time())
     job = slurm.submit(SubmitRequest("train.sbatch", nodes=("node2",), job_name="train"))
     slurm.advance(1)
-    c = controller(tmp_path, slurm, requeue=True, checkpoint_interval_s=0.0, restart_s=0.0,
-                   queue_wait_s=0.0)
+    c = controller(
+        tmp_path, slurm, requeue=True, checkpoint_interval_s=0.0, restart_s=0.0, queue_wait_s=0.0
+    )
     c.acting = False
     c.run_pass()
     second = next(d for d in c.run_pass().decisions if d["node"] == "node2")

@@ -23,8 +23,11 @@ IMPACT = {"job": "40117", "pct": 14.0, "gpu_h_per_day": 860.0, "gpus": 8}
 
 
 def report(store: Path, *args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(main, ["report", "--input", str(store), "--period", "30m", *args],
-                             env={"GUARDCTL_STORE": str(store)})
+    res = CliRunner().invoke(
+        main,
+        ["report", "--input", str(store), "--period", "30m", *args],
+        env={"GUARDCTL_STORE": str(store)},
+    )
     return res.exit_code, res.output
 
 
@@ -34,21 +37,28 @@ def row(text: str, node: str) -> str:
 
 
 def test_a_node_the_controller_swept_and_released_is_not_left_to_an_operator(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     fleet_trace(tmp_path, NODES, slow={"node3": 1.3})
     code, before = report(tmp_path)
     assert code == 1 and "sweep it (guardctl sweep)" in row(before, "node3")  # nobody acted
 
     slurm = MemorySlurm(NODES, start=time.time())
     ops = NodeOps(load_settings(environ={"GUARDCTL_STORE": str(tmp_path)}), slurm)
-    ops.quarantine(["node3"], "control: persistent node fault",
-                   evidence={"by": "control", "impact": IMPACT})
+    ops.quarantine(
+        ["node3"], "control: persistent node fault", evidence={"by": "control", "impact": IMPACT}
+    )
     ops.release(["node3"], evidence={"sweep": "sw1"})  # the sweep's verdict, through the door
-    ops.record("control sweep", ["node3"], reason="gemm at its baseline",
-               evidence={"verdict": "pass", "action": "released", "sweep": "sw1"})
+    ops.record(
+        "control sweep",
+        ["node3"],
+        reason="gemm at its baseline",
+        evidence={"verdict": "pass", "action": "released", "sweep": "sw1"},
+    )
     assert slurm.reservations() == []  # released: the node is back in production
-    released = next(e for e in ActionLog(tmp_path).entries() if e.action == "release"
-                    and e.phase == "done")
+    released = next(
+        e for e in ActionLog(tmp_path).entries() if e.action == "release" and e.phase == "done"
+    )
 
     code, text = report(tmp_path)
     assert code == 0, text  # nothing left to an operator
@@ -67,11 +77,11 @@ def test_a_node_the_controller_swept_and_released_is_not_left_to_an_operator(
     assert len(steps) == 2 and steps[0].startswith("quarantined at ")
     assert steps[1] == f"swept: pass, released at {when}"
     assert data["fleet"]["Kept off jobs by guardctl's quarantines (est.)"].endswith(
-        "GPU-h of slowdown since each quarantine")
+        "GPU-h of slowdown since each quarantine"
+    )
 
 
-def test_the_report_shows_observe_onlys_week_of_what_it_would_have_done(tmp_path: Path
-                                                                        ) -> None:
+def test_the_report_shows_observe_onlys_week_of_what_it_would_have_done(tmp_path: Path) -> None:
     fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
     slurm = MemorySlurm(NODES, start=time.time())
     job = slurm.submit(SubmitRequest("train.sbatch", nodes=("node2",), job_name="train"))
@@ -84,8 +94,11 @@ def test_the_report_shows_observe_onlys_week_of_what_it_would_have_done(tmp_path
     assert slurm.reservations() == [] and not any(n.drained for n in slurm.nodes())
     _, text = report(tmp_path)
     paper = text.split("## What guardctl would have done (observe-only)")[1].split("\n## ")[0]
-    steps = [line.split(" | ")[2] for line in paper.splitlines()
-             if line.startswith("| 20") and "node2" in line]
+    steps = [
+        line.split(" | ")[2]
+        for line in paper.splitlines()
+        if line.startswith("| 20") and "node2" in line
+    ]
     assert steps == ["quarantine", "sweep"], paper
     assert "would sweep when free; the verdict decides drain or release" in paper
     assert "Would have kept off jobs (observe-only, est.)" in text

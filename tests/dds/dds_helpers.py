@@ -27,9 +27,15 @@ SECRET = "s3cret"  # of the services run in the test's own process
 class ServiceProcess:
     """``guardctl dds serve`` for one job, run as a child process that tests may kill."""
 
-    def __init__(self, store: Path, job: str, args: Sequence[str], lease_s: float,
-                 settings: Sequence[str] = ("dds.bind=127.0.0.1",),
-                 python: Sequence[str] = (sys.executable,)) -> None:  # fmt: skip
+    def __init__(
+        self,
+        store: Path,
+        job: str,
+        args: Sequence[str],
+        lease_s: float,
+        settings: Sequence[str] = ("dds.bind=127.0.0.1",),
+        python: Sequence[str] = (sys.executable,),
+    ) -> None:
         self.store = store
         self.job = job
         self.args = list(args)

@@ -20,8 +20,11 @@ REPO = Path(__file__).resolve().parents[2]
 def _bench(script: str, *args: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, str(REPO / "bench" / script), *args],
-        capture_output=True, text=True, timeout=180, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -39,13 +42,17 @@ def test_the_epoch_benchmark_runs_all_three_ways_of_sharing() -> None:
 
 
 def test_the_throughput_benchmark_reports_every_point() -> None:
-    result = _bench("dds_throughput.py", "--seconds", "0.5", "--clients", "64",
-                    "--paced-ops", "2000")  # fmt: skip
+    result = _bench(
+        "dds_throughput.py", "--seconds", "0.5", "--clients", "64", "--paced-ops", "2000"
+    )
     modes = [p["mode"] for p in result["points"]]
     assert modes == [
-        "health", "lease+ack", "ack+lease combined",
-        "lease+ack paced at 2000 ops/s", "ack+lease combined paced at 2000 ops/s",
-    ]  # fmt: skip
+        "health",
+        "lease+ack",
+        "ack+lease combined",
+        "lease+ack paced at 2000 ops/s",
+        "ack+lease combined paced at 2000 ops/s",
+    ]
     for point in result["points"]:
         assert point["clients"] == 64 and point["ops"] > 0
         assert 0 < point["p50_ms"] <= point["p99_ms"]

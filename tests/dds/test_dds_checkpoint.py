@@ -73,9 +73,16 @@ def test_per_step_commit_restore_across_crashes(
 ) -> None:
     records, epochs, world = 1000, 2, 3
     service = start_service(
-        "3002", "--records", str(records), "--shard-size", "40", "--epochs", str(epochs),
-        "--global-batch", "64",
-    )  # fmt: skip
+        "3002",
+        "--records",
+        str(records),
+        "--shard-size",
+        "40",
+        "--epochs",
+        str(epochs),
+        "--global-batch",
+        "64",
+    )
     ranks = [_client(service, f"r{r}", rank=r, world=world) for r in range(world)]
     model: Model = {}
     saved = ("start", 0, copy.deepcopy(model))

@@ -21,8 +21,11 @@ def guardctl(store: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env["GUARDCTL_STORE"] = str(store)
     return subprocess.run(
         [sys.executable, "-m", "guardctl", *args],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_status_shows_progress_workers_and_leases(
@@ -98,8 +101,10 @@ def test_status_of_a_per_step_job_shows_steps_and_shares(
         "6004", "--records", "1000", "--shard-size", "50", "--global-batch", "100"
     )
     settings = load_settings(assignments=(f"store.root={service.store}",), environ={})
-    ranks = [Client(service.job, worker=f"r{r}", rank=r, world=2, settings=settings,
-                    prefetch=False) for r in range(2)]  # fmt: skip
+    ranks = [
+        Client(service.job, worker=f"r{r}", rank=r, world=2, settings=settings, prefetch=False)
+        for r in range(2)
+    ]
     for step in range(3):
         for rank, client in enumerate(ranks):
             assert client.next_batch(step, compute_s=0.01 * (1 + 3 * rank)) is not None
@@ -149,8 +154,19 @@ def test_serve_on_a_taken_port_exits_8_with_one_line(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = guardctl(tmp_path, "--set", "dds.bind=127.0.0.1", "--set", f"dds.port={port}",
-                        "dds", "serve", "--job", "6100", "--records", "10")  # fmt: skip
+        done = guardctl(
+            tmp_path,
+            "--set",
+            "dds.bind=127.0.0.1",
+            "--set",
+            f"dds.port={port}",
+            "dds",
+            "serve",
+            "--job",
+            "6100",
+            "--records",
+            "10",
+        )
     assert done.returncode == 8
     [line] = done.stderr.splitlines()
     assert line.startswith(f"guardctl: error: cannot listen on 127.0.0.1:{port}: ")

@@ -70,8 +70,12 @@ async def _requests_against(port: int) -> dict[str, int]:
 
     left: dict[str, int] = {}
     try:
-        for name, kind in (("lease, renew, ack", lease_ack), ("ack with next lease", combined),
-                           ("step", step), ("refused", refused)):  # fmt: skip
+        for name, kind in (
+            ("lease, renew, ack", lease_ack),
+            ("ack with next lease", combined),
+            ("step", step),
+            ("refused", refused),
+        ):
             await asyncio.gather(*(kind(c) for c in conns))  # warm: first-use caches
             gc.collect()
             gc.disable()

@@ -59,8 +59,10 @@ def test_a_client_without_the_secret_is_refused_before_its_body(
 ) -> None:
     service = start_service("7001", "--records", "100", "--shard-size", "10")
     with _connect(service) as sock:
-        sock.sendall(b"POST /v1/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer guessed\r\n"
-                     b"Content-Length: 60000\r\n\r\n")  # fmt: skip
+        sock.sendall(
+            b"POST /v1/lease HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer guessed\r\n"
+            b"Content-Length: 60000\r\n\r\n"
+        )
         assert _answer(sock)[0] == 401  # no byte of the 60000 sent
     with _connect(service) as sock:  # nor does a body the service will not take get read
         sock.sendall(b"POST /v1/lease HTTP/1.1\r\nHost: x\r\nContent-Length: 9000000\r\n\r\n")
@@ -102,8 +104,11 @@ def test_it_listens_on_the_nodes_own_address_by_default(start_service: StartServ
     service = start_service("7003", "--records", "100", "--shard-size", "10", settings=[])
     assert service.proc is not None
     own = listen_address("")
-    listening = {c.laddr.ip for c in psutil.Process(service.proc.pid).net_connections("tcp")
-                 if c.status == psutil.CONN_LISTEN}  # fmt: skip
+    listening = {
+        c.laddr.ip
+        for c in psutil.Process(service.proc.pid).net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
     assert listening == {own}, "not the node's own address"
     host, _, _ = service.address()  # type: ignore[misc]
     assert host == own
@@ -141,8 +146,9 @@ def test_values_the_database_cannot_hold_are_400_and_the_service_carries_on(
     split among ten million ranks. With orjson or without (the standard json module lets
     through what orjson refuses: NaN, lone surrogates, infinities)."""
     python = [sys.executable] if codec == "orjson" else [sys.executable, str(NO_ORJSON)]
-    service = start_service("7005", "--records", "100", "--shard-size", "10",
-                            "--global-batch", "8", python=python)  # fmt: skip
+    service = start_service(
+        "7005", "--records", "100", "--shard-size", "10", "--global-batch", "8", python=python
+    )
     for path, body in BAD_VALUES:
         status, reply = _post(service, path, body)
         assert (status, path) == (400, path) and reply["error"], body

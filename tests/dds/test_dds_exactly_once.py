@@ -37,9 +37,15 @@ def test_every_shard_once_while_workers_are_killed_and_new_ones_join(
 ) -> None:
     shards, epochs = 120, 2
     service = start_service(
-        "2001", "--records", str(shards * 50), "--shard-size", "50", "--epochs", str(epochs),
+        "2001",
+        "--records",
+        str(shards * 50),
+        "--shard-size",
+        "50",
+        "--epochs",
+        str(epochs),
         lease_s=1.0,
-    )  # fmt: skip
+    )
     rng = random.Random(20261130)
     logs: list[Path] = []
 

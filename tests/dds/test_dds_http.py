@@ -84,16 +84,21 @@ async def _read_answers(reader: asyncio.StreamReader, count: int) -> list[tuple[
     answers = []
     for _ in range(count):
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length:"))  # fmt: skip
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
         body = await reader.readexactly(length)
         answers.append((int(head[9:12]), json.loads(body), head))
     return answers
 
 
 def _request(path: str, body: bytes = b"", extra: str = "") -> bytes:
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
-            f"Authorization: Bearer k\r\n{extra}\r\n").encode() + body  # fmt: skip
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+        f"Authorization: Bearer k\r\n{extra}\r\n"
+    ).encode() + body
 
 
 def test_pipelined_answers_go_out_in_request_order() -> None:
@@ -102,8 +107,12 @@ def test_pipelined_answers_go_out_in_request_order() -> None:
 
     async def test(_server: Server, port: int, recorder: _Recorder) -> None:
         reader, writer = await _open(port)
-        writer.write(_request("/later/200") + _request("/now", b"{}")
-                     + _request("/later/50") + _request("/now"))  # fmt: skip
+        writer.write(
+            _request("/later/200")
+            + _request("/now", b"{}")
+            + _request("/later/50")
+            + _request("/now")
+        )
         answers = await _read_answers(reader, 4)
         assert [a[1]["path"] for a in answers] == ["/later/200", "/now", "/later/50", "/now"]
         assert [seen[2] for seen in recorder.seen] == [b"Bearer k"] * 4
@@ -141,8 +150,10 @@ def test_a_body_over_the_limit_is_refused_from_its_length_before_it_is_read() ->
 
     async def test(_server: Server, port: int, recorder: _Recorder) -> None:
         reader, writer = await _open(port)
-        writer.write(_request("/later/100") + b"POST /now HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Length: %d\r\n\r\n" % (http_server.MAX_BODY + 1))  # fmt: skip
+        writer.write(
+            _request("/later/100") + b"POST /now HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Length: %d\r\n\r\n" % (http_server.MAX_BODY + 1)
+        )
         first, refused = await _read_answers(reader, 2)  # the one before it first
         assert first[0] == 200 and refused[0] == 413 and b"Connection: close" in refused[2]
         assert await asyncio.wait_for(reader.read(), 5) == b""
@@ -169,8 +180,10 @@ def test_a_chunked_body_is_refused_as_it_passes_the_limit() -> None:
 def test_chunked_bodies_and_expect_continue() -> None:
     async def test(_server: Server, port: int, _recorder: _Recorder) -> None:
         reader, writer = await _open(port)
-        writer.write(b"POST /now HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+        writer.write(
+            b"POST /now HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
         assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == (
             b"HTTP/1.1 100 Continue\r\n\r\n"
         )
@@ -297,8 +310,10 @@ def test_the_secret_is_checked_when_the_head_is_complete() -> None:
 
     async def test(_server: Server, port: int, recorder: _Recorder) -> None:
         reader, writer = await _open(port)
-        writer.write(b"POST /now HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer guess\r\n"
-                     b"Content-Length: 60000\r\n\r\n")  # fmt: skip
+        writer.write(
+            b"POST /now HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer guess\r\n"
+            b"Content-Length: 60000\r\n\r\n"
+        )
         [(status, answer, _)] = await _read_answers(reader, 1)  # no byte of the body sent
         assert status == 401 and answer["error"]
         writer.write(b"x" * 60000 + _request("/now", b"{}"))  # with the secret (Bearer k)
@@ -406,8 +421,10 @@ def test_connections_over_the_cap_get_503_and_a_freed_place_is_taken() -> None:
 def test_100_continue_comes_after_the_answers_to_earlier_requests() -> None:
     async def test(_server: Server, port: int, _recorder: _Recorder) -> None:
         reader, writer = await _open(port)
-        writer.write(_request("/later/200") + b"POST /now HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Length: 2\r\nExpect: 100-continue\r\n\r\n")  # fmt: skip
+        writer.write(
+            _request("/later/200") + b"POST /now HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+        )
         [(status, answer, _)] = await _read_answers(reader, 1)
         assert status == 200 and answer["path"] == "/later/200"
         assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5) == (

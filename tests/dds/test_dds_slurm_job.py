@@ -35,8 +35,9 @@ def test_a_two_node_job_consumes_an_epoch_exactly_once(lab: Lab) -> None:
     }
     export = "ALL," + ",".join(f"{k}={v}" for k, v in exports.items())
     out = work / "slurm-%j.out"
-    job = lab.submit(SBATCH.read_text(), f"--export={export}", "-o", str(out), "-N", "2", "-n", "4",
-                     as_user=work)  # fmt: skip
+    job = lab.submit(
+        SBATCH.read_text(), f"--export={export}", "-o", str(out), "-N", "2", "-n", "4", as_user=work
+    )
     info = lab.wait_job(job, timeout=120)
     output = Path(str(out).replace("%j", job)).read_text(errors="replace")
     assert info["JobState"] == "COMPLETED", f"{info}\n{output}"

@@ -25,8 +25,14 @@ NO_ORJSON = Path(__file__).with_name("no_orjson.py")
 def _without_orjson(*args: str, store: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GUARDCTL"))}
     env["GUARDCTL_STORE"] = str(store)
-    return subprocess.run([sys.executable, str(NO_ORJSON), *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(NO_ORJSON), *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _modules_importing_orjson() -> list[str]:
@@ -76,8 +82,9 @@ def test_commands_run_without_orjson(tmp_path: Path, args: list[str], code: int)
 
 
 def test_the_service_serves_without_orjson(start_service: Callable[..., ServiceProcess]) -> None:
-    service = start_service("7101", "--records", "100", "--shard-size", "10",
-                            python=[sys.executable, str(NO_ORJSON)])  # fmt: skip
+    service = start_service(
+        "7101", "--records", "100", "--shard-size", "10", python=[sys.executable, str(NO_ORJSON)]
+    )
     settings = load_settings(assignments=(f"store.root={service.store}",), environ={})
     client = Client(service.job, worker="w", settings=settings)
     shard = client.lease()

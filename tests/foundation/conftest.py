@@ -24,11 +24,15 @@ class Guardctl:
     store: Path
     config: Path
 
-    def __call__(self, *args: str, timeout: float = 60, env: dict[str, str] | None = None
-                 ) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "guardctl", "--config", str(self.config), *args],
-            env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout,
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def json(self, *args: str) -> Any:
@@ -40,8 +44,9 @@ class Guardctl:
         return {n["node"]: n for n in self.json("status")["nodes"]}
 
 
-def write_config(path: Path, store: Path, conf: str = "", extra: str = "",
-                 bin_dir: str = "") -> Path:
+def write_config(
+    path: Path, store: Path, conf: str = "", extra: str = "", bin_dir: str = ""
+) -> Path:
     path.write_text(
         f'[store]\nroot = "{store}"\n'
         + (f'[slurm]\nconf = "{conf}"\ntimeout_s = 10.0\n' if conf else "")
@@ -54,13 +59,17 @@ def write_config(path: Path, store: Path, conf: str = "", extra: str = "",
 
 @pytest.fixture
 def gctl_factory(tmp_path: Path) -> Callable[..., Guardctl]:
-    def make(conf: str = "", extra: str = "", env: dict[str, str] | None = None,
-             bin_dir: str = "") -> Guardctl:
+    def make(
+        conf: str = "", extra: str = "", env: dict[str, str] | None = None, bin_dir: str = ""
+    ) -> Guardctl:
         store = tmp_path / "store"
         shared_store.init(store)  # what the administrator does once, at install time
         config = write_config(tmp_path / "guardctl.toml", store, conf, extra, bin_dir)
-        base = {k: v for k, v in (env or os.environ).items()
-                if k not in ("GUARDCTL_STORE", "GUARDCTL_CONFIG")}
+        base = {
+            k: v
+            for k, v in (env or os.environ).items()
+            if k not in ("GUARDCTL_STORE", "GUARDCTL_CONFIG")
+        }
         return Guardctl(base, store, config)
 
     return make

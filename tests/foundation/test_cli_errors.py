@@ -10,8 +10,13 @@ from guardctl.errors import ExitCode
 
 
 def guardctl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "guardctl", *args], capture_output=True,
-                          text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "guardctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> bool:
@@ -27,8 +32,9 @@ def test_config_error_exit_code(tmp_path: Path) -> None:
 
 
 def test_slurm_missing_is_a_slurm_error(tmp_path: Path) -> None:
-    proc = guardctl("--set", f"slurm.bin_dir={tmp_path}", "--set", f"store.root={tmp_path}",
-                    "status")
+    proc = guardctl(
+        "--set", f"slurm.bin_dir={tmp_path}", "--set", f"store.root={tmp_path}", "status"
+    )
     assert proc.returncode == ExitCode.SLURM and one_line_error(proc)
     assert "sinfo not found" in proc.stderr
 
@@ -49,6 +55,14 @@ def test_store_not_writable_is_io_error(tmp_path: Path) -> None:
     blocker.write_text("x")  # a file where the store directory should be
     proc = guardctl("--set", f"store.root={blocker}/store", "history")
     assert proc.returncode in (ExitCode.OK, ExitCode.IO)
-    proc = guardctl("--set", f"store.root={blocker}/store", "--set",
-                    f"slurm.bin_dir={tmp_path}", "drain", "node1", "--reason", "x")
+    proc = guardctl(
+        "--set",
+        f"store.root={blocker}/store",
+        "--set",
+        f"slurm.bin_dir={tmp_path}",
+        "drain",
+        "node1",
+        "--reason",
+        "x",
+    )
     assert proc.returncode in (ExitCode.IO, ExitCode.SLURM) and one_line_error(proc)

@@ -17,8 +17,9 @@ def write(path: Path, text: str) -> Path:
 
 
 def layers(tmp_path: Path, **kw: object) -> list[Layer]:
-    return default_layers(system_config=tmp_path / "etc/guardctl.toml",
-                          system_conf_d=tmp_path / "etc/conf.d", **kw)  # type: ignore[arg-type]
+    return default_layers(
+        system_config=tmp_path / "etc/guardctl.toml", system_conf_d=tmp_path / "etc/conf.d", **kw
+    )  # type: ignore[arg-type]
 
 
 def test_defaults_are_valid() -> None:
@@ -32,8 +33,12 @@ def test_precedence(tmp_path: Path) -> None:
     write(tmp_path / "etc/conf.d/10-base.toml", "[safety]\nmax_out_nodes = 7\n")
     env_file = write(tmp_path / "env.toml", '[store]\nroot = "/env/store"\n')
     cli_file = write(tmp_path / "cli.toml", "[slurm]\ntimeout_s = 3\n")
-    found = layers(tmp_path, extra_files=[cli_file], assignments=["slurm.timeout_s=4"],
-                   environ={"GUARDCTL_CONFIG": str(env_file), "GUARDCTL_STORE": "/job/store"})
+    found = layers(
+        tmp_path,
+        extra_files=[cli_file],
+        assignments=["slurm.timeout_s=4"],
+        environ={"GUARDCTL_CONFIG": str(env_file), "GUARDCTL_STORE": "/job/store"},
+    )
     settings = build_settings(found)
     assert settings.safety.max_out_nodes == 6  # conf.d in name order: 20 after 10
     assert settings.safety.max_out_fraction == 0.2  # untouched keys survive merging
@@ -72,6 +77,7 @@ def test_assignment_parsing() -> None:
     assert parse_assignment("safety.max_out_nodes=4") == {"safety": {"max_out_nodes": 4}}
     assert parse_assignment("store.root=/data/g") == {"store": {"root": "/data/g"}}
     assert parse_assignment("quarantine.users=['root','ops']") == {
-        "quarantine": {"users": ["root", "ops"]}}
+        "quarantine": {"users": ["root", "ops"]}
+    }
     with pytest.raises(ConfigError):
         parse_assignment("novalue")

@@ -31,8 +31,13 @@ collectors = ["nvml", "host"]
 
 
 def guardctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "guardctl", *args], capture_output=True,
-                          text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "guardctl", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -50,8 +55,11 @@ def test_config_prints_toml_that_reads_back_to_the_same_settings(tmp_path: Path)
     assert printed["safety"]["observe_only"] is True
     assert printed["safety"]["max_out_nodes"] == 5
 
-    expected = load_settings([site], ["slurm.timeout_s=7", "sweep.pairing=two_round"],
-                             environ={"GUARDCTL_STORE": str(tmp_path / "store")})
+    expected = load_settings(
+        [site],
+        ["slurm.timeout_s=7", "sweep.pairing=two_round"],
+        environ={"GUARDCTL_STORE": str(tmp_path / "store")},
+    )
     again = build_settings([Layer("printed", printed)])
     assert dataclasses.replace(again, sources=()) == dataclasses.replace(expected, sources=())
 
@@ -59,8 +67,14 @@ def test_config_prints_toml_that_reads_back_to_the_same_settings(tmp_path: Path)
 def test_each_value_names_where_it_came_from(tmp_path: Path) -> None:
     site = tmp_path / "site.toml"
     site.write_text(SITE)
-    proc = guardctl("--config", str(site), "--set", "slurm.timeout_s=7", "config",
-                    env=clean_env(GUARDCTL_STORE=str(tmp_path / "store")))
+    proc = guardctl(
+        "--config",
+        str(site),
+        "--set",
+        "slurm.timeout_s=7",
+        "config",
+        env=clean_env(GUARDCTL_STORE=str(tmp_path / "store")),
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     by_key, section = {}, ""
@@ -77,10 +91,14 @@ def test_each_value_names_where_it_came_from(tmp_path: Path) -> None:
     assert lines[0] == f"# read: {site}, --set, $GUARDCTL_STORE"
 
 
-scalars = (st.booleans() | st.integers(-(2**63), 2**63 - 1)
-           | st.floats(allow_nan=False) | st.text())
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                      | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+scalars = st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text()
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -92,8 +110,12 @@ def test_every_value_is_written_as_toml_reads_it(value: object) -> None:
 def test_a_slurm_conf_typo_is_a_config_error_at_once(tmp_path: Path) -> None:
     typo = tmp_path / "slurm.cnof"
     started = time.monotonic()
-    proc = guardctl("--set", f"slurm.conf={typo}", "status",
-                    env=clean_env(GUARDCTL_STORE=str(tmp_path / "store")))
+    proc = guardctl(
+        "--set",
+        f"slurm.conf={typo}",
+        "status",
+        env=clean_env(GUARDCTL_STORE=str(tmp_path / "store")),
+    )
     assert proc.returncode == ExitCode.CONFIG, proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("guardctl: error:")
     assert str(typo) in proc.stderr and "no such file" in proc.stderr
@@ -101,8 +123,12 @@ def test_a_slurm_conf_typo_is_a_config_error_at_once(tmp_path: Path) -> None:
 
 
 def test_the_pyslurm_backend_says_it_is_experimental(tmp_path: Path) -> None:
-    proc = guardctl("--set", "slurm.backend=pyslurm", "status",
-                    env=clean_env(GUARDCTL_STORE=str(tmp_path / "store")))
+    proc = guardctl(
+        "--set",
+        "slurm.backend=pyslurm",
+        "status",
+        env=clean_env(GUARDCTL_STORE=str(tmp_path / "store")),
+    )
     first = proc.stderr.splitlines()[0]
     assert first.startswith("guardctl: warning:") and "experimental" in first
 

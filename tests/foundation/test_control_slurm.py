@@ -45,7 +45,11 @@ def test_drain_resume_round_trip(lab: Any, gctl: Any) -> None:
         time.sleep(0.5)
     log = action_log(gctl)
     assert [(e["action"], e["phase"]) for e in log] == [
-        ("drain", "intent"), ("drain", "done"), ("resume", "intent"), ("resume", "done")]
+        ("drain", "intent"),
+        ("drain", "done"),
+        ("resume", "intent"),
+        ("resume", "done"),
+    ]
     assert all(e["actor"] and e["ts"] > 0 for e in log)
 
 
@@ -64,8 +68,9 @@ def test_quarantine_release_round_trip(lab: Any, gctl: Any) -> None:
 
     # An ordinary job cannot start on a quarantined node; a job in the reservation can.
     job = lab.sh("sbatch", "--parsable", "-w", "node3", "--wrap", "sleep 1").stdout.strip()
-    sweep = lab.sh("sbatch", "--parsable", "-w", "node3", "--reservation=guardctl_q_node3",
-                   "--wrap", "true").stdout.strip()
+    sweep = lab.sh(
+        "sbatch", "--parsable", "-w", "node3", "--reservation=guardctl_q_node3", "--wrap", "true"
+    ).stdout.strip()
     deadline = time.time() + 20
     while time.time() < deadline:
         out = lab.sh("squeue", "-h", "-j", f"{job},{sweep}", "-o", "%i %T").stdout
@@ -84,8 +89,12 @@ def test_quarantine_release_round_trip(lab: Any, gctl: Any) -> None:
 def test_foreign_drain_left_exactly_as_it_was(lab: Any, gctl: Any) -> None:
     lab.sh("scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=admin: bad DIMM")
     before = slurm_node(lab, "node1")
-    for args in (("resume", "node1"), ("release", "node1"),
-                 ("drain", "node1", "--reason", "slow"), ("quarantine", "node1")):
+    for args in (
+        ("resume", "node1"),
+        ("release", "node1"),
+        ("drain", "node1", "--reason", "slow"),
+        ("quarantine", "node1"),
+    ):
         proc = gctl(*args)
         assert proc.returncode == ExitCode.REFUSED, (args, proc.stdout, proc.stderr)
         assert "held by someone else" in proc.stderr and "admin: bad DIMM" in proc.stderr
@@ -112,8 +121,17 @@ def test_reason_rewritten_by_admin_is_theirs(lab: Any, gctl: Any) -> None:
 
 
 def test_foreign_reservation_is_respected(lab: Any, gctl: Any) -> None:
-    lab.sh("scontrol", "create", "reservation", "ReservationName=maint_fw", "Nodes=node4",
-           "Users=root", "StartTime=now", "Duration=60", "Flags=MAINT,IGNORE_JOBS")
+    lab.sh(
+        "scontrol",
+        "create",
+        "reservation",
+        "ReservationName=maint_fw",
+        "Nodes=node4",
+        "Users=root",
+        "StartTime=now",
+        "Duration=60",
+        "Flags=MAINT,IGNORE_JOBS",
+    )
     proc = gctl("quarantine", "node4")
     assert proc.returncode == ExitCode.REFUSED and "maint_fw" in proc.stderr
     assert gctl("drain", "node4", "--reason", "x").returncode == ExitCode.REFUSED
@@ -142,8 +160,9 @@ def test_dry_run_changes_nothing(lab: Any, gctl: Any) -> None:
     assert not (gctl.store / "actions/actions.jsonl").exists()
 
 
-@pytest.mark.parametrize("bad", ["node1;reboot", "node1 node2", "$(id)", "-x", "node[1-",
-                                 "node1`id`", "@all", "node9"])
+@pytest.mark.parametrize(
+    "bad", ["node1;reboot", "node1 node2", "$(id)", "-x", "node[1-", "node1`id`", "@all", "node9"]
+)
 def test_bad_names_rejected_before_slurm(lab: Any, gctl: Any, tmp_path: Any, bad: str) -> None:
     # Point guardctl at a directory with no Slurm commands: if anything reached Slurm, the error
     # would be "not found" (exit 4). Unknown nodes need Slurm's node list, so they use the real one.

@@ -15,8 +15,12 @@ def make(n: int = 3, **kw: object) -> MemorySlurm:
 
 
 def submit(slurm: MemorySlurm, **kw: object) -> Job:
-    return Job.submit(slurm, SubmitRequest(script="x.sbatch", **kw),  # type: ignore[arg-type]
-                      clock=slurm.time, sleep=slurm.sleep)
+    return Job.submit(
+        slurm,
+        SubmitRequest(script="x.sbatch", **kw),  # type: ignore[arg-type]
+        clock=slurm.time,
+        sleep=slurm.sleep,
+    )
 
 
 def test_wait_returns_when_the_job_ends_on_the_clusters_clock() -> None:

@@ -38,8 +38,13 @@ def wait_running(job: Job, timeout: float = 60) -> None:
 
 def test_requeued_with_a_node_excluded_lands_elsewhere(lab: Any, tmp_path: Path) -> None:
     slurm = client(lab)
-    request = SubmitRequest(script=script(tmp_path, "sleep 300\n"), job_name="train",
-                            node_count=1, output=str(tmp_path / "out-%j"), time_limit_min=10)
+    request = SubmitRequest(
+        script=script(tmp_path, "sleep 300\n"),
+        job_name="train",
+        node_count=1,
+        output=str(tmp_path / "out-%j"),
+        time_limit_min=10,
+    )
     job = Job.submit(slurm, request)
     try:
         wait_running(job)
@@ -62,8 +67,12 @@ def test_signal_reaches_the_batch_script(lab: Any, tmp_path: Path) -> None:
     slurm = client(lab)
     marker = tmp_path / "got-usr1"
     body = f"trap 'touch {marker}; exit 0' USR1\nfor i in $(seq 600); do sleep 0.1; done\n"
-    job = Job.submit(slurm, SubmitRequest(script=script(tmp_path, body), job_name="sig",
-                                          nodes=("node2",), output="/dev/null"))
+    job = Job.submit(
+        slurm,
+        SubmitRequest(
+            script=script(tmp_path, body), job_name="sig", nodes=("node2",), output="/dev/null"
+        ),
+    )
     try:
         wait_running(job)
         job.signal("usr1")
@@ -76,8 +85,10 @@ def test_signal_reaches_the_batch_script(lab: Any, tmp_path: Path) -> None:
 
 def test_wait_times_out_then_cancel(lab: Any, tmp_path: Path) -> None:
     slurm = client(lab)
-    job = Job.submit(slurm, SubmitRequest(script=script(tmp_path, "sleep 120\n"),
-                                          nodes=("node3",), output="/dev/null"))
+    job = Job.submit(
+        slurm,
+        SubmitRequest(script=script(tmp_path, "sleep 120\n"), nodes=("node3",), output="/dev/null"),
+    )
     assert not job.wait(2, poll_s=0.5)
     job.cancel()
     assert job.wait(60, poll_s=0.3) and job.state == "CANCELLED"

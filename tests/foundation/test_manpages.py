@@ -16,7 +16,8 @@ MAN = Path(__file__).parent.parent.parent / "man"
 @pytest.mark.parametrize("name", sorted(manpage.pages()))
 def test_committed_page_matches_the_code(name: str) -> None:
     assert (MAN / name).read_text() == manpage.pages()[name], (
-        f"man/{name} is out of date: run `python -m guardctl.manpage man/`")
+        f"man/{name} is out of date: run `python -m guardctl.manpage man/`"
+    )
 
 
 def test_every_command_and_setting_is_documented() -> None:
@@ -31,8 +32,12 @@ def test_every_command_and_setting_is_documented() -> None:
 @pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed")
 @pytest.mark.parametrize("name", sorted(p.name for p in MAN.glob("*.[0-9]")))
 def test_man_renders_without_warnings(name: str) -> None:
-    proc = subprocess.run(["man", "--warnings", "-l", str(MAN / name)], capture_output=True,
-                          text=True, timeout=60, env={"MANWIDTH": "80", "PATH": "/usr/bin:/bin",
-                                                      "MAN_KEEP_FORMATTING": "0"})
+    proc = subprocess.run(
+        ["man", "--warnings", "-l", str(MAN / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"MANWIDTH": "80", "PATH": "/usr/bin:/bin", "MAN_KEEP_FORMATTING": "0"},
+    )
     assert proc.returncode == 0 and proc.stdout.strip()
     assert proc.stderr.strip() == "", proc.stderr

@@ -26,8 +26,10 @@ from guardctl.slurm.types import SubmitRequest
 
 
 def settings(tmp_path: Path, **safety: Any) -> Settings:
-    table = {"store": {"root": str(tmp_path / "store")},
-             "safety": {"max_out_fraction": 0.5, "max_out_nodes": 3, **safety}}
+    table = {
+        "store": {"root": str(tmp_path / "store")},
+        "safety": {"max_out_fraction": 0.5, "max_out_nodes": 3, **safety},
+    }
     return build_settings([Layer("test", table)])
 
 
@@ -50,12 +52,32 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def forged(ops: NodeOps, action: str, phase: str, nodes: list[str], *, host: str, pid: int,
-           age_s: float = 0.0, evidence: dict[str, Any] | None = None) -> Entry:
+def forged(
+    ops: NodeOps,
+    action: str,
+    phase: str,
+    nodes: list[str],
+    *,
+    host: str,
+    pid: int,
+    age_s: float = 0.0,
+    evidence: dict[str, Any] | None = None,
+) -> Entry:
     """An entry as another guardctl process (dead, or on another host) would have written it."""
-    return ops.log.append(Entry(uuid.uuid4().hex[:16], time.time() - age_s, action, phase,
-                                tuple(nodes), "ops@elsewhere", host, pid, "guardctl: x",
-                                dict(evidence or {})))
+    return ops.log.append(
+        Entry(
+            uuid.uuid4().hex[:16],
+            time.time() - age_s,
+            action,
+            phase,
+            tuple(nodes),
+            "ops@elsewhere",
+            host,
+            pid,
+            "guardctl: x",
+            dict(evidence or {}),
+        )
+    )
 
 
 def test_someone_elses_drain_is_left_exactly_as_it_was(tmp_path: Path) -> None:
@@ -63,8 +85,12 @@ def test_someone_elses_drain_is_left_exactly_as_it_was(tmp_path: Path) -> None:
     slurm.drain(["node1"], "admin: bad DIMM")
     slurm.drain(["node2"], "guardctl: typed by hand")  # the prefix alone does not make it ours
     before = [node(slurm, n) for n in ("node1", "node2")]
-    for act in (lambda: ops.resume(["node1"]), lambda: ops.drain(["node1"], "slow"),
-                lambda: ops.quarantine(["node1"]), lambda: ops.resume(["node2"])):
+    for act in (
+        lambda: ops.resume(["node1"]),
+        lambda: ops.drain(["node1"], "slow"),
+        lambda: ops.quarantine(["node1"]),
+        lambda: ops.resume(["node2"]),
+    ):
         with pytest.raises(RefusedError, match="held by someone else"):
             act()
     assert [node(slurm, n) for n in ("node1", "node2")] == before
@@ -108,7 +134,10 @@ def test_draining_a_quarantined_node_counts_one_action(tmp_path: Path) -> None:
     ops.quarantine(["node1"], "suspect")
     ops.drain(["node1"], "swept: fail")
     assert [e.action for e in ops.log.entries() if e.phase == "done"] == [
-        "quarantine", "drain", "release"]
+        "quarantine",
+        "drain",
+        "release",
+    ]
     ops.drain(["node2"], "slow")  # the third node action of the hour: at the limit
     with pytest.raises(RefusedError, match="rate limit: 3 node action"):
         ops.drain(["node3"], "slow")
@@ -124,18 +153,33 @@ def test_observe_only_changes_nothing_anywhere(tmp_path: Path) -> None:
     assert ops.log.entries() == []
 
 
-def test_a_fresh_intent_from_another_host_is_left_alone_a_stale_one_closed(tmp_path: Path
-                                                                           ) -> None:
+def test_a_fresh_intent_from_another_host_is_left_alone_a_stale_one_closed(tmp_path: Path) -> None:
     ops, slurm = make(tmp_path)
     slurm.create_reservation("guardctl_q_node5", ["node5"], ["root"])
-    fresh = forged(ops, "quarantine", "intent", ["node5"], host="other-host", pid=1, age_s=10,
-                   evidence={"reservation": "guardctl_q_node5"})
+    fresh = forged(
+        ops,
+        "quarantine",
+        "intent",
+        ["node5"],
+        host="other-host",
+        pid=1,
+        age_s=10,
+        evidence={"reservation": "guardctl_q_node5"},
+    )
     ops.reconcile()  # what every acting command does first
     assert not [e for e in ops.log.entries() if e.id == fresh.id and e.phase != "intent"]
     assert owners(ops)["node5"] == "held by someone else"  # in flight elsewhere: not ours yet
     forged(ops, "drain", "intent", ["node6"], host="other-host", pid=1, age_s=400)
-    stale = forged(ops, "quarantine", "intent", ["node5"], host="other-host", pid=1,
-                   age_s=400, evidence={"reservation": "guardctl_q_node5"})
+    stale = forged(
+        ops,
+        "quarantine",
+        "intent",
+        ["node5"],
+        host="other-host",
+        pid=1,
+        age_s=400,
+        evidence={"reservation": "guardctl_q_node5"},
+    )
     ops.reconcile()
     phases = {e.action: e.phase for e in ops.log.entries() if e.phase != "intent"}
     assert phases == {"drain": "abandoned", "quarantine": "reconciled"}
@@ -147,8 +191,15 @@ def test_crash_after_slurm_is_reconciled_from_slurms_state(tmp_path: Path) -> No
     ops, slurm = make(tmp_path)
     host, pid = socket.gethostname(), dead_pid()
     slurm.create_reservation("guardctl_q_node4", ["node4"], ["root"])
-    forged(ops, "quarantine", "intent", ["node4"], host=host, pid=pid,
-           evidence={"reservation": "guardctl_q_node4"})
+    forged(
+        ops,
+        "quarantine",
+        "intent",
+        ["node4"],
+        host=host,
+        pid=pid,
+        evidence={"reservation": "guardctl_q_node4"},
+    )
     forged(ops, "drain", "intent", ["node7"], host=host, pid=pid)  # scontrol never ran
     ops.reconcile()  # the next acting command
     assert owners(ops)["node4"] == "quarantined" and owners(ops)["node7"] == "in service"
@@ -172,8 +223,11 @@ def test_sweep_reservation_goes_through_the_door(tmp_path: Path) -> None:
     assert status["node1"].owner == "quarantined"
     assert status["node2"].owner == "held for a sweep"
     assert status["node2"].reservation == "guardctl_s_s1_2"
-    intent = next(e for e in ops.log.entries() if e.action == "sweep reserve"
-                  and e.evidence["reservation"] == "guardctl_s_s1_2")
+    intent = next(
+        e
+        for e in ops.log.entries()
+        if e.action == "sweep reserve" and e.evidence["reservation"] == "guardctl_s_s1_2"
+    )
     assert intent.phase == "intent" and intent.evidence["pid"] == os.getpid()
     assert intent.evidence["partners"] == ["node2"]
     ops.unreserve("guardctl_s_s1_2")
@@ -196,19 +250,35 @@ def test_a_dead_sweeps_reservation_is_deleted_by_the_next_command(tmp_path: Path
     # The sweep created the reservation and submitted its job, then was killed (SIGKILL: no
     # outcome line, no cleanup).
     slurm.create_reservation("guardctl_s_s9_1", ["node1", "node2"], ["root"])
-    job = slurm.submit(SubmitRequest("pairwise.sbatch", nodes=("node1", "node2"),
-                                     reservation="guardctl_s_s9_1"))
-    forged(ops, "sweep reserve", "intent", ["node1", "node2"], host=host, pid=pid,
-           evidence={"sweep": "s9", "reservation": "guardctl_s_s9_1", "partners": ["node2"],
-                     "host": host, "pid": pid})
+    job = slurm.submit(
+        SubmitRequest("pairwise.sbatch", nodes=("node1", "node2"), reservation="guardctl_s_s9_1")
+    )
+    forged(
+        ops,
+        "sweep reserve",
+        "intent",
+        ["node1", "node2"],
+        host=host,
+        pid=pid,
+        evidence={
+            "sweep": "s9",
+            "reservation": "guardctl_s_s9_1",
+            "partners": ["node2"],
+            "host": host,
+            "pid": pid,
+        },
+    )
     ops.reconcile()  # the next acting command
     status = {s.name: s for s in ops.status()}
     assert status["node1"].owner == "quarantined" and status["node2"].owner == "in service"
     assert [r.name for r in slurm.reservations()] == ["guardctl_q_node1"]
     assert slurm.job(job).state == "CANCELLED"  # type: ignore[union-attr]
     done = [(e.action, e.phase) for e in ops.log.entries()][-3:]
-    assert done == [("sweep reserve", "reconciled"), ("sweep unreserve", "intent"),
-                    ("sweep unreserve", "done")]
+    assert done == [
+        ("sweep reserve", "reconciled"),
+        ("sweep unreserve", "intent"),
+        ("sweep unreserve", "done"),
+    ]
 
 
 def test_a_live_sweeps_reservation_is_kept(tmp_path: Path) -> None:
@@ -219,23 +289,28 @@ def test_a_live_sweeps_reservation_is_kept(tmp_path: Path) -> None:
     assert [r.name for r in slurm.reservations()] == ["guardctl_s_s1_1"]
 
 
-@pytest.mark.parametrize(("state", "flags", "want"), [
-    ("mixed", {"REBOOT_REQUESTED"}, "held by someone else"),
-    ("idle", {"REBOOT_ISSUED"}, "held by someone else"),
-    ("idle", {"BLOCKED"}, "held by someone else"),
-    ("idle", {"POWERED_DOWN"}, "held by someone else"),
-    ("idle", {"NOT_RESPONDING"}, "held by someone else"),
-    ("idle", {"A_FLAG_OF_A_NEWER_RELEASE"}, "held by someone else"),
-    ("future", set(), "held by someone else"),
-    ("unknown", set(), "held by someone else"),
-    ("idle", {"PLANNED"}, "in service"),  # kept for a pending job: still at work
-    ("allocated", {"COMPLETING"}, "in service"),
-    ("idle", set(), "in service"),
-])
-def test_states_that_are_not_plainly_at_work_are_someone_elses(state: str, flags: set[str],
-                                                               want: str) -> None:
+@pytest.mark.parametrize(
+    ("state", "flags", "want"),
+    [
+        ("mixed", {"REBOOT_REQUESTED"}, "held by someone else"),
+        ("idle", {"REBOOT_ISSUED"}, "held by someone else"),
+        ("idle", {"BLOCKED"}, "held by someone else"),
+        ("idle", {"POWERED_DOWN"}, "held by someone else"),
+        ("idle", {"NOT_RESPONDING"}, "held by someone else"),
+        ("idle", {"A_FLAG_OF_A_NEWER_RELEASE"}, "held by someone else"),
+        ("future", set(), "held by someone else"),
+        ("unknown", set(), "held by someone else"),
+        ("idle", {"PLANNED"}, "in service"),  # kept for a pending job: still at work
+        ("allocated", {"COMPLETING"}, "in service"),
+        ("idle", set(), "in service"),
+    ],
+)
+def test_states_that_are_not_plainly_at_work_are_someone_elses(
+    state: str, flags: set[str], want: str
+) -> None:
     from guardctl.nodeops.ownership import Snapshot
     from guardctl.slurm.types import NodeInfo
+
     info = NodeInfo("node1", state, frozenset(flags), reason="firmware" if flags else "")
     owner, why = Snapshot({"node1": info}, []).owner("node1", "guardctl:")
     assert owner == want

@@ -18,8 +18,23 @@ def test_expand_and_fold() -> None:
     assert nodes.fold(["gpu003", "gpu001", "gpu002"]) == "gpu[001-003]"
 
 
-@pytest.mark.parametrize("bad", ["node1;id", "a b", "$(x)", "-rf", "@group", "node[1-",
-                                 "n|x", "n>x", "node1\nnode2", "", "x" * 70, "!node1"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "node1;id",
+        "a b",
+        "$(x)",
+        "-rf",
+        "@group",
+        "node[1-",
+        "n|x",
+        "n>x",
+        "node1\nnode2",
+        "",
+        "x" * 70,
+        "!node1",
+    ],
+)
 def test_bad_expressions(bad: str) -> None:
     with pytest.raises(UsageError):
         nodes.expand(bad)
@@ -29,8 +44,10 @@ def test_run_ok_and_failure() -> None:
     ok = runner.run([sys.executable, "-c", "print('hi')"], timeout=10)
     assert ok.rc == 0 and ok.stdout == "hi\n"
     with pytest.raises(runner.CommandFailed) as info:
-        runner.run([sys.executable, "-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"],
-                   timeout=10)
+        runner.run(
+            [sys.executable, "-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"],
+            timeout=10,
+        )
     assert info.value.result is not None and info.value.result.rc == 3
     assert "boom" in str(info.value)
 
@@ -45,8 +62,10 @@ def test_run_never_uses_a_shell(tmp_path: Path) -> None:
 
 def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
-    script = (f"import subprocess, time; p = subprocess.Popen(['sleep', '60']); "
-              f"open('{pidfile}', 'w').write(str(p.pid)); time.sleep(60)")
+    script = (
+        f"import subprocess, time; p = subprocess.Popen(['sleep', '60']); "
+        f"open('{pidfile}', 'w').write(str(p.pid)); time.sleep(60)"
+    )
     started = time.monotonic()
     with pytest.raises(runner.CommandTimeout):
         runner.run([sys.executable, "-c", script], timeout=1.5)

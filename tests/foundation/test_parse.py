@@ -116,9 +116,10 @@ def test_new_state_flags_are_kept_as_flags() -> None:
     assert parse.split_state(["FUTURE_STATE_X"]) == ("unknown", frozenset({"FUTURE_STATE_X"}))
 
 
-@pytest.mark.parametrize("text", ["", "not json", "[]",
-                                  '{"errors": [{"error": "Invalid user"}], "nodes": []}',
-                                  '{"meta": {}}'])
+@pytest.mark.parametrize(
+    "text",
+    ["", "not json", "[]", '{"errors": [{"error": "Invalid user"}], "nodes": []}', '{"meta": {}}'],
+)
 def test_bad_json_is_a_slurm_error(text: str) -> None:
     with pytest.raises(SlurmError):
         parse.nodes_from_json(text)
@@ -165,8 +166,10 @@ def test_blocked_flags_from_text_join_the_json(release: str) -> None:
     # v0.0.42, the one both share: neither shows BLOCKED in it.
     nodes = parse.nodes_from_json(read(f"slurm-{release}/blocked/scontrol_nodes.v0.0.42.json"))
     assert not any(n.flags for n in nodes)
-    merged = {n.name: n for n in parse.with_flags_from_text(
-        nodes, read(f"slurm-{release}/blocked/nodes.txt"))}
+    merged = {
+        n.name: n
+        for n in parse.with_flags_from_text(nodes, read(f"slurm-{release}/blocked/nodes.txt"))
+    }
     assert merged["node1"].slurm_state == "mixed"
     assert {merged[n].slurm_state for n in ("node2", "node3", "node4")} == {"idle+blocked"}
 

@@ -29,6 +29,8 @@ def test_bad_lines(line: str, reason: str) -> None:
 
 
 def test_unknown_fields_ignored_and_null_xid_allowed() -> None:
-    record = schema.parse_line('{"v":1,"kind":"gpu","ts":1.5,"node":"n1","gpu":3,"xid":null,'
-                               '"row_remap_pending":0,"future_field":[1]}')
+    record = schema.parse_line(
+        '{"v":1,"kind":"gpu","ts":1.5,"node":"n1","gpu":3,"xid":null,'
+        '"row_remap_pending":0,"future_field":[1]}'
+    )
     assert record["gpu"] == 3 and record["xid"] is None

@@ -17,8 +17,10 @@ pytestmark = pytest.mark.slurm
 
 
 def client(lab: Any) -> CliSlurm:
-    return CliSlurm(SlurmSettings(conf=str(lab.conf), bin_dir=str(lab.bin_dir or ""),
-                                  timeout_s=20), environ=lab.env)
+    return CliSlurm(
+        SlurmSettings(conf=str(lab.conf), bin_dir=str(lab.bin_dir or ""), timeout_s=20),
+        environ=lab.env,
+    )
 
 
 def wait_node(lab: Any, name: str, want: str, timeout: float = 40) -> NodeInfo:
@@ -57,8 +59,9 @@ def test_planned_node_is_shown_and_not_idle(lab: Any, gctl: Any) -> None:
     assert "planned" in shown["slurm_state"] and shown["guardctl"] == "in service"
 
 
-def test_reboot_requested_is_shown_and_not_idle(lab_factory: Any, gctl_factory: Any,
-                                                tmp_path: Any) -> None:
+def test_reboot_requested_is_shown_and_not_idle(
+    lab_factory: Any, gctl_factory: Any, tmp_path: Any
+) -> None:
     extra = tmp_path / "reboot.conf"
     extra.write_text("RebootProgram=/bin/true\n")
     lab = lab_factory(nodes=2, up_args=["--conf-extra", str(extra)])

@@ -32,14 +32,16 @@ def lab_conf(tmp_path: Path) -> Path:
     return conf
 
 
-def test_only_a_conf_that_starts_with_the_marker_is_a_lab(production_conf: Path,
-                                                          lab_conf: Path, tmp_path: Path) -> None:
+def test_only_a_conf_that_starts_with_the_marker_is_a_lab(
+    production_conf: Path, lab_conf: Path, tmp_path: Path
+) -> None:
     assert testhooks.is_lab(lab_conf)
     assert not testhooks.is_lab(production_conf)  # the marker must be the first line
     assert not testhooks.is_lab(tmp_path / "missing.conf")
     assert testhooks.slurm_conf("", {"SLURM_CONF": str(lab_conf)}) == lab_conf
     assert testhooks.slurm_conf(str(production_conf), {"SLURM_CONF": str(lab_conf)}) == (
-        production_conf)
+        production_conf
+    )
     assert testhooks.slurm_conf("", {}) == Path("/etc/slurm/slurm.conf")
     with pytest.raises(testhooks.NotALab, match="test hook"):
         testhooks.require_lab("sweep.inject", str(production_conf))
@@ -53,13 +55,16 @@ def nobin(tmp_path: Path) -> str:
     return f"slurm.bin_dir={empty}"
 
 
-@pytest.mark.parametrize("hook", [
-    ("--set", "sweep.inject={node1=0.5}"),
-    ("env", "GUARDCTL_SWEEP_INJECT=node1=0.5"),
-])
-def test_sweep_inject_is_refused_on_a_real_cluster(gctl_factory: Callable[..., Any],
-                                                   production_conf: Path, tmp_path: Path,
-                                                   hook: tuple[str, str]) -> None:
+@pytest.mark.parametrize(
+    "hook",
+    [
+        ("--set", "sweep.inject={node1=0.5}"),
+        ("env", "GUARDCTL_SWEEP_INJECT=node1=0.5"),
+    ],
+)
+def test_sweep_inject_is_refused_on_a_real_cluster(
+    gctl_factory: Callable[..., Any], production_conf: Path, tmp_path: Path, hook: tuple[str, str]
+) -> None:
     env = dict(os.environ)
     args = ["--set", nobin(tmp_path)]
     if hook[0] == "env":
@@ -76,13 +81,20 @@ def test_sweep_inject_is_refused_on_a_real_cluster(gctl_factory: Callable[..., A
     assert tree(gctl.store) == laid_out  # nothing was done, not even in the store
 
 
-def test_crash_points_are_refused_on_a_real_cluster(gctl_factory: Callable[..., Any],
-                                                    production_conf: Path,
-                                                    tmp_path: Path) -> None:
+def test_crash_points_are_refused_on_a_real_cluster(
+    gctl_factory: Callable[..., Any], production_conf: Path, tmp_path: Path
+) -> None:
     gctl = gctl_factory(conf=str(production_conf))
     laid_out = tree(gctl.store)
-    proc = gctl("--set", nobin(tmp_path), "drain", "node1", "--reason", "x",
-                env={"GUARDCTL_TEST_CRASH": "drain:after-slurm"})
+    proc = gctl(
+        "--set",
+        nobin(tmp_path),
+        "drain",
+        "node1",
+        "--reason",
+        "x",
+        env={"GUARDCTL_TEST_CRASH": "drain:after-slurm"},
+    )
     assert proc.returncode == ExitCode.REFUSED, proc.stderr
     assert "GUARDCTL_TEST_CRASH is a test hook" in proc.stderr
     assert tree(gctl.store) == laid_out
@@ -94,15 +106,36 @@ def tree(root: Path) -> list[tuple[str, int]]:
 
 
 def burn(conf: Path, inject: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SLURM_CONF": str(conf), "GUARDCTL_SWEEP_INJECT": inject,
-           "SLURMD_NODENAME": "node3", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, str(SWEEPS / "gemm_burn.py"), "--duration", "0.5",
-                           "--interval", "0.5", "--size", "64", "--backend", "numpy"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "SLURM_CONF": str(conf),
+        "GUARDCTL_SWEEP_INJECT": inject,
+        "SLURMD_NODENAME": "node3",
+        "OMP_NUM_THREADS": "1",
+    }
+    return subprocess.run(
+        [
+            sys.executable,
+            str(SWEEPS / "gemm_burn.py"),
+            "--duration",
+            "0.5",
+            "--interval",
+            "0.5",
+            "--size",
+            "64",
+            "--backend",
+            "numpy",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
-def test_the_sweep_program_refuses_injection_off_the_lab(production_conf: Path,
-                                                         lab_conf: Path) -> None:
+def test_the_sweep_program_refuses_injection_off_the_lab(
+    production_conf: Path, lab_conf: Path
+) -> None:
     refused = burn(production_conf, "node3=0.5")
     assert refused.returncode == 6 and refused.stdout == ""
     assert "test hook" in refused.stderr

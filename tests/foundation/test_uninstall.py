@@ -24,8 +24,9 @@ NODES = [f"node{i}" for i in range(1, 7)]
 
 def settings(tmp_path: Path) -> Settings:
     base = load_settings(environ={"GUARDCTL_STORE": str(tmp_path / "store")})
-    return dataclasses.replace(base, safety=dataclasses.replace(
-        base.safety, max_out_fraction=0.9, max_out_nodes=6))
+    return dataclasses.replace(
+        base, safety=dataclasses.replace(base.safety, max_out_fraction=0.9, max_out_nodes=6)
+    )
 
 
 def fleet(tmp_path: Path) -> tuple[NodeOps, MemorySlurm]:
@@ -42,9 +43,12 @@ def fleet(tmp_path: Path) -> tuple[NodeOps, MemorySlurm]:
 def test_lists_what_guardctl_holds_and_what_only_looks_like_it(tmp_path: Path) -> None:
     ops, slurm = fleet(tmp_path)
     listed = {(h.kind, h.name) for h in held(ops)}
-    assert listed == {("quarantined", "node1"), ("drained", "node2"),
-                      ("sweep reservation", "guardctl_s_ab12"),
-                      ("not in guardctl's log", "guardctl_q_node6")}
+    assert listed == {
+        ("quarantined", "node1"),
+        ("drained", "node2"),
+        ("sweep reservation", "guardctl_s_ab12"),
+        ("not in guardctl's log", "guardctl_q_node6"),
+    }
     before = (slurm.nodes(), slurm.reservations(), len(ops.log.entries()))
     done = give_back(ops, dry_run=True)
     assert all(h.result.startswith(("would do", "left alone")) for h in done), done
@@ -84,8 +88,13 @@ def guardctl(store: Path, *args: str, extra: str = "") -> subprocess.CompletedPr
     env["GUARDCTL_STORE"] = str(store)
     cfg = store.parent / "g.toml"
     cfg.write_text(extra)
-    return subprocess.run([sys.executable, "-m", "guardctl", "--config", str(cfg), *args],
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "guardctl", "--config", str(cfg), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_command_refuses_in_one_line_while_a_controller_leads(tmp_path: Path) -> None:

@@ -23,8 +23,9 @@ class Without:
     def __init__(self, names: set[str]) -> None:
         self.names = names
 
-    def find_spec(self, name: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if name.split(".")[0] in self.names:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None

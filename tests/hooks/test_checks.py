@@ -20,9 +20,12 @@ sys.path.insert(0, str(FIXTURES / "nvml"))
 from fake_pynvml import FakeNvml  # noqa: E402
 
 
-def fake_nvml(gpus: int = 8, dbe: dict[int, int] | None = None,
-              remap: dict[int, tuple[int, int, int, int]] | None = None,
-              missing: bool = False) -> Any:
+def fake_nvml(
+    gpus: int = 8,
+    dbe: dict[int, int] | None = None,
+    remap: dict[int, tuple[int, int, int, int]] | None = None,
+    missing: bool = False,
+) -> Any:
     """The shared fake pynvml (recorded H200 values), with faults injected into its values."""
     fake = FakeNvml("h200_sxm_8gpu.json")
     fake.gpus = fake.gpus[:gpus]
@@ -38,9 +41,12 @@ def fake_nvml(gpus: int = 8, dbe: dict[int, int] | None = None,
 
 def settings(tmp_path: Path, sysfs: Path | None = None, gpus: int = 8) -> Settings:
     base = load_settings(environ={})
-    return replace(base, store=replace(base.store, root=tmp_path / "store"),
-                   agent=replace(base.agent, sysfs_root=str(sysfs or tmp_path / "nosys")),
-                   sweep=replace(base.sweep, hook_gpus=gpus))
+    return replace(
+        base,
+        store=replace(base.store, root=tmp_path / "store"),
+        agent=replace(base.agent, sysfs_root=str(sysfs or tmp_path / "nosys")),
+        sweep=replace(base.sweep, hook_gpus=gpus),
+    )
 
 
 def run(tmp_path: Path, nvml: Any, sysfs: Path | None = None, gpus: int = 8) -> dict[str, Any]:
@@ -83,8 +89,10 @@ def test_recent_hardware_xid_fails_an_application_xid_does_not(tmp_path: Path) -
     ctx = HookContext(s, "node7", nvml=fake_nvml())
     path = layout.node_telemetry_file(s.store.root, "node7", ctx.now)
     path.parent.mkdir(parents=True)
-    records = [schema.make_record("gpu", "node7", ctx.now - 30, gpu=2, xid=13),
-               schema.make_record("gpu", "node7", ctx.now - 3000, gpu=1, xid=79)]
+    records = [
+        schema.make_record("gpu", "node7", ctx.now - 30, gpu=2, xid=13),
+        schema.make_record("gpu", "node7", ctx.now - 3000, gpu=1, xid=79),
+    ]
     path.write_text("".join(schema.dumps(r) + "\n" for r in records))
     (xid,) = [c for c in checks("prolog") if c.name == "xid"]
     assert xid.run(ctx).ok
@@ -99,8 +107,24 @@ def test_epilog_straggler_summary(tmp_path: Path) -> None:
     for node, compute in (("node1", 1.0), ("node2", 1.02), ("node3", 1.4)):
         path = layout.step_file(root, "42", node, 0, 1e9)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(schema.dumps(schema.make_record(
-            "step", node, 1e9 + s, job="42", rank=0, step=s, step_s=1.5, compute_s=compute,
-            comm_s=1.5 - compute)) + "\n" for s in range(5)))
+        path.write_text(
+            "".join(
+                schema.dumps(
+                    schema.make_record(
+                        "step",
+                        node,
+                        1e9 + s,
+                        job="42",
+                        rank=0,
+                        step=s,
+                        step_s=1.5,
+                        compute_s=compute,
+                        comm_s=1.5 - compute,
+                    )
+                )
+                + "\n"
+                for s in range(5)
+            )
+        )
     summary = straggler_summary(root, "42")
     assert summary == "job 42: straggler(s) node3; slowest node3 compute 1.4 s vs job median 1.02 s"

@@ -53,8 +53,12 @@ def blocks(text: str, lang: str) -> list[str]:
 
 def guardctl_lines(text: str) -> list[str]:
     """The `guardctl ...` command lines of a section's shell blocks, without their comments."""
-    return [line.split("  #")[0].split(";")[0].strip() for body in blocks(text, "sh")
-            for line in body.splitlines() if line.startswith("guardctl ")]
+    return [
+        line.split("  #")[0].split(";")[0].strip()
+        for body in blocks(text, "sh")
+        for line in body.splitlines()
+        if line.startswith("guardctl ")
+    ]
 
 
 def command(text: str, start: str) -> str:
@@ -86,14 +90,16 @@ class Admin:
         assert words[0] == "guardctl", line
         return [sys.executable, "-m", "guardctl", *words[1:]]
 
-    def run(self, line: str, *more: str, rc: tuple[int, ...] = (0,),
-            options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, line: str, *more: str, rc: tuple[int, ...] = (0,), options: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
         """*line* as the guide writes it, *more* arguments after it, global *options* before
         its subcommand."""
         argv = self.argv(line)
         argv[3:3] = options
-        proc = subprocess.run([*argv, *more], env=self.env, capture_output=True,
-                              text=True, timeout=180, cwd=self.home)
+        proc = subprocess.run(
+            [*argv, *more], env=self.env, capture_output=True, text=True, timeout=180, cwd=self.home
+        )
         if os.environ.get("WALKTHROUGH_SHOW"):
             sys.stderr.write(f"$ {line} {' '.join(more)}\n{proc.stdout}{proc.stderr}\n")
         assert proc.returncode in rc, f"{line}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
@@ -126,9 +132,16 @@ def start_agents(admin: Admin) -> list[subprocess.Popen[str]]:
     agents = []
     for node in admin.lab.nodes:
         words = line.rstrip(" &").replace("/run/guardctl", str(admin.home / "run"))
-        agents.append(subprocess.Popen(admin.argv(words.replace("$n", node)), env=admin.env,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                       text=True, cwd=admin.home))
+        agents.append(
+            subprocess.Popen(
+                admin.argv(words.replace("$n", node)),
+                env=admin.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=admin.home,
+            )
+        )
     return agents
 
 
@@ -142,8 +155,15 @@ def wait_for(path: Path, timeout: float = 60) -> None:
 def held_job(lab: Any, home: Path, nodes: str) -> tuple[str, Path]:
     """A user's job running on *nodes* until its stop file appears."""
     stop = home / "stop"
-    job = lab.submit(f"#!/bin/bash\nwhile [ ! -e {stop} ]; do sleep 0.3; done\n",
-                     "-N", str(len(nodes.split(","))), "-w", nodes, "-o", "/dev/null")
+    job = lab.submit(
+        f"#!/bin/bash\nwhile [ ! -e {stop} ]; do sleep 0.3; done\n",
+        "-N",
+        str(len(nodes.split(","))),
+        "-w",
+        nodes,
+        "-o",
+        "/dev/null",
+    )
     deadline = time.monotonic() + 30
     while lab.job_info(job).get("JobState") != "RUNNING":
         assert time.monotonic() < deadline, lab.job_info(job)
@@ -156,8 +176,9 @@ def history(admin: Admin, line: str = "guardctl history --control") -> list[dict
     return list(json.loads(proc.stdout)["entries"])
 
 
-def test_an_administrator_installs_observes_acts_and_uninstalls(lab_factory: Any,
-                                                                  tmp_path: Path) -> None:
+def test_an_administrator_installs_observes_acts_and_uninstalls(
+    lab_factory: Any, tmp_path: Path
+) -> None:
     os.chmod(tmp_path, 0o755)  # the lab's slurmd (root, maybe in its Debian root) reads here
     store, prefix, marks = tmp_path / "shared" / "guardctl", tmp_path / "hooks", tmp_path / "marks"
     marks.mkdir(mode=0o777)
@@ -167,10 +188,16 @@ def test_an_administrator_installs_observes_acts_and_uninstalls(lab_factory: Any
     site.write_text(f"#!/bin/bash\necho site >> {marks}/prolog.$SLURM_JOB_ID\n")
     site.chmod(0o755)
     lab = lab_factory(nodes=4, up_args=["--prolog", str(site)])
-    admin = Admin(lab, tmp_path, {"/shared/guardctl": str(store),
-                                  "/etc/slurm/slurm.conf": str(lab.conf),
-                                  "/usr/local/lib/guardctl/slurm": str(prefix),
-                                  "$(hostname -s)": "node1"})
+    admin = Admin(
+        lab,
+        tmp_path,
+        {
+            "/shared/guardctl": str(store),
+            "/etc/slurm/slurm.conf": str(lab.conf),
+            "/usr/local/lib/guardctl/slurm": str(prefix),
+            "$(hostname -s)": "node1",
+        },
+    )
     before = lab.states()
 
     # 3. The shared store, marked once.
@@ -187,8 +214,12 @@ def test_an_administrator_installs_observes_acts_and_uninstalls(lab_factory: Any
     # 6. The node agents: one sample now, then one agent per node.
     once = command(section("6. The node agents"), "guardctl agent --once")
     # The running agent's status file is the host's own (/run/guardctl): this one is the lab's.
-    admin.run(once, "--node", "node1",
-              options=("--set", f"agent.status_file={tmp_path / 'run' / 'agent-once.json'}"))
+    admin.run(
+        once,
+        "--node",
+        "node1",
+        options=("--set", f"agent.status_file={tmp_path / 'run' / 'agent-once.json'}"),
+    )
     assert list((store / "telemetry" / "node1").iterdir())
     agents = start_agents(admin)
     try:
@@ -216,10 +247,13 @@ def test_an_administrator_installs_observes_acts_and_uninstalls(lab_factory: Any
     # prolog with an empty environment, so the line names guardctl and its configuration.
     chain = "/usr/local/lib/guardctl/slurm/prolog.sh || exit $?"
     assert f"`{chain}`" in hooks and "GUARDCTL_CONFIG=" in hooks
-    site.write_text(site.read_text()
-                    + f"GUARDCTL={job_guardctl()} GUARDCTL_CONFIG={admin.config} "
-                    + chain.replace("/usr/local/lib/guardctl/slurm", str(prefix)) + "\n"
-                    + f"echo guardctl-passed >> {marks}/prolog.$SLURM_JOB_ID\n")
+    site.write_text(
+        site.read_text()
+        + f"GUARDCTL={job_guardctl()} GUARDCTL_CONFIG={admin.config} "
+        + chain.replace("/usr/local/lib/guardctl/slurm", str(prefix))
+        + "\n"
+        + f"echo guardctl-passed >> {marks}/prolog.$SLURM_JOB_ID\n"
+    )
     checks = json.loads(admin.run(command(hooks, "guardctl hook prolog")).stdout)
     assert checks["ok"] and {c["check"] for c in checks["checks"]} >= {"gpu_count", "xid"}
     admin.run(command(hooks, "guardctl hook healthcheck"))
@@ -251,8 +285,10 @@ def test_an_administrator_installs_observes_acts_and_uninstalls(lab_factory: Any
     # 11. Acting: the two settings the guide names, then the next pass.
     (acting,) = blocks(section("11. Acting"), "toml")
     assert tomllib.loads(acting) == {"safety": {"observe_only": False}, "control": {"act": True}}
-    admin.config.write_text(edit(admin.config.read_text(), "observe_only = true",
-                                 "observe_only = false") + "\n[control]\nact = true\n")
+    admin.config.write_text(
+        edit(admin.config.read_text(), "observe_only = true", "observe_only = false")
+        + "\n[control]\nact = true\n"
+    )
     admin.run("guardctl control --once", rc=(0, 1))
     assert "guardctl_q_node2" in admin.reservations()
     assert lab.job_info(running)["JobState"] == "RUNNING"  # the user's job goes on
@@ -261,8 +297,10 @@ def test_an_administrator_installs_observes_acts_and_uninstalls(lab_factory: Any
 
     # Upgrade, step 2, with nothing new: the same scripts, the same lines.
     upgrade = section("Upgrade")
-    again = "guardctl install-hooks --prefix /usr/local/lib/guardctl/slurm --slurm-conf " \
-            "/etc/slurm/slurm.conf"
+    again = (
+        "guardctl install-hooks --prefix /usr/local/lib/guardctl/slurm --slurm-conf "
+        "/etc/slurm/slurm.conf"
+    )
     assert again in " ".join(upgrade.split())
     upgraded = admin.run(again).stdout
     assert upgraded.count("# unchanged:") == 4

@@ -27,8 +27,9 @@ from guardctl.simulate.cluster.run import compare, control_settings, safety_sett
 from guardctl.slurm.memory import EPOCH as GREY_START
 
 SMALL = Params(nodes=64, days=0.5, seed=3)
-QUIET = dataclasses.replace(SMALL.fault_free(), contention_per_node_day=0.0,
-                            stall_per_job_hour=0.0, imbalance_share=0.0)
+QUIET = dataclasses.replace(
+    SMALL.fault_free(), contention_per_node_day=0.0, stall_per_job_hour=0.0, imbalance_share=0.0
+)
 
 
 def figures(p: Params, policy: str, **control: object) -> dict[str, object]:
@@ -75,9 +76,13 @@ def test_the_failstop_policy_never_sees_a_grey_node() -> None:
 
 
 def test_confounders_cost_guardctl_no_node_but_fool_the_stage_blind_baseline() -> None:
-    noisy = dataclasses.replace(SMALL.fault_free(), contention_per_node_day=20.0,
-                                contention_mean_s=1200.0, imbalance_share=1.0,
-                                false_positive_per_node_pass=0.0)
+    noisy = dataclasses.replace(
+        SMALL.fault_free(),
+        contention_per_node_day=20.0,
+        contention_mean_s=1200.0,
+        imbalance_share=1.0,
+        false_positive_per_node_pass=0.0,
+    )
     mine = simulate(noisy, "guardctl")
     assert (mine.quarantines, mine.drains, mine.requeues) == (0, 0, 0)
     guard = simulate(noisy, "guard")
@@ -87,9 +92,15 @@ def test_confounders_cost_guardctl_no_node_but_fool_the_stage_blind_baseline() -
 def test_lemon_drains_follow_the_controllers_relapses_setting() -> None:
     # Mostly small jobs, so that quarantined lemons come free and are swept; slow an hour at a
     # time, so that many a sweep passes them.
-    lemons = dataclasses.replace(QUIET, days=2.0, train_share=0.25, lemon_share=0.15,
-                                 lemon_on_mean_s=3600.0, lemon_off_mean_s=7200.0,
-                                 max_out_fraction=0.5)
+    lemons = dataclasses.replace(
+        QUIET,
+        days=2.0,
+        train_share=0.25,
+        lemon_share=0.15,
+        lemon_on_mean_s=3600.0,
+        lemon_off_mean_s=7200.0,
+        max_out_fraction=0.5,
+    )
     eager = simulate(lemons, "guardctl", control_settings(lemons, relapses=1))
     patient = simulate(lemons, "guardctl", control_settings(lemons, relapses=50))
     assert eager.lemon_drains > 0 == patient.lemon_drains and eager.sweeps < patient.sweeps
@@ -97,7 +108,8 @@ def test_lemon_drains_follow_the_controllers_relapses_setting() -> None:
 
 
 def test_without_the_controllers_decisions_guardctl_does_nothing(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     grey = dataclasses.replace(QUIET, grey_share=0.1)
     assert simulate(grey, "guardctl").quarantines > 0
     monkeypatch.setattr(control, "decide", lambda view, cfg: [])
@@ -107,18 +119,38 @@ def test_without_the_controllers_decisions_guardctl_does_nothing(
 
 def test_cli_json_report_and_errors(tmp_path: Path) -> None:
     runner = CliRunner()
-    res = runner.invoke(main, ["simulate", "cluster", "--nodes", "32", "--days", "0.25",
-                               "--policy", "none", "--policy", "guardctl", "--json", "--quiet",
-                               "--report", str(tmp_path / "rep")])
+    res = runner.invoke(
+        main,
+        [
+            "simulate",
+            "cluster",
+            "--nodes",
+            "32",
+            "--days",
+            "0.25",
+            "--policy",
+            "none",
+            "--policy",
+            "guardctl",
+            "--json",
+            "--quiet",
+            "--report",
+            str(tmp_path / "rep"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert list(data["policies"]) == ["none", "guardctl"] and data["seeds"] == [0]
     mean = data["policies"]["guardctl"]["mean"]
     assert 0 < mean["goodput"] <= 1.0 and not math.isnan(mean["step_time_variation"])
     assert {"table.md", "goodput.png"} <= {p.name for p in (tmp_path / "rep").iterdir()}
-    for args, words in ((["--gpus", "12"], "multiple of 8"), (["--nodes", "3"], "at least 8"),
-                        (["--nodes", "8", "--gpus", "64"], "not both"),
-                        (["--relapses", "0"], "relapses"), (["--policy", "magic"], "magic")):
+    for args, words in (
+        (["--gpus", "12"], "multiple of 8"),
+        (["--nodes", "3"], "at least 8"),
+        (["--nodes", "8", "--gpus", "64"], "not both"),
+        (["--relapses", "0"], "relapses"),
+        (["--policy", "magic"], "magic"),
+    ):
         res = runner.invoke(main, ["simulate", "cluster", "--quiet", *args])
         assert res.exit_code == 2 and words in res.output, res.output
     res = runner.invoke(main, ["simulate"])
@@ -127,9 +159,13 @@ def test_cli_json_report_and_errors(tmp_path: Path) -> None:
 
 def test_the_benchmark_runs_and_reports_what_the_docs_quote() -> None:
     repo = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, str(repo / "bench" / "simulate_cluster.py"),
-                           "--quick", "--json"], capture_output=True, text=True, timeout=300,
-                          cwd=repo)
+    done = subprocess.run(
+        [sys.executable, str(repo / "bench" / "simulate_cluster.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=repo,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     assert [r["nodes"] for r in result["rows"]] == [125, 250]
@@ -163,8 +199,7 @@ GREY = dataclasses.replace(QUIET, grey_share=0.1, false_positive_per_node_pass=0
 
 def test_guardctls_actions_go_through_the_door_whose_cap_bites(tmp_path: Path) -> None:
     free, free_log = run_logged(GREY, tmp_path / "free")
-    capped, capped_log = run_logged(dataclasses.replace(GREY, max_out_nodes=1),
-                                    tmp_path / "capped")
+    capped, capped_log = run_logged(dataclasses.replace(GREY, max_out_nodes=1), tmp_path / "capped")
     # Half a day: nothing guardctl drained is back from repair, so the log alone says who is out.
     assert free.refused == 0 and most_held(free_log) > 1
     assert capped.refused > 0 and most_held(capped_log) == 1
@@ -194,15 +229,20 @@ def test_classifys_kinds_decide_what_guardctl_acts_on(monkeypatch: pytest.Monkey
     cautious = simulate(GREY, "guardctl", control_settings(GREY, max_fleet_fraction=0.01))
     assert cautious.quarantines < simulate(GREY, "guardctl").quarantines
     # host contention is transient to classify; called persistent, it costs nodes
-    noisy = dataclasses.replace(QUIET, contention_per_node_day=20.0, contention_mean_s=1200.0,
-                                false_positive_per_node_pass=0.0)
+    noisy = dataclasses.replace(
+        QUIET,
+        contention_per_node_day=20.0,
+        contention_mean_s=1200.0,
+        false_positive_per_node_pass=0.0,
+    )
     assert simulate(noisy, "guardctl").quarantines == 0
     real = classify.classify
 
     def hardware(analysis: Analysis, cfg: ControlSettings) -> classify.Classified:
         found = real(analysis, cfg)
-        return dataclasses.replace(found, findings=tuple(
-            dataclasses.replace(f, kind="persistent") for f in found.findings))
+        return dataclasses.replace(
+            found, findings=tuple(dataclasses.replace(f, kind="persistent") for f in found.findings)
+        )
 
     monkeypatch.setattr(policies, "classify", hardware)
     assert simulate(noisy, "guardctl").quarantines > 0

@@ -31,18 +31,33 @@ Series = Mapping[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, floa
 def controller_state(at: float) -> StoreState:
     """What a store with one acting controller says at *at* (its last pass, a few log
     entries), for guardctl's controller metrics beside the fleet's series."""
+
     def entry(action: str, phase: str, **evidence: object) -> Entry:
         return Entry(f"e-{action}", at - 60, action, phase, ("node1",), evidence=evidence)
 
     return StoreState(
-        passes=[{"host": "svc1", "ts": at - 30, "duration_s": 2.0, "interval_s": 60,
-                 "leader": True, "acting": True, "observe_only": False, "held_back": "",
-                 "refused": "", "error": ""}],
-        entries=[entry("quarantine", "done", by="control"),
-                 entry("control decision", "note", decision="quarantine", outcome="done"),
-                 entry("control sweep", "note", verdict="pass"),
-                 entry("control rehearsal", "note", step="quarantine"),
-                 entry("hook failed", "note", hook="prolog", drained=True)])
+        passes=[
+            {
+                "host": "svc1",
+                "ts": at - 30,
+                "duration_s": 2.0,
+                "interval_s": 60,
+                "leader": True,
+                "acting": True,
+                "observe_only": False,
+                "held_back": "",
+                "refused": "",
+                "error": "",
+            }
+        ],
+        entries=[
+            entry("quarantine", "done", by="control"),
+            entry("control decision", "note", decision="quarantine", outcome="done"),
+            entry("control sweep", "note", verdict="pass"),
+            entry("control rehearsal", "note", step="quarantine"),
+            entry("hook failed", "note", hook="prolog", drained=True),
+        ],
+    )
 
 
 def unavailable_reason() -> str | None:

@@ -60,10 +60,16 @@ def test_node_names(labels: dict[str, str], cfg: dict[str, object], want: str | 
 
 def test_an_exporter_keeps_only_the_newest_sample_per_scrape() -> None:
     recs = [
-        {"kind": "gpu", "node": "n1", "gpu": 0, "ts": float(t), "sm_clock_mhz": 1000.0 + t,
-         "xid": 79 if t == 12 else None}
+        {
+            "kind": "gpu",
+            "node": "n1",
+            "gpu": 0,
+            "ts": float(t),
+            "sm_clock_mhz": 1000.0 + t,
+            "xid": 79 if t == 12 else None,
+        }
         for t in range(0, 30, 2)
-    ]  # fmt: skip
+    ]
     series = F.exporter_series(recs, 10.0, 0.0, 30.0)
     labels = (("Hostname", "n1"), ("gpu", "0"))
     assert series[("DCGM_FI_DEV_SM_CLOCK", labels)] == [

@@ -38,7 +38,7 @@ def two_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, fl
     tr = Trace(tmp_path_factory.mktemp("twojobs"), nodes=8, minutes=20, seed=11)
     tr.names = JOB_A + JOB_B
     tr.gpu["sm_clock_mhz"][:, [tr.node(n) for n in JOB_B], :] -= 580
-    tr.gpu["sm_clock_mhz"][tr.at(2):, tr.node("n2"), :] = 1700
+    tr.gpu["sm_clock_mhz"][tr.at(2) :, tr.node("n2"), :] = 1700
     records = tr.records()
     for r in records:
         if r["kind"] == "gpu":

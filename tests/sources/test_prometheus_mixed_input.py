@@ -17,8 +17,9 @@ from guardctl.cli import main
 
 
 def analyze_json(*args: str) -> tuple[int, dict, str]:  # type: ignore[type-arg]
-    res = CliRunner().invoke(main, ["--set", f"source.step_s={SCRAPE_S}", "analyze", *args,
-                                    "--json"])  # fmt: skip
+    res = CliRunner().invoke(
+        main, ["--set", f"source.step_s={SCRAPE_S}", "analyze", *args, "--json"]
+    )
     return res.exit_code, json.loads(res.stdout), res.stderr
 
 
@@ -33,8 +34,9 @@ def test_a_directory_of_jsonl_files_is_read_beside_prometheus(
     at = ("--at", str(prom_fleet.end))
     code, alone, _ = analyze_json("--input", str(flat), *at)
     assert code == 1
-    code, mixed, said = analyze_json("--from", "prometheus", prom_fleet.url, "--input",
-                                     str(flat), *at)  # fmt: skip
+    code, mixed, said = analyze_json(
+        "--from", "prometheus", prom_fleet.url, "--input", str(flat), *at
+    )
     assert code == 1 and "warning" not in said
     # The probe's busy time, which only the step records carry, found the slow GPU here too.
     slow = next(f.node for f in prom_fleet.truth.faults if f.kind == "slow_gpu")
@@ -52,8 +54,9 @@ def test_a_directory_of_jsonl_files_is_read_beside_prometheus(
     agent = next(p for p in files if "telemetry" in p.parts)
     lines = [line for line in agent.read_text().splitlines() if json.loads(line)["kind"] == "gpu"]
     (gpu_only / "x.jsonl").write_text("\n".join(lines) + "\n")
-    code, thin, said = analyze_json("--from", "prometheus", prom_fleet.url, "--input",
-                                    str(gpu_only), *at)  # fmt: skip
+    code, thin, said = analyze_json(
+        "--from", "prometheus", prom_fleet.url, "--input", str(gpu_only), *at
+    )
     assert code == 1 and thin["source"]["store"]["records"] == 0
     assert said.splitlines() == [
         f"guardctl: warning: no step/host records (source.store_kinds) in {gpu_only} (1 files "

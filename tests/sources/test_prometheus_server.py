@@ -68,12 +68,21 @@ def test_cli_json_says_what_the_source_gave(prom_fleet: PromFleet) -> None:
     res = CliRunner().invoke(
         main,
         [
-            "--set", f"source.step_s={SCRAPE_S}",
-            "--set", 'source.selector="Hostname=~\\".+\\""',  # dcgm-exporter only: no NIC series
-            "analyze", "--from", "prometheus", prom_fleet.url,
-            "--input", str(prom_fleet.store), "--at", str(prom_fleet.end), "--json",
+            "--set",
+            f"source.step_s={SCRAPE_S}",
+            "--set",
+            'source.selector="Hostname=~\\".+\\""',  # dcgm-exporter only: no NIC series
+            "analyze",
+            "--from",
+            "prometheus",
+            prom_fleet.url,
+            "--input",
+            str(prom_fleet.store),
+            "--at",
+            str(prom_fleet.end),
+            "--json",
         ],
-    )  # fmt: skip
+    )
     assert res.exit_code == 1, res.output
     doc = json.loads(res.output)
     assert doc["source"]["kind"] == "prometheus"
@@ -118,10 +127,22 @@ def test_queries_are_chunked_to_max_points(prom_fleet: PromFleet) -> None:
 def _run(url: str, *extra: str) -> tuple[int, str]:
     res = CliRunner().invoke(
         main,
-        ["--set", "source.retries=1", "--set", "source.retry_backoff_s=0.05",
-         "--set", "source.timeout_s=1", *extra,
-         "analyze", "--from", "prometheus", url, "--at", "1700000000"],
-    )  # fmt: skip
+        [
+            "--set",
+            "source.retries=1",
+            "--set",
+            "source.retry_backoff_s=0.05",
+            "--set",
+            "source.timeout_s=1",
+            *extra,
+            "analyze",
+            "--from",
+            "prometheus",
+            url,
+            "--at",
+            "1700000000",
+        ],
+    )
     return res.exit_code, res.output
 
 

@@ -47,9 +47,21 @@ class Scene:
     job_b: str
 
     def analyze(self, *more: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "guardctl", "--config", str(self.config), *more,
-                "analyze", "--from", "prometheus", self.server.url, "--at", f"{self.at:.3f}",
-                "--json"]
+        argv = [
+            sys.executable,
+            "-m",
+            "guardctl",
+            "--config",
+            str(self.config),
+            *more,
+            "analyze",
+            "--from",
+            "prometheus",
+            self.server.url,
+            "--at",
+            f"{self.at:.3f}",
+            "--json",
+        ]
         env = {k: v for k, v in self.lab.env.items() if not k.startswith("GUARDCTL_")}
         return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
 
@@ -85,9 +97,10 @@ def scene(lab_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     lab.wait_job(job_b)
     config = tmp / "guardctl.toml"
     config.write_text(
-        f"[store]\nroot = \"{tmp / 'store'}\"\n[slurm]\n{lab.slurm_toml()}timeout_s = 30.0\n"
+        f'[store]\nroot = "{tmp / "store"}"\n[slurm]\n{lab.slurm_toml()}timeout_s = 30.0\n'
         f"[analyze]\nwindow_s = {WINDOW_S}\n"
-        f"[source]\nstep_s = {SCRAPE_S}\nretries = 0\nstore_kinds = []\njobs_from = \"slurm\"\n")
+        f'[source]\nstep_s = {SCRAPE_S}\nretries = 0\nstore_kinds = []\njobs_from = "slurm"\n'
+    )
     server = PromServer()
     try:
         records = tr.records()
@@ -120,7 +133,8 @@ def test_without_slurms_jobs_the_slow_node_is_missed(scene: Scene) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = json.loads(proc.stdout)
     assert {n["node"]: n["verdict"] for n in out["nodes"]} == dict.fromkeys(
-        scene.lab.nodes, "healthy")
+        scene.lab.nodes, "healthy"
+    )
     assert out["source"]["jobs"] == {"from": "label"}
 
 

@@ -70,9 +70,10 @@ def test_an_ended_job_is_forgotten_after_min_job_age() -> None:
 
 
 def test_a_node_shared_by_two_jobs_gives_no_job() -> None:
-    both = [JobInfo(7, "a", "u", "RUNNING", ("node1",), start_time=100.0),
-            JobInfo(8, "b", "u", "COMPLETED", ("node1", "node2"), start_time=150.0,
-                    end_time=200.0)]
+    both = [
+        JobInfo(7, "a", "u", "RUNNING", ("node1",), start_time=100.0),
+        JobInfo(8, "b", "u", "COMPLETED", ("node1", "node2"), start_time=150.0, end_time=200.0),
+    ]
     jobs = NodeJobs.from_jobs(both)
     assert jobs.at("node1", 120.0) == "7"
     assert jobs.at("node1", 170.0) is None and jobs.shared == 1  # which GPU is whose: unknown
@@ -107,7 +108,7 @@ def _two_jobs(tmp_path: Path, labelled: tuple[str, ...] = ()) -> tuple[Trace, li
     tr = Trace(tmp_path, nodes=8, minutes=20, seed=11)
     tr.names = JOB_A + JOB_B
     tr.gpu["sm_clock_mhz"][:, [tr.node(n) for n in JOB_B], :] -= 580
-    tr.gpu["sm_clock_mhz"][tr.at(2):, tr.node("n2"), :] = 1700
+    tr.gpu["sm_clock_mhz"][tr.at(2) :, tr.node("n2"), :] = 1700
     records = tr.records()
     for r in records:
         if r["kind"] == "gpu" and r["node"] in labelled:
@@ -115,8 +116,9 @@ def _two_jobs(tmp_path: Path, labelled: tuple[str, ...] = ()) -> tuple[Trace, li
     return tr, records
 
 
-def _frame(tr: Trace, records: list[Any], jobs: NodeJobs | None,
-           **cfg: Any) -> tuple[Frame, Coverage]:
+def _frame(
+    tr: Trace, records: list[Any], jobs: NodeJobs | None, **cfg: Any
+) -> tuple[Frame, Coverage]:
     series = matrices(exporter_series(records, 10.0, float(tr.t[0]), float(tr.t[-1])))
     source = SourceSettings(step_s=10.0, **cfg)
     return to_frame(lambda m, stamps: [] if stamps else series.get(m, []), source, "", jobs)
@@ -141,6 +143,7 @@ def fleet_slurm() -> Any:
         _run(slurm, JOB_A), _run(slurm, JOB_B)
         slurm.advance(float(tr.t[-1] - tr.t[0]) + 120)
         return slurm
+
     return make
 
 
@@ -152,11 +155,18 @@ def test_slurms_jobs_make_the_peer_groups(tmp_path: Path, fleet_slurm: Any) -> N
     result = _analyze(tr, frame)
     assert {n.node for n in result.suspects} == {"n2"}
     assert {n.node: n.job for n in result.nodes} == {
-        **dict.fromkeys(JOB_A, "1"), **dict.fromkeys(JOB_B, "2")}
+        **dict.fromkeys(JOB_A, "1"),
+        **dict.fromkeys(JOB_B, "2"),
+    }
     assert cov.given["gpu.job"] == "Slurm's jobs"
     gpu_samples = int(np.sum(frame.cols["gpu"]["job"] >= 0))
-    assert cov.to_dict()["jobs"] == {"from": "slurm", "jobs": 2, "samples_with_job": gpu_samples,
-                                     "samples_without_job": 0, "samples_on_shared_nodes": 0}
+    assert cov.to_dict()["jobs"] == {
+        "from": "slurm",
+        "jobs": 2,
+        "samples_with_job": gpu_samples,
+        "samples_without_job": 0,
+        "samples_on_shared_nodes": 0,
+    }
     assert "jobs from Slurm: 2 jobs" in cov.summary()
     # The same series without jobs: one peer group, whose spread hides n2.
     alone = _analyze(tr, _frame(tr, records, None)[0])
@@ -167,8 +177,13 @@ def test_a_label_wins_over_slurm(tmp_path: Path, fleet_slurm: Any) -> None:
     tr, records = _two_jobs(tmp_path, labelled=("n7", "n8"))
     jobs = NodeJobs.from_jobs(fleet_slurm(tr).recent_jobs())
     frame, cov = _frame(tr, records, jobs, jobs_from="slurm")
-    assert _jobs_of(frame) == {**{n: {"1"} for n in JOB_A}, "n5": {"2"}, "n6": {"2"},
-                               "n7": {"lbl"}, "n8": {"lbl"}}
+    assert _jobs_of(frame) == {
+        **{n: {"1"} for n in JOB_A},
+        "n5": {"2"},
+        "n6": {"2"},
+        "n7": {"lbl"},
+        "n8": {"lbl"},
+    }
     assert cov.given["gpu.job"] == "hpc_job label, else Slurm's jobs"
 
 
@@ -179,4 +194,3 @@ def test_jobs_from_none_reads_no_label(tmp_path: Path) -> None:
     assert "gpu.job" not in cov.given and cov.to_dict()["jobs"] == {"from": "none"}
     labelled, _ = _frame(tr, records, None)  # the default, "label"
     assert set().union(*_jobs_of(labelled).values()) == {"lbl"}
-

@@ -40,12 +40,20 @@ class Guardctl:
 
     def __call__(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         try:
-            return subprocess.run(self.cmd(*args), env=self.env, capture_output=True,
-                                  text=True, timeout=timeout, cwd=str(self.store.parent))
+            return subprocess.run(
+                self.cmd(*args),
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=str(self.store.parent),
+            )
         except subprocess.TimeoutExpired as exc:
             # A run that hangs says where: its progress, and what its sweep jobs wrote.
-            raise AssertionError(f"guardctl {' '.join(args)}: still running after {timeout:g} s"
-                                 f"\n{_text(exc.stderr)}{self.sweep_outputs()}") from None
+            raise AssertionError(
+                f"guardctl {' '.join(args)}: still running after {timeout:g} s"
+                f"\n{_text(exc.stderr)}{self.sweep_outputs()}"
+            ) from None
 
     def sweep_outputs(self, tail: int = 1500) -> str:
         """The end of every file the sweep jobs wrote (their outputs, srun's errors)."""
@@ -57,8 +65,14 @@ class Guardctl:
         return "\n".join(out)
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(self.cmd(*args), env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, cwd=str(self.store.parent))
+        return subprocess.Popen(
+            self.cmd(*args),
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=str(self.store.parent),
+        )
 
 
 def make_guardctl(tmp_path: Path, lab: Any, extra: str = "") -> Guardctl:
@@ -68,9 +82,11 @@ def make_guardctl(tmp_path: Path, lab: Any, extra: str = "") -> Guardctl:
     config = tmp_path / "guardctl.toml"
     config.write_text(
         f'[store]\nroot = "{store}"\n[slurm]\n{lab.slurm_toml()}timeout_s = 20.0\n'
-        "[safety]\nmax_out_fraction = 0.5\nmax_out_nodes = 2\n" + FAST_SWEEPS
+        "[safety]\nmax_out_fraction = 0.5\nmax_out_nodes = 2\n"
+        + FAST_SWEEPS
         # The sweep jobs run the lab's Python (the Debian root's, on another release).
-        + f'python = "{job_python()}"\n' + extra
+        + f'python = "{job_python()}"\n'
+        + extra
     )
     env = {k: v for k, v in lab.env.items() if k not in ("GUARDCTL_STORE", "GUARDCTL_CONFIG")}
     return Guardctl(env, store, config)

@@ -73,11 +73,30 @@ def test_plugin_measurement_keys_name_device_and_shape() -> None:
 def test_json_lines_with_noise() -> None:
     lines = ["srun: warning: something", "not json {"]
     for size, bus in ((1 << 20, 0.2), (2 << 20, 0.4), (4 << 20, 0.5), (8 << 20, 0.6)):
-        lines.append(json.dumps({"kind": "allreduce_sample", "size": size, "time_us": 10.0,
-                                 "algbw": bus / 1.5, "busbw": bus, "wrong": 0}))
-    lines.append(json.dumps({"kind": "allreduce_result", "backend": "numpy-ring", "ranks": 4,
-                             "nodes": ["node1", "node2"], "device": "cpu:X x2",
-                             "busbw_avg": 0.425}))
+        lines.append(
+            json.dumps(
+                {
+                    "kind": "allreduce_sample",
+                    "size": size,
+                    "time_us": 10.0,
+                    "algbw": bus / 1.5,
+                    "busbw": bus,
+                    "wrong": 0,
+                }
+            )
+        )
+    lines.append(
+        json.dumps(
+            {
+                "kind": "allreduce_result",
+                "backend": "numpy-ring",
+                "ranks": 4,
+                "nodes": ["node1", "node2"],
+                "device": "cpu:X x2",
+                "busbw_avg": 0.425,
+            }
+        )
+    )
     run = allreduce_output.parse("\n".join(lines))
     assert run is not None and run.complete and run.backend == "numpy-ring"
     assert run.busbw == pytest.approx(0.5)

@@ -36,16 +36,18 @@ def test_without_baseline_the_fleet_median_is_the_reference_and_it_says_so() -> 
 
 def test_wrong_results_and_missing_results_fail() -> None:
     wrong = Measurement("nccl", ("n1",), "node", "GB/s", 480, "k", wrong=3)
-    missing = Measurement("nccl", ("n1",), "node", "", 0.0, "nccl|error",
-                          error="no result (job 7 failed, exit 1)")
+    missing = Measurement(
+        "nccl", ("n1",), "node", "", 0.0, "nccl|error", error="no result (job 7 failed, exit 1)"
+    )
     assert not judge(wrong, None, 0.92).passed
     j = judge(missing, None, 0.92)
     assert not j.passed and "no result" in j.evidence
 
 
 def test_learn_and_rebuild(tmp_path: Path) -> None:
-    learnt = baseline.learn(tmp_path, [gpu("n1", "gpu0", 700), gpu("n2", "gpu0", 800)],
-                            sweep_id="s1", ts=1.0)
+    learnt = baseline.learn(
+        tmp_path, [gpu("n1", "gpu0", 700), gpu("n2", "gpu0", 800)], sweep_id="s1", ts=1.0
+    )
     assert [b.value for b in learnt] == [750]
     baseline.learn(tmp_path, [gpu("n3", "gpu0", 790)], sweep_id="s2", ts=2.0)
     assert baseline.values(tmp_path) == {KEY: 790}
@@ -74,8 +76,10 @@ def test_a_floor_keeps_a_drifting_fleet_from_lowering_its_own_bar(tmp_path: Path
 
 
 def test_reframe_style_bounds_and_the_most_specific_prefix() -> None:
-    conf = {"gemm": SweepReference(lower=-0.5),
-            "gemm|NVIDIA H200": SweepReference(value=800, lower=-0.05, upper=0.1)}
+    conf = {
+        "gemm": SweepReference(lower=-0.5),
+        "gemm|NVIDIA H200": SweepReference(value=800, lower=-0.05, upper=0.1),
+    }
     assert configured_for(KEY, conf) is conf["gemm|NVIDIA H200"]
     assert configured_for("gemm|cpu:x|cpu", conf) is conf["gemm"]
     assert configured_for("nccl|x", conf) is None
@@ -91,7 +95,6 @@ def test_reframe_style_bounds_and_the_most_specific_prefix() -> None:
 def test_references_are_read_from_the_config() -> None:
     table = {"sweep": {"references": {"gemm|NVIDIA H200": {"floor": 700, "lower": -0.05}}}}
     settings = build_settings([Layer("t", table)])
-    assert settings.sweep.references["gemm|NVIDIA H200"] == SweepReference(lower=-0.05,
-                                                                           floor=700)
+    assert settings.sweep.references["gemm|NVIDIA H200"] == SweepReference(lower=-0.05, floor=700)
     with pytest.raises(ConfigError, match="lower"):
         build_settings([Layer("t", {"sweep": {"references": {"gemm": {"lower": 0.2}}}})])

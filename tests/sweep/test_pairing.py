@@ -39,14 +39,21 @@ def test_every_round_uses_a_node_at_most_once() -> None:
 def test_a_bad_node_is_only_declared_bad_alone_with_cleared_partners() -> None:
     outcome, _truth = pairing.simulate("regroup", 40, 4, 2, seed=5)
     for node in outcome.bad:
-        proofs = [g for rnd in outcome.history for g, ok in rnd if not ok and g[0] == node
-                  and all(p in outcome.cleared or p.startswith("g") for p in g[1:])]
+        proofs = [
+            g
+            for rnd in outcome.history
+            for g, ok in rnd
+            if not ok
+            and g[0] == node
+            and all(p in outcome.cleared or p.startswith("g") for p in g[1:])
+        ]
         assert proofs, node
 
 
 def test_no_good_partner_and_all_failing_leaves_them_undetermined() -> None:
-    outcome = pairing.find_bad("regroup", ["a", "b", "c", "d"], [], lambda groups: [False] *
-                               len(groups))
+    outcome = pairing.find_bad(
+        "regroup", ["a", "b", "c", "d"], [], lambda groups: [False] * len(groups)
+    )
     assert outcome.undetermined == {"a", "b", "c", "d"} and not outcome.bad
 
 
@@ -61,14 +68,23 @@ def test_repeat_once_masks_transient_noise() -> None:
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(2, 60), bad=st.integers(0, 8), goods=st.integers(1, 4),
-       size=st.integers(2, 5), seed=st.integers(0, 1000))
-def test_regroup_is_exact_without_noise(n: int, bad: int, goods: int, size: int,
-                                        seed: int) -> None:
+@given(
+    n=st.integers(2, 60),
+    bad=st.integers(0, 8),
+    goods=st.integers(1, 4),
+    size=st.integers(2, 5),
+    seed=st.integers(0, 1000),
+)
+def test_regroup_is_exact_without_noise(n: int, bad: int, goods: int, size: int, seed: int) -> None:
     bad = min(bad, n)
     rng = random.Random(seed)
     suspects = [f"s{i}" for i in range(n)]
     truth = set(rng.sample(suspects, bad))
-    outcome = pairing.find_bad("regroup", suspects, [f"g{i}" for i in range(goods)],
-                               pairing.simulated_oracle(truth), group_size=size)
+    outcome = pairing.find_bad(
+        "regroup",
+        suspects,
+        [f"g{i}" for i in range(goods)],
+        pairing.simulated_oracle(truth),
+        group_size=size,
+    )
     assert outcome.bad == truth and not outcome.undetermined

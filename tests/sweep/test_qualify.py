@@ -16,9 +16,18 @@ from guardctl.sweep.qualify import load_state, qualify
 
 
 def settings(tmp_path: Path, **sweep: Any) -> Settings:
-    return build_settings([Layer("t", {"store": {"root": str(tmp_path / "store")},
-                                       "safety": {"max_out_fraction": 0.5},
-                                       "sweep": sweep})])
+    return build_settings(
+        [
+            Layer(
+                "t",
+                {
+                    "store": {"root": str(tmp_path / "store")},
+                    "safety": {"max_out_fraction": 0.5},
+                    "sweep": sweep,
+                },
+            )
+        ]
+    )
 
 
 def test_a_node_back_from_repair_is_swept_before_use(tmp_path: Path) -> None:
@@ -37,8 +46,9 @@ def test_a_node_back_from_repair_is_swept_before_use(tmp_path: Path) -> None:
     assert load_state(cfg.store.root).held == ["node3"]
 
 
-def test_a_sample_of_idle_healthy_nodes_is_due_by_age_and_stays_under_the_cap(tmp_path: Path
-                                                                              ) -> None:
+def test_a_sample_of_idle_healthy_nodes_is_due_by_age_and_stays_under_the_cap(
+    tmp_path: Path,
+) -> None:
     slurm = MemorySlurm([f"node{i}" for i in range(1, 9)])
     cfg = settings(tmp_path, qualify_sample=6)  # cap: min(16, 50% of 8) = 4
     slurm.submit(SubmitRequest("train.sbatch", nodes=("node1",)))  # busy: not sampled
@@ -47,8 +57,9 @@ def test_a_sample_of_idle_healthy_nodes_is_due_by_age_and_stays_under_the_cap(tm
     assert plan.deferred == ["node6", "node7"]
 
 
-def test_qualify_on_the_lab_sweeps_the_repaired_node_and_learns_from_it(lab: Any,
-                                                                       tmp_path: Path) -> None:
+def test_qualify_on_the_lab_sweeps_the_repaired_node_and_learns_from_it(
+    lab: Any, tmp_path: Path
+) -> None:
     g = make_guardctl(tmp_path, lab)
     lab.sh("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=ops: new DIMM")
     first = json.loads(g("qualify", "--json").stdout)

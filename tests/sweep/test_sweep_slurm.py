@@ -30,8 +30,7 @@ def results(store: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
-def test_full_sweep_runs_in_the_quarantine_while_ordinary_jobs_wait(lab: Any, gsweep: Any
-                                                                    ) -> None:
+def test_full_sweep_runs_in_the_quarantine_while_ordinary_jobs_wait(lab: Any, gsweep: Any) -> None:
     proc = gsweep.popen("sweep", "node1", "--kind", "all", "--duration", "4")
     try:
         deadline = time.monotonic() + 60
@@ -51,8 +50,9 @@ def test_full_sweep_runs_in_the_quarantine_while_ordinary_jobs_wait(lab: Any, gs
     assert proc.returncode == 0, err
     assert "node1" in out and "pass" in out and "released" in out
     report = results(gsweep.store)
-    assert report["verdicts"] == [{"node": "node1", "verdict": "pass",
-                                   "evidence": "all sweeps passed", "action": "released"}]
+    assert report["verdicts"] == [
+        {"node": "node1", "verdict": "pass", "evidence": "all sweeps passed", "action": "released"}
+    ]
     sweeps = {j["sweep"] for j in report["judgements"]}
     assert sweeps == {"gemm", "nccl", "pairwise"}
     pair = next(j for j in report["judgements"] if j["sweep"] == "pairwise")
@@ -119,8 +119,7 @@ def test_nodes_held_by_someone_else_or_over_the_cap_are_refused(lab: Any, gsweep
     assert not list(gsweep.store.glob("sweeps/*"))
 
 
-def test_a_sweep_killed_after_creating_its_reservation_leaks_nothing(lab: Any, gsweep: Any
-                                                                     ) -> None:
+def test_a_sweep_killed_after_creating_its_reservation_leaks_nothing(lab: Any, gsweep: Any) -> None:
     proc = gsweep.popen("sweep", "node1", "--kind", "multi", "--duration", "3")
     try:
         deadline = time.monotonic() + 90
@@ -139,12 +138,18 @@ def test_a_sweep_killed_after_creating_its_reservation_leaks_nothing(lab: Any, g
     assert gsweep("resume", "node2").returncode == 0  # any acting command reconciles first
     status = json.loads(gsweep("status", "--json").stdout)
     owners = {n["node"]: n["guardctl"] for n in status["nodes"]}
-    assert owners == {"node1": "quarantined", "node2": "in service", "node3": "in service",
-                      "node4": "in service"}
+    assert owners == {
+        "node1": "quarantined",
+        "node2": "in service",
+        "node3": "in service",
+        "node4": "in service",
+    }
     left = reservations(lab)
     assert "guardctl_s_" not in left and "guardctl_q_node1" in left
-    log = [json.loads(line) for line in
-           (gsweep.store / "actions/actions.jsonl").read_text().splitlines()]
+    log = [
+        json.loads(line)
+        for line in (gsweep.store / "actions/actions.jsonl").read_text().splitlines()
+    ]
     assert [e["phase"] for e in log if e["action"] == "sweep unreserve"] == ["intent", "done"]
 
 

@@ -23,8 +23,14 @@ def main() -> None:
     who = identity.from_env()
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    net = nn.Sequential(Sleep(0.03 * (3 if who.rank == 1 else 1)), nn.Linear(64, 256), nn.ReLU(),
-                        nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 1))  # fmt: skip
+    net = nn.Sequential(
+        Sleep(0.03 * (3 if who.rank == 1 else 1)),
+        nn.Linear(64, 256),
+        nn.ReLU(),
+        nn.Linear(256, 256),
+        nn.ReLU(),
+        nn.Linear(256, 1),
+    )
     hooked = probe.Probe(who, out / f"hook{who.rank}")
     after = probe.Probe(who, out / f"after{who.rank}")
     model = instrument(DistributedDataParallel(net, bucket_cap_mb=0.05), into=hooked)

@@ -39,10 +39,17 @@ def main() -> None:
     probe.configure(store=store)
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(32 * 30, 64), torch.randn(32 * 30, 1))
-    trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=25, logger=False,
-                      enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False,
-                      callbacks=[ProbeCallback(samples=lambda batch: len(batch[0]))])  # fmt: skip
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=25,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[ProbeCallback(samples=lambda batch: len(batch[0]))],
+    )
     trainer.fit(Model(0.03 * (3 if who.rank == 1 else 1)), DataLoader(data, batch_size=32))
     probe.flush()
 

@@ -13,9 +13,15 @@ T0 = 1_796_000_000.0
 STEPS = 900  # 15 minutes at one step a second: three default windows
 
 
-def write_steps(root: Path, ranks: list[dict[str, object]], seconds: list[float],
-                samples: list[int | None], *, steps: int = STEPS,
-                later: list[float] | None = None) -> None:  # fmt: skip
+def write_steps(
+    root: Path,
+    ranks: list[dict[str, object]],
+    seconds: list[float],
+    samples: list[int | None],
+    *,
+    steps: int = STEPS,
+    later: list[float] | None = None,
+) -> None:
     """One rank per node: rank r computes seconds[r] (x noise) on samples[r] per step, and
     later[r] in the last STEPS steps where *later* is given."""
     rng = random.Random(1)
@@ -27,9 +33,19 @@ def write_steps(root: Path, ranks: list[dict[str, object]], seconds: list[float]
             now = later if later is not None and step >= steps - STEPS else seconds
             compute = now[r] * rng.uniform(0.97, 1.03)
             extra = {"samples": samples[r]} if samples[r] is not None else {}
-            rec = schema.make_record("step", f"node{r}", T0 + step, job="7", rank=r, step=step,
-                                     step_s=2.0, compute_s=compute, comm_s=2.0 - compute,
-                                     **extra, **role)  # fmt: skip
+            rec = schema.make_record(
+                "step",
+                f"node{r}",
+                T0 + step,
+                job="7",
+                rank=r,
+                step=step,
+                step_s=2.0,
+                compute_s=compute,
+                comm_s=2.0 - compute,
+                **extra,
+                **role,
+            )
             lines.append(schema.dumps(rec) + "\n")
         (out / f"node{r}.r{r}.jsonl").write_text("".join(lines))
 
@@ -116,8 +132,12 @@ def test_stages_of_equal_work_are_no_finding(tmp_path: Path) -> None:
 
 def three_d(pp: int, tp: int, dp: int) -> list[dict[str, object]]:
     """The roles of a pp x tp x dp job, one rank per node, replicas outermost."""
-    return [{"pp_stage": s, "tp_rank": t, "dp_rank": d}
-            for d in range(dp) for s in range(pp) for t in range(tp)]  # fmt: skip
+    return [
+        {"pp_stage": s, "tp_rank": t, "dp_rank": d}
+        for d in range(dp)
+        for s in range(pp)
+        for t in range(tp)
+    ]
 
 
 def test_a_heavier_tensor_parallel_place_on_every_replica_is_not_a_node_fault(
@@ -168,8 +188,9 @@ def test_a_small_job_holding_its_pace_is_healthy_and_says_how_it_was_judged(
     result = run(tmp_path)
     assert suspects(result) == []
     for verdict in result.nodes:
-        assert verdict.reasons[0].startswith("ranks judged against their own history: fewer "
-                                             "than 3 ranks"), verdict  # fmt: skip
+        assert verdict.reasons[0].startswith(
+            "ranks judged against their own history: fewer than 3 ranks"
+        ), verdict
 
 
 def test_a_small_jobs_rank_slower_than_its_own_history_is_found(tmp_path: Path) -> None:

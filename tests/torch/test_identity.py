@@ -10,23 +10,43 @@ from guardctl.errors import UsageError
 
 
 def test_torchrun_alone() -> None:
-    who = identity.from_env({"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0",
-                             "GUARDCTL_JOB": "trial"})  # fmt: skip
-    assert (who.job, who.rank, who.world, who.local_rank, who.launcher) == ("trial", 2, 4, 0,
-                                                                            "torchrun")
+    who = identity.from_env(
+        {"RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "GUARDCTL_JOB": "trial"}
+    )
+    assert (who.job, who.rank, who.world, who.local_rank, who.launcher) == (
+        "trial",
+        2,
+        4,
+        0,
+        "torchrun",
+    )
 
 
 def test_slurm_alone() -> None:
-    who = identity.from_env({"SLURM_JOB_ID": "77", "SLURM_PROCID": "5", "SLURM_NTASKS": "8",
-                             "SLURM_LOCALID": "1", "SLURMD_NODENAME": "node3"})  # fmt: skip
+    who = identity.from_env(
+        {
+            "SLURM_JOB_ID": "77",
+            "SLURM_PROCID": "5",
+            "SLURM_NTASKS": "8",
+            "SLURM_LOCALID": "1",
+            "SLURMD_NODENAME": "node3",
+        }
+    )
     assert who == identity.Identity("77", 5, 8, 1, "node3", "slurm")
     assert who.worker.startswith("node3.r5.")
 
 
 def test_srun_torchrun_takes_torchruns_ranks() -> None:
     # 2 Slurm tasks (one torchrun per node), 2 processes each: this is task 1's second.
-    env = {"SLURM_JOB_ID": "9", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
-           "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}  # fmt: skip
+    env = {
+        "SLURM_JOB_ID": "9",
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "2",
+        "SLURM_LOCALID": "0",
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+    }
     who = identity.from_env(env)
     assert (who.rank, who.world, who.local_rank, who.launcher) == (3, 4, 1, "torchrun")
 

@@ -20,8 +20,16 @@ def fresh_probe() -> Iterator[None]:
 
 
 def test_samples_and_role_are_written(tmp_path: Path) -> None:
-    probe.configure(store=tmp_path, job="5", rank=3, node="n2", flush_interval_s=60,
-                    pp_stage=1, dp_rank=1, tp_rank=0)  # fmt: skip
+    probe.configure(
+        store=tmp_path,
+        job="5",
+        rank=3,
+        node="n2",
+        flush_interval_s=60,
+        pp_stage=1,
+        dp_rank=1,
+        tp_rank=0,
+    )
     with probe.step(samples=32):
         probe.comm_begin()
     with probe.step():

@@ -11,6 +11,7 @@ from torchjobs import rank_steps, torchrun
 pytest.importorskip("torch")
 pytest.importorskip("accelerate", reason="accelerate is not installed (tools/setup.sh pins it)")
 
+
 def test_the_prepared_ddp_model_marks_from_its_hook(tmp_path: Path) -> None:
     torchrun("accelerate_marks.py", 2, tmp_path)
     steps = rank_steps(tmp_path, 2)

@@ -52,8 +52,9 @@ def test_per_step_sampler_gives_the_share_and_its_scale(
 ) -> None:
     svc = service("steps", "--records", "512", "--shard-size", "64", "--global-batch", "64")
     data = TensorDataset(torch.arange(512))
-    sampler = StepSampler(client_options={**options(svc), "rank": 0, "world": 1},
-                          compute_s=lambda: 0.01)  # fmt: skip
+    sampler = StepSampler(
+        client_options={**options(svc), "rank": 0, "world": 1}, compute_s=lambda: 0.01
+    )
     seen = []
     for (batch,) in DataLoader(data, batch_sampler=sampler):
         share = sampler.take()

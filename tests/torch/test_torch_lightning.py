@@ -11,6 +11,7 @@ from torchjobs import rank_steps, torchrun
 pytest.importorskip("torch")
 pytest.importorskip("lightning")
 
+
 def test_the_callback_times_each_batch_and_marks_from_ddps_hook(tmp_path: Path) -> None:
     torchrun("lightning_marks.py", 2, tmp_path)
     steps = rank_steps(tmp_path, 2)

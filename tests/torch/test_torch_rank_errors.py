@@ -46,15 +46,22 @@ PULL_RANK = textwrap.dedent("""
 """)
 
 
-def run_rank(store: Path, job: str, config: str = "",
-             script: str = RANK) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def run_rank(
+    store: Path, job: str, config: str = "", script: str = RANK
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GUARDCTL"))}
     env.update(GUARDCTL_STORE=str(store), GUARDCTL_JOB=job)
     if config:
         (store / "guardctl.toml").write_text(config)
         env["GUARDCTL_CONFIG"] = str(store / "guardctl.toml")
-    return subprocess.run([sys.executable, "-c", script], env=env, cwd=REPO, capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_rank_without_a_service_says_what_it_waits_for_then_ends_in_one_line(
@@ -95,7 +102,9 @@ def test_a_request_the_service_refuses_ends_the_rank_in_one_line(
 def test_a_programming_error_keeps_its_traceback(service: Callable[..., ServiceProcess]) -> None:
     svc = service("9303", "--records", "64", "--shard-size", "16", "--global-batch", "16")
     settings = load_settings(assignments=(f"store.root={svc.store}",), environ={})
-    sampler = StepSampler(client_options={"job": svc.job, "settings": settings, "rank": 0,
-                                          "world": 1}, compute_s=lambda: 1 / 0)  # fmt: skip
+    sampler = StepSampler(
+        client_options={"job": svc.job, "settings": settings, "rank": 0, "world": 1},
+        compute_s=lambda: 1 / 0,
+    )
     with pytest.raises(ZeroDivisionError):
         next(iter(sampler))

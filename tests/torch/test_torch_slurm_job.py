@@ -21,7 +21,8 @@ from labtools import JOB_USER, Lab, in_root, job_user_ids
 from guardctl import store as store_layout
 
 pytestmark = pytest.mark.skipif(
-    in_root(), reason="torch is installed for the host's Python only, not in the lab's roots")
+    in_root(), reason="torch is installed for the host's Python only, not in the lab's roots"
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SBATCH = REPO / "examples" / "torch_ddp_job.sbatch"
@@ -43,8 +44,17 @@ def test_the_ddp_example_rebalances_and_the_slow_node_is_found(lab: Lab) -> None
     }
     export = "ALL," + ",".join(f"{k}={v}" for k, v in exports.items())
     out = work / "slurm-%j.out"
-    job = lab.submit(SBATCH.read_text(), f"--export={export}", "-o", str(out), "-N", "2",
-                     "--ntasks-per-node", "2", as_user=work)  # fmt: skip
+    job = lab.submit(
+        SBATCH.read_text(),
+        f"--export={export}",
+        "-o",
+        str(out),
+        "-N",
+        "2",
+        "--ntasks-per-node",
+        "2",
+        as_user=work,
+    )
     info = lab.wait_job(job, timeout=480)
     output = Path(str(out).replace("%j", job)).read_text(errors="replace")
     assert info["JobState"] == "COMPLETED", f"{info}\n{output}"

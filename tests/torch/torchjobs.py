@@ -16,8 +16,16 @@ def torchrun(script: str, ranks: int, out: Path) -> None:
     """Run *script* (of this folder) as *ranks* gloo ranks on this host, *out* its argument."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GUARDCTL"))}
     env["OMP_NUM_THREADS"] = "1"  # ranks share two cores: one thread each
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-            str(ranks), str(HERE / script), str(out)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(ranks),
+        str(HERE / script),
+        str(out),
+    ]
     run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
 

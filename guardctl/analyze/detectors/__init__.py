@@ -61,21 +61,48 @@ class Flags:
     ) -> Flags:
         """The rows of *table* selected by *hit*; *ids* name its columns, e.g. ``gpu="gpu"``."""
         return cls(
-            detector, metric, unit, summary, table["w"][hit], table["node"][hit], value[hit],
-            reference[hit], deviation[hit], severity[hit],
+            detector,
+            metric,
+            unit,
+            summary,
+            table["w"][hit],
+            table["node"][hit],
+            value[hit],
+            reference[hit],
+            deviation[hit],
+            severity[hit],
             **{key: table[column][hit] for key, column in ids.items()},
-        )  # fmt: skip
+        )
 
 
-def busy_flags(detector: str, table: Any, hit: np.ndarray, value: np.ndarray,
-               reference: np.ndarray, deviation: np.ndarray, severity: np.ndarray,
-               against: str) -> list[Flags]:
+def busy_flags(
+    detector: str,
+    table: Any,
+    hit: np.ndarray,
+    value: np.ndarray,
+    reference: np.ndarray,
+    deviation: np.ndarray,
+    severity: np.ndarray,
+    against: str,
+) -> list[Flags]:
     """A rank's busy time flagged *against* a reference: per step, or per sample where its
     step records count their samples (``per_sample``), under the metric each is measured in."""
     per = table["per_sample"]
     return [
-        Flags.of(detector, metric, unit, f"rank busy time{each} above {against}", table,
-                 hit & rows, value, reference, deviation, severity, gpu="local", rank="rank")
+        Flags.of(
+            detector,
+            metric,
+            unit,
+            f"rank busy time{each} above {against}",
+            table,
+            hit & rows,
+            value,
+            reference,
+            deviation,
+            severity,
+            gpu="local",
+            rank="rank",
+        )
         for metric, unit, each, rows in (
             ("compute_s", "s", "", ~per),
             ("compute_s_per_sample", "s/sample", " per sample", per),
@@ -84,7 +111,12 @@ def busy_flags(detector: str, table: Any, hit: np.ndarray, value: np.ndarray,
 
 
 def below_peers_under_load(
-    detector: str, f: Features, th: dict[str, float], column: str, metric: str, unit: str,
+    detector: str,
+    f: Features,
+    th: dict[str, float],
+    column: str,
+    metric: str,
+    unit: str,
     summary: str,
 ) -> list[Flags]:
     """Busy GPUs whose *column* falls below their peers' (same job, same window).

@@ -17,6 +17,11 @@ class Power:
 
     def detect(self, f: Features, th: dict[str, float]) -> list[Flags]:
         return below_peers_under_load(
-            self.name, f, th, "power_lo", "power_w", "W",
+            self.name,
+            f,
+            th,
+            "power_lo",
+            "power_w",
+            "W",
             "power draw below peers under the same load",
-        )  # fmt: skip
+        )

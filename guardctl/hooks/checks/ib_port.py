@@ -41,8 +41,9 @@ class IbPort:
             if m:
                 rates[label] = float(m.group(1))
         floor = ctx.settings.sweep.hook_ib_min_rate_gbps or max(rates.values(), default=0.0)
-        bad += [f"ib {label} rate {r:g} Gb/s < {floor:g}" for label, r in rates.items()
-                if r < floor]
+        bad += [
+            f"ib {label} rate {r:g} Gb/s < {floor:g}" for label, r in rates.items() if r < floor
+        ]
         if bad:
             return CheckResult(self.name, False, ", ".join(bad))
         return CheckResult(self.name, True, f"{len(ports)} port(s) active")

@@ -26,8 +26,10 @@ class Xid:
         window = ctx.settings.sweep.hook_xid_window_s
         since = ctx.now - window
         directory = layout.telemetry_dir(ctx.settings.store.root) / ctx.node
-        files = [layout.node_telemetry_file(ctx.settings.store.root, ctx.node, t)
-                 for t in (since, ctx.now)]
+        files = [
+            layout.node_telemetry_file(ctx.settings.store.root, ctx.node, t)
+            for t in (since, ctx.now)
+        ]
         seen: Counter[str] = Counter()
         bad = Counter[str]()
         for path in dict.fromkeys(files):  # the hour files the window touches
@@ -41,8 +43,9 @@ class Xid:
         if not directory.is_dir():
             return CheckResult(self.name, True, "no agent telemetry for this node", skipped=True)
         if seen:
-            return CheckResult(self.name, False, ", ".join(sorted(seen)) +
-                               f" in the last {window:g} s")
+            return CheckResult(
+                self.name, False, ", ".join(sorted(seen)) + f" in the last {window:g} s"
+            )
         return CheckResult(self.name, True, "no hardware XID")
 
 

@@ -181,9 +181,14 @@ class Cluster:
     # -- jobs ---------------------------------------------------------------------------------
     def submit(self, job: SimJob, nodes: int) -> None:
         partition = "train" if job.large else "batch"
-        job.job_id = self.slurm.submit(SubmitRequest(
-            "train.sbatch" if job.large else "batch.sbatch", job_name="train" if job.large
-            else "batch", node_count=nodes, partition=partition))
+        job.job_id = self.slurm.submit(
+            SubmitRequest(
+                "train.sbatch" if job.large else "batch.sbatch",
+                job_name="train" if job.large else "batch",
+                node_count=nodes,
+                partition=partition,
+            )
+        )
         self.jobs[job.job_id] = job
         self.pending.add(job.job_id)
 
@@ -270,8 +275,9 @@ class Cluster:
     # -- node faults ----------------------------------------------------------------------------
     def _on_onset(self, o: faults.Onset) -> None:
         node = self.names[o.node]
-        if node in self.down or (o.kind == "lemon_on" and (
-                node in self.repaired or node in self.drained)):
+        if node in self.down or (
+            o.kind == "lemon_on" and (node in self.repaired or node in self.drained)
+        ):
             return  # a repaired lemon is fixed for good
         if o.kind == "crash":
             self._crash(node)
@@ -326,8 +332,13 @@ class Cluster:
 
     def set_factor(self, node: str) -> None:
         """The node's slowdown from its faults; its job follows."""
-        f = math.inf if node in self.gpu_lost else max(
-            [self.grey.get(node, 1.0), *(s.factor for s in self.sources.get(node, {}).values())])
+        f = (
+            math.inf
+            if node in self.gpu_lost
+            else max(
+                [self.grey.get(node, 1.0), *(s.factor for s in self.sources.get(node, {}).values())]
+            )
+        )
         old = self.factor.get(node, 1.0)
         if f == old:
             return
@@ -346,8 +357,12 @@ class Cluster:
     def at_fault(self, node: str) -> bool:
         """Whether the node has a fault (the truth a false drain is measured against)."""
         srcs = self.sources.get(node, {}).values()
-        return node in self.grey or node in self.gpu_lost or node in self.lemon or any(
-            s.kind == "failslow" for s in srcs)
+        return (
+            node in self.grey
+            or node in self.gpu_lost
+            or node in self.lemon
+            or any(s.kind == "failslow" for s in srcs)
+        )
 
     def flagged(self, stage_aware: bool) -> list[Flag]:
         """The nodes the analyzer flags now, from its measured delay, recall and false suspects.
@@ -359,13 +374,13 @@ class Cluster:
         the analyzer calls a suspect at one pass (``false_positive_per_node_pass``), for both.
         """
         p, out = self.p, []
-        candidates = {n: "" for n, f in self.factor.items() if p.detect_min_slow <= f
-                      and math.isfinite(f)}
+        candidates = {
+            n: "" for n, f in self.factor.items() if p.detect_min_slow <= f and math.isfinite(f)
+        }
         if not stage_aware:
             for job in self.jobs.values():
                 if job.running and job.imbalance >= p.detect_min_slow:
-                    candidates.update({n: "stage" for n in job.stage_nodes
-                                       if n not in candidates})
+                    candidates.update({n: "stage" for n in job.stage_nodes if n not in candidates})
         for node, cause in sorted(candidates.items()):
             job_id = self.node_job.get(node)
             if job_id is None:
@@ -377,8 +392,9 @@ class Cluster:
             detectors: tuple[str, ...] = ("busy_time",)
             if not cause:
                 cause, detectors = self.cause(node)
-            out.append(Flag(node, job_id, since, cause, detectors,
-                            self.now - since >= p.detect_delay_s))
+            out.append(
+                Flag(node, job_id, since, cause, detectors, self.now - since >= p.detect_delay_s)
+            )
         for node, at in sorted(self.phantom.items()):
             job_id = self.node_job.get(node)
             if self.now - at < p.pass_s and node not in candidates and job_id is not None:
@@ -407,8 +423,9 @@ class Cluster:
             return self._without[key]
         if len(self._without) > 100_000:
             self._without.clear()
-        plain = [self.factor.get(n, 1.0) for n in job.nodes if n != node
-                 and n not in job.rebalanced]
+        plain = [
+            self.factor.get(n, 1.0) for n in job.nodes if n != node and n not in job.rebalanced
+        ]
         moved = [self.factor.get(n, 1.0) for n in job.nodes if n != node and n in job.rebalanced]
         self._without[key] = value = node_factor(plain, moved)
         return value
@@ -460,8 +477,9 @@ class Cluster:
         self.sync_clock()
         self.slurm.requeue(job.job_id)
         if exclude:
-            self.slurm.update_job(job.job_id, exclude=sorted(
-                self.slurm.excluded(job.job_id) | set(exclude)))
+            self.slurm.update_job(
+                job.job_id, exclude=sorted(self.slurm.excluded(job.job_id) | set(exclude))
+            )
         self.tally.requeues += 1 if exclude else 0
         for n in exclude:
             self.mitigated(n)
@@ -481,8 +499,12 @@ class Cluster:
             self.tally.mitigation_s.append(self.now - since)
 
     def sweep(self, node: str, duration_s: float) -> None:
-        if node in self.sweeping or node in self.node_job or node in self.drained or (
-                node in self.down):
+        if (
+            node in self.sweeping
+            or node in self.node_job
+            or node in self.drained
+            or (node in self.down)
+        ):
             return
         self.sweeping.add(node)
         self.tally.sweeps += 1
@@ -522,4 +544,3 @@ class Cluster:
         for node, since in sorted(self.gpu_lost.items()):
             if node not in self.drained and self.now - since >= self.p.notice_s:
                 self.drain(node, "operator")
-

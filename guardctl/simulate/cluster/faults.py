@@ -61,8 +61,16 @@ def draw(p: Params, rng: np.random.Generator) -> Schedule:
         mean = p.failslow_comm_mean_s if comm else p.failslow_compute_mean_s
         length = float(np.clip(rng.exponential(mean), p.failslow_min_s, p.failslow_max_s))
         signal = "xmit_wait" if comm else "clock_events"
-        out.onsets.append(Onset(float(t), int(rng.integers(n)), "failslow", _slow(rng, p), length,
-                                ("busy_time", signal)))
+        out.onsets.append(
+            Onset(
+                float(t),
+                int(rng.integers(n)),
+                "failslow",
+                _slow(rng, p),
+                length,
+                ("busy_time", signal),
+            )
+        )
     greys = [int(x) for x in rng.choice(n, size=round(p.grey_share * n), replace=False)]
     later = poisson_times(rng, p.grey_per_1000_node_days * per_node_s, horizon)
     for node, t in [(g, 0.0) for g in greys] + [(int(rng.integers(n)), float(t)) for t in later]:
@@ -75,9 +83,16 @@ def draw(p: Params, rng: np.random.Generator) -> Schedule:
             out.onsets.append(Onset(t, int(node), "lemon_on", factor, on))
             t += on + float(rng.exponential(p.lemon_off_mean_s))
     for t in poisson_times(rng, p.contention_per_node_day * n / DAY, horizon):
-        out.onsets.append(Onset(float(t), int(rng.integers(n)), "contention", p.contention_slow,
-                                float(rng.exponential(p.contention_mean_s)),
-                                ("busy_time", "host_contention")))
+        out.onsets.append(
+            Onset(
+                float(t),
+                int(rng.integers(n)),
+                "contention",
+                p.contention_slow,
+                float(rng.exponential(p.contention_mean_s)),
+                ("busy_time", "host_contention"),
+            )
+        )
     # Last, so that every draw above is the same with or without them: the analyzer's false
     # suspects, healthy nodes it calls slow at one pass (a property of the analyzer, not of the
     # fleet's faults: scaled() leaves them be).

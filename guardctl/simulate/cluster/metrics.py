@@ -69,5 +69,6 @@ class Tally:
             "skipped": self.skipped,
             "restarts": self.restarts,
             "nodes_out_of_service": round(float(np.mean(self.out_of_service)), 2)
-            if self.out_of_service else 0.0,
+            if self.out_of_service
+            else 0.0,
         }

@@ -97,11 +97,13 @@ class Params:
     def scaled(self, factor: float) -> Params:
         """The same cluster with every fault rate (not the confounders) times *factor*."""
         return dataclasses.replace(
-            self, failstop_per_1000_node_days=self.failstop_per_1000_node_days * factor,
+            self,
+            failstop_per_1000_node_days=self.failstop_per_1000_node_days * factor,
             failslow_per_1000_node_days=self.failslow_per_1000_node_days * factor,
             grey_share=min(1.0, self.grey_share * factor),
             grey_per_1000_node_days=self.grey_per_1000_node_days * factor,
-            lemon_share=min(1.0, self.lemon_share * factor))
+            lemon_share=min(1.0, self.lemon_share * factor),
+        )
 
     def fault_free(self) -> Params:
         """No node faults; the confounders, a property of the work, stay."""
@@ -109,6 +111,10 @@ class Params:
 
     def calm(self) -> Params:
         """No faults, no confounders, no false suspects: every job at full speed."""
-        return dataclasses.replace(self.fault_free(), contention_per_node_day=0.0,
-                                   stall_per_job_hour=0.0, imbalance_share=0.0,
-                                   false_positive_per_node_pass=0.0)
+        return dataclasses.replace(
+            self.fault_free(),
+            contention_per_node_day=0.0,
+            stall_per_job_hour=0.0,
+            imbalance_share=0.0,
+            false_positive_per_node_pass=0.0,
+        )

@@ -104,8 +104,9 @@ class Guardctl(FailStop):
 
     name, rebalances = "guardctl", True
 
-    def __init__(self, cfg: ControlSettings, safety: SafetySettings | None = None,
-                 store: Path | None = None) -> None:
+    def __init__(
+        self, cfg: ControlSettings, safety: SafetySettings | None = None, store: Path | None = None
+    ) -> None:
         """*store*: where the run keeps its store (its action log); None: a temporary
         directory, removed after the run."""
         self.cfg = cfg
@@ -195,18 +196,43 @@ class Guardctl(FailStop):
         job = sim.jobs[flag.job]
         factor = sim.factor.get(flag.node, 1.0)
         without = sim.without(job, flag.node)
-        impact = {"job": str(flag.job), "pct": round(100.0 * max(0.0, job.factor - without)
-                                                     / job.factor, 3), "gpus": job.gpus}
-        evidence = tuple(Evidence(d, "step time", "x", factor, 1.0, factor - 1.0,
-                                  factor - 1.0, sim.now - window, sim.now) for d in flag.detectors)
+        impact = {
+            "job": str(flag.job),
+            "pct": round(100.0 * max(0.0, job.factor - without) / job.factor, 3),
+            "gpus": job.gpus,
+        }
+        evidence = tuple(
+            Evidence(
+                d,
+                "step time",
+                "x",
+                factor,
+                1.0,
+                factor - 1.0,
+                factor - 1.0,
+                sim.now - window,
+                sim.now,
+            )
+            for d in flag.detectors
+        )
         windows = 1 + int((sim.now - flag.since) // window)
-        return NodeVerdict(flag.node, SUSPECT if flag.suspect else HEALTHY, factor - 1.0,
-                           evidence=evidence, flagged_windows=windows, job=str(flag.job),
-                           impact=impact)
+        return NodeVerdict(
+            flag.node,
+            SUSPECT if flag.suspect else HEALTHY,
+            factor - 1.0,
+            evidence=evidence,
+            flagged_windows=windows,
+            job=str(flag.job),
+            impact=impact,
+        )
 
-    def view(self, sim: Cluster, classified: Classified,
-             owners: dict[str, tuple[Owner, str]],
-             ladders: dict[str, NodeLadder]) -> control.View:
+    def view(
+        self,
+        sim: Cluster,
+        classified: Classified,
+        owners: dict[str, tuple[Owner, str]],
+        ladders: dict[str, NodeLadder],
+    ) -> control.View:
         nodes = {f.node for f in classified.findings} | sim.quarantined
         running: dict[str, list[JobInfo]] = {}
         requeueable: dict[int, float | None] = {}
@@ -215,24 +241,38 @@ class Guardctl(FailStop):
             if job_id is None:
                 continue
             job = sim.jobs[job_id]
-            running[node] = [JobInfo(job_id, "train" if job.large else "batch", "root",
-                                     "RUNNING", tuple(job.nodes), requeue=True)]
+            running[node] = [
+                JobInfo(
+                    job_id,
+                    "train" if job.large else "batch",
+                    "root",
+                    "RUNNING",
+                    tuple(job.nodes),
+                    requeue=True,
+                )
+            ]
             requeueable[job_id] = None if job.large else (job.eta() - sim.now)
-        dds = frozenset(f.job for f in classified.findings
-                        if f.job is not None and sim.jobs[int(f.job)].large)
-        return control.View(classified, owners, running, ladders, sim.now, sim.p.sweep_s, dds,
-                            requeueable)
+        dds = frozenset(
+            f.job for f in classified.findings if f.job is not None and sim.jobs[int(f.job)].large
+        )
+        return control.View(
+            classified, owners, running, ladders, sim.now, sim.p.sweep_s, dds, requeueable
+        )
 
     # -- acting, through the door ---------------------------------------------------------------
     def act(self, sim: Cluster, d: control.Decision) -> None:
         if self.actions_last_hour(sim.now) >= self.cfg.max_actions_per_hour:
             sim.tally.skipped += 1  # as the real loop: past control.max_actions_per_hour
             return
-        evidence = {"by": BY, "decision": d.action, "rung": d.rung, "kind": d.kind,
-                    "jobs": list(d.jobs)}
+        evidence = {
+            "by": BY,
+            "decision": d.action,
+            "rung": d.rung,
+            "kind": d.kind,
+            "jobs": list(d.jobs),
+        }
         if d.action == "quarantine":
-            if self.door(sim, self.ops.quarantine, d.node, f"control: {d.why}",
-                         evidence=evidence):
+            if self.door(sim, self.ops.quarantine, d.node, f"control: {d.why}", evidence=evidence):
                 sim.held(d.node)
                 if not d.jobs:  # free already: straight on to the sweep, as the loop
                     ladder = self.ladders().get(d.node, NodeLadder(d.node))
@@ -245,11 +285,13 @@ class Guardctl(FailStop):
         elif d.action == "requeue" and d.job is not None and sim.jobs[d.job].running:
             # logged as the door logs it (intent, then outcome): the cap counts its intent
             requeued = {**evidence, "job": d.job, "exclude": [d.node]}
-            intent = self.ops.log.record(REQUEUE, "intent", [d.node], reason=d.why,
-                                         evidence=requeued)
+            intent = self.ops.log.record(
+                REQUEUE, "intent", [d.node], reason=d.why, evidence=requeued
+            )
             sim.requeue(sim.jobs[d.job], (d.node,))  # not twice when two of its nodes ask
-            self.ops.log.record(REQUEUE, "done", [d.node], reason=d.why, evidence=requeued,
-                                entry_id=intent.id)
+            self.ops.log.record(
+                REQUEUE, "done", [d.node], reason=d.why, evidence=requeued, entry_id=intent.id
+            )
 
     def actions_last_hour(self, now: float) -> int:
         """The controller's own actions in the hour before *now*, counted from the action log
@@ -261,8 +303,14 @@ class Guardctl(FailStop):
             count += counts_toward_cap(e)
         return count
 
-    def door(self, sim: Cluster, action: Callable[..., list[Action]], node: str, *args: Any,
-             evidence: dict[str, Any]) -> bool:
+    def door(
+        self,
+        sim: Cluster,
+        action: Callable[..., list[Action]],
+        node: str,
+        *args: Any,
+        evidence: dict[str, Any],
+    ) -> bool:
         """One node action through NodeOps; whether it was done (a refusal is counted)."""
         sim.sync_clock()
         try:
@@ -294,8 +342,11 @@ class Guardctl(FailStop):
         elif not lemon and self.door(sim, self.ops.release, node, evidence=swept):
             sim.released(node)
         self.ops.record("control sweep", [node], evidence={"verdict": verdict, "lemon": lemon})
-        if lemon and verdict == "pass" and self.drain(
-                sim, node, "control: lemon, its sweep passed", {"by": BY, "rung": "e"}):
+        if (
+            lemon
+            and verdict == "pass"
+            and self.drain(sim, node, "control: lemon, its sweep passed", {"by": BY, "rung": "e"})
+        ):
             sim.tally.lemon_drains += 1
 
 
@@ -317,7 +368,7 @@ class TailedLog(ActionLog):
             with self.path.open("rb") as f:
                 f.seek(self.offset)
                 data = f.read()
-            whole = data[:data.rfind(b"\n") + 1]  # a line still being written waits
+            whole = data[: data.rfind(b"\n") + 1]  # a line still being written waits
             self.offset += len(whole)
             for line in whole.decode("utf-8", errors="replace").splitlines():
                 entry = Entry.from_json(line) if line.strip() else None
@@ -326,11 +377,15 @@ class TailedLog(ActionLog):
         return list(self.parsed)
 
 
-def make(name: str, cfg: ControlSettings | None = None,
-         safety: SafetySettings | None = None) -> Policy:
+def make(
+    name: str, cfg: ControlSettings | None = None, safety: SafetySettings | None = None
+) -> Policy:
     """The policy called *name* (one of :data:`NAMES`)."""
     if name == "guardctl":
         return Guardctl(cfg or ControlSettings(requeue=True), safety)
-    plain: dict[str, type[NoMitigation]] = {"none": NoMitigation, "failstop": FailStop,
-                                            "guard": GuardStyle}
+    plain: dict[str, type[NoMitigation]] = {
+        "none": NoMitigation,
+        "failstop": FailStop,
+        "guard": GuardStyle,
+    }
     return plain[name]()

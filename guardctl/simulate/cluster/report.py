@@ -34,8 +34,7 @@ def table(result: dict[str, Any]) -> str:
     head = "| policy | " + " | ".join(title for _, title in COLUMNS) + " |"
     rows = [head, "|" + "---|" * (len(COLUMNS) + 1)]
     for name, data in result["policies"].items():
-        rows.append(f"| {name} | " + " | ".join(_cell(data["mean"][k]) for k, _ in COLUMNS)
-                    + " |")
+        rows.append(f"| {name} | " + " | ".join(_cell(data["mean"][k]) for k, _ in COLUMNS) + " |")
     return "\n".join(rows)
 
 
@@ -48,13 +47,17 @@ def sensitivity_table(cases: Sequence[tuple[str, dict[str, Any]]]) -> str:
         means = {n: result["policies"][n]["mean"] for n in names}
         fds = {n: sum(r["false_drains"] for r in result["policies"][n]["runs"]) for n in names}
         best = max(names, key=lambda n: means[n]["goodput"])
-        rows.append(f"| {label} | " + " | ".join(
-            f"{means[n]['goodput']:.3f} ({fds[n]} fd)" for n in names) + f" | {best} |")
+        rows.append(
+            f"| {label} | "
+            + " | ".join(f"{means[n]['goodput']:.3f} ({fds[n]} fd)" for n in names)
+            + f" | {best} |"
+        )
     return "\n".join(rows)
 
 
-def write(result: dict[str, Any], out: Path,
-          cases: Sequence[tuple[str, dict[str, Any]]] = ()) -> list[Path]:
+def write(
+    result: dict[str, Any], out: Path, cases: Sequence[tuple[str, dict[str, Any]]] = ()
+) -> list[Path]:
     """table.md, result figures as PNG plots, under *out*; the paths written."""
     import matplotlib
 
@@ -68,16 +71,23 @@ def write(result: dict[str, Any], out: Path,
     written = [out / "table.md"]
     written[0].write_text(text, encoding="utf-8")
     names = list(result["policies"])
-    for key, title in (("goodput", "goodput against the fault-free run"),
-                       ("step_time_variation", "large jobs' step-time variation"),
-                       ("gpu_h_lost", "GPU-hours lost"),
-                       ("nodes_out_of_service", "nodes out of service (mean)")):
+    for key, title in (
+        ("goodput", "goodput against the fault-free run"),
+        ("step_time_variation", "large jobs' step-time variation"),
+        ("gpu_h_lost", "GPU-hours lost"),
+        ("nodes_out_of_service", "nodes out of service (mean)"),
+    ):
         fig, ax = plt.subplots(figsize=(5, 3.2))
         values = [result["policies"][n]["mean"][key] or 0.0 for n in names]
-        ax.bar(names, values, color=["#999999", "#6f8fb3", "#d9a441", "#3c8d5a"][:len(names)])
+        ax.bar(names, values, color=["#999999", "#6f8fb3", "#d9a441", "#3c8d5a"][: len(names)])
         for run in range(len(result["seeds"])):
-            ax.scatter(names, [result["policies"][n]["runs"][run][key] or 0.0 for n in names],
-                       color="black", s=8, zorder=3)
+            ax.scatter(
+                names,
+                [result["policies"][n]["runs"][run][key] or 0.0 for n in names],
+                color="black",
+                s=8,
+                zorder=3,
+            )
         ax.set_title(title)
         fig.tight_layout()
         path = out / f"{key}.png"

@@ -24,28 +24,41 @@ Progress = Callable[[str], None]
 
 def control_settings(p: Params, **overrides: Any) -> ControlSettings:
     """The controller's settings for a simulated cluster: requeue on, its cost model the jobs'."""
-    base = ControlSettings(requeue=True, checkpoint_interval_s=p.checkpoint_s,
-                           restart_s=p.restart_s, sweep_duration_s=p.sweep_s)
+    base = ControlSettings(
+        requeue=True,
+        checkpoint_interval_s=p.checkpoint_s,
+        restart_s=p.restart_s,
+        sweep_duration_s=p.sweep_s,
+    )
     return dataclasses.replace(base, **overrides)
 
 
 def safety_settings(p: Params) -> SafetySettings:
     """guardctl's [safety] in the simulated cluster: its caps and rate limit."""
     limit = p.nodes if p.max_out_nodes is None else p.max_out_nodes
-    return SafetySettings(max_out_fraction=p.max_out_fraction, max_out_nodes=limit,
-                          max_actions_per_hour=p.max_actions_per_hour)
+    return SafetySettings(
+        max_out_fraction=p.max_out_fraction,
+        max_out_nodes=limit,
+        max_actions_per_hour=p.max_actions_per_hour,
+    )
 
 
-def simulate(p: Params, policy: str, cfg: ControlSettings | None = None,
-             progress: Progress | None = None) -> Tally:
+def simulate(
+    p: Params, policy: str, cfg: ControlSettings | None = None, progress: Progress | None = None
+) -> Tally:
     """One run of *policy* on the cluster *p*."""
-    return Cluster(p, policies.make(policy, cfg or control_settings(p), safety_settings(p)),
-                   progress).run()
+    return Cluster(
+        p, policies.make(policy, cfg or control_settings(p), safety_settings(p)), progress
+    ).run()
 
 
-def compare(p: Params, seeds: Sequence[int], names: Sequence[str] = policies.NAMES,
-            cfg: ControlSettings | None = None,
-            progress: Progress | None = None) -> dict[str, Any]:
+def compare(
+    p: Params,
+    seeds: Sequence[int],
+    names: Sequence[str] = policies.NAMES,
+    cfg: ControlSettings | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Every policy on every seed; per policy the per-seed figures and their means."""
     runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for seed in seeds:
@@ -55,10 +68,18 @@ def compare(p: Params, seeds: Sequence[int], names: Sequence[str] = policies.NAM
             if progress:
                 progress(f"seed {seed}: {name}")
             tally = simulate(ps, name, cfg, progress)
-            runs[name].append({"seed": seed, **tally.figures(base.useful_gpu_h),
-                               "fault_free_variation": round(base.variation, 4)})
-    return {"params": dataclasses.asdict(p), "seeds": list(seeds),
-            "policies": {n: {"mean": mean(rows), "runs": rows} for n, rows in runs.items()}}
+            runs[name].append(
+                {
+                    "seed": seed,
+                    **tally.figures(base.useful_gpu_h),
+                    "fault_free_variation": round(base.variation, 4),
+                }
+            )
+    return {
+        "params": dataclasses.asdict(p),
+        "seeds": list(seeds),
+        "policies": {n: {"mean": mean(rows), "runs": rows} for n, rows in runs.items()},
+    }
 
 
 def mean(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -44,12 +44,22 @@ class GemmSweep:
                 backend = str(rec.get("backend", ""))
                 unit = f"cpu{rec['gpu']}" if backend == "numpy" else f"gpu{rec['gpu']}"
                 device, shape = str(rec["device"]), str(rec.get("shape", ""))
-                out.append(Measurement(
-                    sweep=self.name, nodes=nodes[:1], unit=unit, metric="TFLOP/s",
-                    value=float(rec["tflops"]), key=f"gemm|{device}|{shape}",
-                    detail={"backend": backend, "tflops_first": rec.get("tflops_first"),
-                            "tflops_min": rec.get("tflops_min"), "samples": rec.get("samples")},
-                ))  # fmt: skip
+                out.append(
+                    Measurement(
+                        sweep=self.name,
+                        nodes=nodes[:1],
+                        unit=unit,
+                        metric="TFLOP/s",
+                        value=float(rec["tflops"]),
+                        key=f"gemm|{device}|{shape}",
+                        detail={
+                            "backend": backend,
+                            "tflops_first": rec.get("tflops_first"),
+                            "tflops_min": rec.get("tflops_min"),
+                            "samples": rec.get("samples"),
+                        },
+                    )
+                )
             except (KeyError, TypeError, ValueError):
                 continue
         return out

@@ -16,8 +16,12 @@ from guardctl.sweep.registry import JobSpec, Measurement, Scope, register
 
 def allreduce_args(job: JobSpec) -> list[str]:
     """allreduce.py's arguments from the sweep settings (ignored by nccl-tests)."""
-    return ["--max-bytes", str(int(job.options.get("allreduce_max_bytes", 64 << 20))),
-            "--iters", str(int(job.options.get("allreduce_iters", 5)))]
+    return [
+        "--max-bytes",
+        str(int(job.options.get("allreduce_max_bytes", 64 << 20))),
+        "--iters",
+        str(int(job.options.get("allreduce_iters", 5))),
+    ]
 
 
 def allreduce_env(job: JobSpec, request: SubmitRequest) -> SubmitRequest:
@@ -35,11 +39,19 @@ def measurement(sweep: str, text: str, nodes: tuple[str, ...], unit: str) -> lis
         return []
     per_node = max(1, run.ranks // max(1, len(nodes)))
     shape = f"{run.ranks} ranks" if len(nodes) == 1 else f"{len(nodes)} nodes x{per_node}"
-    return [Measurement(
-        sweep=sweep, nodes=nodes, unit=unit, metric="GB/s", value=round(run.busbw, 6),
-        key=f"{sweep}|{run.device or 'unknown device'}|{shape}", wrong=run.wrong,
-        error="" if run.complete else "output ends early (job killed?)", detail=run.detail(),
-    )]  # fmt: skip
+    return [
+        Measurement(
+            sweep=sweep,
+            nodes=nodes,
+            unit=unit,
+            metric="GB/s",
+            value=round(run.busbw, 6),
+            key=f"{sweep}|{run.device or 'unknown device'}|{shape}",
+            wrong=run.wrong,
+            error="" if run.complete else "output ends early (job killed?)",
+            detail=run.detail(),
+        )
+    ]
 
 
 class NcclSweep:
