@@ -90,14 +90,14 @@ done
 # 3. The user's job: a rank per node; SLOW_NODE's ranks really compute slower.
 submit=()
 if [[ $(id -u) == 0 ]]; then
-    install -d -m 0755 -o "$JOB_USER" "$DIR/work"
+    install -d -m 0755 -o "$JOB_USER" "$DIR/jobs"
     submit=(runuser -u "$JOB_USER" --)
 else
-    install -d -m 0755 "$DIR/work"
+    install -d -m 0755 "$DIR/jobs"
 fi
 args="--seconds $JOB_SECONDS --slow-node $SLOW_NODE --slow-factor $SLOW_FACTOR"
-job=$(cd "$DIR/work" && "${submit[@]}" sbatch --parsable -N "$NODES" -w "node[1-$NODES]" \
-    -o "$DIR/work/train-%j.out" \
+job=$(cd "$DIR/jobs" && "${submit[@]}" sbatch --parsable -N "$NODES" -w "node[1-$NODES]" \
+    -o "$DIR/jobs/train-%j.out" \
     --export="ALL,GUARDCTL_STORE=$STORE,PYTHON=$PYTHON,TRAIN=$here/train.py,TRAIN_ARGS=$args" \
     "$here/job.sbatch")
 job=${job%%;*}

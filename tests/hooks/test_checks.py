@@ -8,6 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from hooktools import write_straggler_job
+
 from guardctl import layout
 from guardctl.config import Settings, load_settings
 from guardctl.hooks.registry import HookContext, checks, guarded
@@ -104,27 +106,6 @@ def test_recent_hardware_xid_fails_an_application_xid_does_not(tmp_path: Path) -
 
 def test_epilog_straggler_summary(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    for node, compute in (("node1", 1.0), ("node2", 1.02), ("node3", 1.4)):
-        path = layout.step_file(root, "42", node, 0, 1e9)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            "".join(
-                schema.dumps(
-                    schema.make_record(
-                        "step",
-                        node,
-                        1e9 + s,
-                        job="42",
-                        rank=0,
-                        step=s,
-                        step_s=1.5,
-                        compute_s=compute,
-                        comm_s=1.5 - compute,
-                    )
-                )
-                + "\n"
-                for s in range(5)
-            )
-        )
+    write_straggler_job(root)
     summary = straggler_summary(root, "42")
     assert summary == "job 42: straggler(s) node3; slowest node3 compute 1.4 s vs job median 1.02 s"

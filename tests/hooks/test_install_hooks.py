@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hooktools import write_straggler_job
 from labtools import job_guardctl
 
-from guardctl import layout
 from guardctl import store as shared_store
 from guardctl.config import load_settings
 from guardctl.errors import ExitCode
 from guardctl.hooks.install import SCRIPTS, conf_lines, merged_flags, read_conf
 from guardctl.hooks.run import run_hook
-from guardctl.telemetry import schema
 
 REPO = Path(__file__).resolve().parents[2]
 GUARDCTL = str(Path(sys.executable).parent / "guardctl")
@@ -158,28 +157,7 @@ def test_the_straggler_summary_reaches_syslog_when_the_epilog_passes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path / "store"
-    for node, compute in (("node1", 1.0), ("node2", 1.02), ("node3", 1.4)):
-        path = layout.step_file(root, "42", node, 0, 1e9)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            "".join(
-                schema.dumps(
-                    schema.make_record(
-                        "step",
-                        node,
-                        1e9 + s,
-                        job="42",
-                        rank=0,
-                        step=s,
-                        step_s=1.5,
-                        compute_s=compute,
-                        comm_s=1.5 - compute,
-                    )
-                )
-                + "\n"
-                for s in range(5)
-            )
-        )
+    write_straggler_job(root)
     logged: list[tuple[int, str]] = []
     # The boundary: syslog(3) itself (no syslog daemon in the test machine to read back).
     monkeypatch.setattr(syslog, "syslog", lambda priority, line: logged.append((priority, line)))
