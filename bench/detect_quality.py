@@ -11,6 +11,14 @@ in any pass, is a false positive. Time to detect is in windows (5 min).
 Targets: precision and recall >= 0.98, zero false positives on clean fleets,
 detection within two windows of onset.
 
+Fabric localisation (``--fabric-seeds``, 3 by default, 2 with ``--quick``; 0 leaves it out):
+per fleet size and seed, one trace per fabric fault kind (a degraded leaf, a flapping uplink,
+a congested spine group, one bad cable) with one of each node fault beside it, and one with
+node faults only; the controller's classification runs every 60 s with the network tree and
+without it (today). Per kind: precision and recall of the component named, time to localise
+(windows from onset to the first pass naming it), and the nodes behind the fault (without a
+node fault of their own) that the classification would act on, without and with the tree.
+
 ``--scrape 10,30`` also judges each trace as a Prometheus source would see it: the
 GPU and NIC records rendered as the series dcgm-exporter and node_exporter scraping
 every 10 s / 30 s would hold, read back through the source's own mapping
@@ -32,6 +40,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +48,9 @@ from guardctl.analyze import Frame, load
 from guardctl.analyze.frame import concat
 from guardctl.config import Settings
 from guardctl.simulate import Truth, simulate
-from guardctl.simulate.score import Score, score_trace
+from guardctl.simulate.faults import FABRIC
+from guardctl.simulate.fleet import tree
+from guardctl.simulate.score import FabricScore, Score, score_fabric, score_trace
 from guardctl.sources.dcgm_fields import exporter_series
 from guardctl.sources.prometheus import matrices, to_frame
 from guardctl.telemetry.schema import read_path
@@ -187,6 +198,86 @@ def table(result: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+NODE_FAULTS_ONLY = "none (node faults only)"
+
+
+def fabric_run(sizes: list[int], seeds: list[int], workdir: Path) -> dict[str, dict[str, Any]]:
+    """Localisation per fabric fault kind over every size and seed (see the module's text)."""
+    settings = Settings()
+    acc: dict[str, dict[str, Any]] = {}
+    for nodes in sizes:
+        for seed in seeds:
+            for kind in [*FABRIC.names(), NODE_FAULTS_ONLY]:
+                out = workdir / f"fabric-n{nodes}-s{seed}-{kind.split()[0]}"
+                spec = "all:1" if kind == NODE_FAULTS_ONLY else f"all:1,{kind}"
+                truth = simulate(out, nodes=nodes, duration=1800, seed=seed, faults=spec)
+                topo = tree(truth.nodes, truth.leaf_size)
+                found = score_fabric(load(out, settings), truth, settings, topo, step_s=60)
+                _add_fabric(acc.setdefault(kind, _fabric_acc()), found)
+                print(f"fabric {kind} {nodes} nodes seed {seed}: {_one(found)}", file=sys.stderr)
+    return acc
+
+
+def _fabric_acc() -> dict[str, Any]:
+    return {
+        "traces": 0,
+        "faults": 0,
+        "localised": 0,
+        "wrong": 0,
+        "ttl": [],
+        "drains_today": 0,
+        "drains_with": 0,
+        "node_faults_today": 0,
+        "node_faults_with": 0,
+    }
+
+
+def _add_fabric(acc: dict[str, Any], s: FabricScore) -> None:
+    acc["traces"] += 1
+    acc["faults"] += len(s.faults)
+    acc["localised"] += len(s.ttl)
+    acc["wrong"] += len(s.wrong)
+    acc["ttl"] += [round(float(x), 3) for x in s.ttl.values()]
+    acc["drains_today"] += len(s.drains_today)
+    acc["drains_with"] += len(s.drains_with)
+    acc["node_faults_today"] += len(s.node_faults_today)
+    acc["node_faults_with"] += len(s.node_faults_with)
+
+
+def _one(s: FabricScore) -> str:
+    return json.dumps(
+        {
+            "localised": sorted(s.ttl),
+            "wrong": sorted(s.wrong),
+            "drains_today": len(s.drains_today),
+            "drains_with": len(s.drains_with),
+        }
+    )
+
+
+def fabric_table(acc: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| fabric fault | traces | component precision | component recall | time to localise, "
+        "windows: median / max | wrong components named | nodes behind it acted on: "
+        "today / with the tree (drains avoided) | injected node faults acted on: today / with "
+        "the tree |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for kind, a in acc.items():
+        named = a["localised"] + a["wrong"]
+        precision = f"{a['localised'] / named:.3f}" if named else "-"
+        recall = f"{a['localised'] / a['faults']:.3f}" if a["faults"] else "-"
+        ttl = np.array(a["ttl"]) if a["ttl"] else None
+        when = f"{np.median(ttl):.2f} / {ttl.max():.2f}" if ttl is not None else "-"
+        avoided = a["drains_today"] - a["drains_with"]
+        lines.append(
+            f"| {kind} | {a['traces']} | {precision} | {recall} | {when} | {a['wrong']} "
+            f"| {a['drains_today']} / {a['drains_with']} ({avoided}) "
+            f"| {a['node_faults_today']} / {a['node_faults_with']} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 sizes x 3 seeds")
@@ -198,26 +289,39 @@ def main() -> int:
         help="also judge the traces as exporter series scraped every S seconds (e.g. 10,30)",
     )
     parser.add_argument("--sizes", default="", metavar="N[,N...]", help="fleet sizes, in nodes")
+    parser.add_argument(
+        "--fabric-seeds",
+        type=int,
+        default=None,
+        metavar="K",
+        help="seeds per size for fabric localisation (default 3, --quick 2; 0: none)",
+    )
     args = parser.parse_args()
     scrapes = [float(x) for x in args.scrape.split(",") if x]
     sizes = [32, 96] if args.quick else [32, 96, 256]
     sizes = [int(x) for x in args.sizes.split(",") if x] or sizes
     seeds = list(range(1, 4)) if args.quick else list(range(1, 9))
+    fabric_seeds = args.fabric_seeds if args.fabric_seeds is not None else 2 if args.quick else 3
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="guardctl-quality-") as tmp:
         results = run(sizes, seeds, per_kind=2, workdir=Path(tmp), scrapes=scrapes)
+        node_seconds = time.perf_counter() - t0
+        fabric = fabric_run(sizes, seeds[:fabric_seeds], Path(tmp)) if fabric_seeds else {}
     seconds = time.perf_counter() - t0
     if args.json:
         for result in results.values():
             for r in result["rows"]:  # type: ignore[attr-defined]
                 r["ttd"] = [round(x, 3) for x in r["ttd"]]
-        print(json.dumps({"results": results, "seconds": seconds}, indent=1))
+        doc = {"results": results, "fabric": fabric, "seconds": seconds}
+        print(json.dumps(doc, indent=1))
     else:
         for label, result in results.items():
             if len(results) > 1:
                 print(f"\n### {label}\n")
             print(table(result))
-        print(f"\n({seconds:.0f} s)")
+        print(f"\n({node_seconds:.0f} s)")
+        if fabric:
+            print(f"\n{fabric_table(fabric)}\n\n({seconds - node_seconds:.0f} s)")
     return 0
 
 

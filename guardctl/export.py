@@ -15,9 +15,11 @@ rules): each controller host's last pass (``guardctl_control_*``: when, how long
 led, acted, observed only or was held back, or failed; from the files
 :func:`guardctl.controller.record.write_pass` rewrites each pass), the action log's counts
 (node actions by outcome, the controller's decisions by outcome, refusals included, sweep
-verdicts, observe-only's paper steps, failing hooks, intents a crash left open), and whether
-the store can be written. The export is the one exporter: a controller that stopped passing
-is seen by the pass time it no longer advances.
+verdicts, observe-only's paper steps, failing hooks, intents a crash left open), the fabric
+findings open in it (``guardctl_fabric_finding*``: a leaf switch, an uplink, a spine group or a
+node's link at fault, with its confidence and its nodes), and whether the store can be written.
+The export is the one exporter: a controller that stopped passing is seen by the pass time it
+no longer advances.
 """
 
 from __future__ import annotations
@@ -120,6 +122,7 @@ class _Metrics(Collector):
         if self.export.store is not None:
             yield from _controller(self.export.store.passes)
             yield from _log(self.export.store)
+            yield from _fabric(self.export.store.entries)
 
 
 def _verdicts(result: Analysis) -> Iterator[GaugeMetricFamily]:
@@ -371,6 +374,54 @@ def _log(state: StoreState) -> Iterator[Family]:
         gauge = _gauge(name, doc)
         gauge.add_metric([], float(ok))
         yield gauge
+
+
+def _fabric(entries: Sequence[Entry]) -> Iterator[GaugeMetricFamily]:
+    """The fabric findings open in the controller's log, one series each per component."""
+    from guardctl.controller.fabric import fabric_now
+
+    labels = ["component", "kind"]
+    families = [
+        (
+            _gauge(
+                "guardctl_fabric_finding",
+                "1 for each fabric component the controller holds at fault now (a leaf "
+                "switch, an uplink, a spine group or a node's link; no node action for it).",
+                labels,
+            ),
+            lambda _f: 1.0,
+        ),
+        (
+            _gauge(
+                "guardctl_fabric_finding_confidence",
+                "How sure the localisation is that the component is at fault (0..1).",
+                labels,
+            ),
+            lambda f: float(f.get("confidence") or 0.0),
+        ),
+        (
+            _gauge(
+                "guardctl_fabric_finding_nodes",
+                "The nodes whose traffic goes through the component at fault.",
+                labels,
+            ),
+            lambda f: float(len(f.get("nodes") or ())),
+        ),
+        (
+            _gauge(
+                "guardctl_fabric_quarantined_nodes",
+                "Nodes the controller holds quarantined for the component "
+                "(control.fabric_quarantine).",
+                labels,
+            ),
+            lambda f: float(len(f.get("quarantined") or ())),
+        ),
+    ]
+    found = fabric_now(entries)
+    for family, value in families:
+        for f in found:
+            family.add_metric([str(f.get("component", "")), str(f.get("kind", ""))], value(f))
+        yield family
 
 
 def _registry(export: Export | Analysis) -> CollectorRegistry:

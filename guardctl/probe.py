@@ -27,12 +27,23 @@ otherwise, as do the rank's parallel role (``pp_stage``, ``dp_rank``,
 ``tp_rank``); *samples* says how much work a step was. :func:`last` gives the
 last step's times. ``GUARDCTL_STORE`` names the store. A step
 costs a few microseconds: it only takes timestamps and appends to a bounded
-in-memory queue. A background thread writes the queue to the store every
-second; when the queue is full, steps are dropped and counted, never waited
-for. :func:`flush` writes what is queued; it also runs at exit. When the store
-does not take them (a ``steps/`` directory the job's user cannot write, a full
-disk), the probe says so once on stderr, keeps them in memory (up to the
-queue's size) and retries, and says so again once they are written.
+in-memory queue. A background thread hands the queue over every second; when
+the queue is full, steps are dropped and counted, never waited for.
+:func:`flush` hands over what is queued; it also runs at exit.
+
+Where the node agent runs, the steps go to it over its node-local socket
+(``/run/guardctl/agent.sock``, or ``$GUARDCTL_AGENT_SOCKET``;
+:mod:`guardctl.agent.handoff`) and the agent appends them to the store with the
+node's own records: ranks never write the shared filesystem. The probe keeps
+every step until the agent has answered for it, so an agent that restarts
+loses none (up to the queue's size; more are dropped and counted, and the
+count goes to the agent's status). Where no agent socket is there (a laptop, a
+CI job), or the agent stays unreachable for ``AGENT_WAIT_S``, or it writes
+another store, the probe says so once on stderr and writes
+``<store>/steps/<job>/`` itself. When the store does not take them (a
+``steps/`` directory the job's user cannot write, a full disk), the probe says
+so once on stderr, keeps them in memory (up to the queue's size) and retries,
+and says so again once they are written.
 
 Where no single mark separates a rank's own work from its waiting (FSDP
 gathers parameters before every unit's forward, and each gather waits for the
@@ -66,6 +77,7 @@ from types import TracebackType
 from typing import Any
 
 from guardctl import identity, layout
+from guardctl.agent.handoff import AgentLink, Refused, socket_path, store_id
 from guardctl.telemetry.mirror import Mirror
 from guardctl.telemetry.schema import dumps, make_record, parse_line
 from guardctl.telemetry.writer import BufferedStore, LineWriter
@@ -80,6 +92,11 @@ _writer_log.addHandler(logging.NullHandler())
 ENV_STORE = "GUARDCTL_STORE"
 LOCAL_JOB = "local"
 DEFAULT_QUEUE = 100_000
+# How long steps wait for an agent whose socket is there but does not answer (restarting)
+# before the probe writes them to the store itself.
+AGENT_WAIT_S = 120.0
+# How often a probe without an agent looks for its socket again (an agent started later).
+LOOK_EVERY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -177,6 +194,7 @@ class Probe:
         flush_interval_s: float = 1.0,
         cuda_events: bool = False,
         role: Role | None = None,
+        agent_socket: str | None = None,
     ) -> None:
         if queue_size < 1 or flush_interval_s <= 0:
             raise ValueError("probe: queue_size must be >= 1 and flush_interval_s > 0")
@@ -206,6 +224,16 @@ class Probe:
         self._hour = -1
         self._path = Path()
         self._head = ""
+        self._head_ok = False
+        # The node agent's socket ("" for none) and what waits for its answer.
+        self._agent_path = socket_path(who.node, agent_socket)
+        self._link: AgentLink | None = None
+        self._outbox: deque[tuple[float, str]] = deque()
+        self._look_at = 0.0
+        self._down_since: float | None = None
+        self._store_id = ""
+        self._said: set[str] = set()
+        self.handed_over = 0
         self._reset_thread()
 
     def _reset_thread(self) -> None:
@@ -305,6 +333,8 @@ class Probe:
             self._reset_thread()
             self._queue.clear()
             self._store = None
+            self._link = None  # the parent's connection
+            self._outbox.clear()
         self._thread = threading.Thread(target=self._flush_loop, name="guardctl-probe", daemon=True)
         self._thread.start()
 
@@ -333,40 +363,51 @@ class Probe:
             compute_s = max(0.0, step_s - summed)
         return step_s, compute_s, max(0.0, step_s - compute_s)
 
-    def _line(self, item: tuple[Any, ...]) -> tuple[Path, str]:
+    def _record(self, item: tuple[Any, ...]) -> tuple[float, str]:
+        """One queued step as its time and its record's line."""
         number, ts, t0, tc, t1, samples, comm = item
         step_s, compute_s, comm_s = self._durations(t0, tc, t1, comm)
+        if not self._head_ok:
+            self._set_head()
+        return ts, self._line_text(number, ts, step_s, compute_s, comm_s, samples)
+
+    def _set_head(self) -> None:
+        # The fixed part of every line, checked once through the schema's make_record; per
+        # step only numbers are formatted (µs are plenty).
+        who = self.who
+        head = dumps(
+            make_record(
+                "step",
+                who.node,
+                0.0,
+                job=self.job,
+                rank=who.rank,
+                step=0,
+                step_s=0.0,
+                compute_s=0.0,
+                comm_s=0.0,
+                samples=1,
+                **self.role.fields(),
+            )
+        )
+        role = "".join(f',"{k}":{v}' for k, v in self.role.fields().items())
+        self._head = (
+            f'{{"v":1,"kind":"step","node":{json.dumps(who.node)},'
+            f'"job":{json.dumps(self.job)},"rank":{int(who.rank)}{role}'
+        )
+        if parse_line(self._line_text(0, 0.0, 0.0, 0.0, 0.0, 1)) != json.loads(head):
+            raise RuntimeError("probe: step line format disagrees with the schema")
+        self._head_ok = True
+
+    def _file_of(self, ts: float) -> Path:
+        """This rank's own step file for *ts* (written directly, without an agent)."""
         hour = int(ts // 3600)
         if hour != self._hour:
             who = self.who
             self._hour = hour
             self._path = layout.step_file(self.root, self.job, who.node, who.rank, ts)
             _make_job_dir(self._path.parent)
-            # The fixed part of every line, checked once through the schema's
-            # make_record; per step only numbers are formatted (µs are plenty).
-            head = dumps(
-                make_record(
-                    "step",
-                    who.node,
-                    0.0,
-                    job=self.job,
-                    rank=who.rank,
-                    step=0,
-                    step_s=0.0,
-                    compute_s=0.0,
-                    comm_s=0.0,
-                    samples=1,
-                    **self.role.fields(),
-                )
-            )
-            role = "".join(f',"{k}":{v}' for k, v in self.role.fields().items())
-            self._head = (
-                f'{{"v":1,"kind":"step","node":{json.dumps(who.node)},'
-                f'"job":{json.dumps(self.job)},"rank":{int(who.rank)}{role}'
-            )
-            if parse_line(self._line_text(0, 0.0, 0.0, 0.0, 0.0, 1)) != json.loads(head):
-                raise RuntimeError("probe: step line format disagrees with the schema")
-        return self._path, self._line_text(number, ts, step_s, compute_s, comm_s, samples)
+        return self._path
 
     def _line_text(
         self,
@@ -389,24 +430,116 @@ class Probe:
             self._root = store_from_env()
         return self._root
 
-    def flush(self) -> bool:
-        """Write every queued step now; True if the store took them all. Never raises."""
+    def flush(self, *, final: bool = False) -> bool:
+        """Hand over every queued step now; True if the agent or the store took them all.
+
+        *final* (at exit): what the agent does not take now is written to the store
+        directly, as there is no later. Never raises.
+        """
         with self._lock:
             items = []
             while self._queue:
                 items.append(self._queue.popleft())
             try:
-                if self._store is None:
-                    writer = LineWriter(mirror=Mirror())  # the analyzer reads the mirror
-                    self._store = BufferedStore(self.queue_size, _writer_log, writer)
-                was_writable = self._store.state.writable
-                done = self._store.write(self._line(item) for item in items)
-                self._say_transition(was_writable)
-                return done
+                lines = [self._record(item) for item in items]
+                if self._use_agent():
+                    return self._to_agent(lines, final)
+                return self._to_store(lines)
             except Exception as exc:  # a training job must never die of its probe
                 self.dropped += len(items)
                 log.warning("guardctl probe: %d steps dropped: %s", len(items), exc)
                 return False
+
+    def _use_agent(self) -> bool:
+        """Whether the node's agent takes this rank's steps (its socket is there)."""
+        if self._link is not None or not self._agent_path:
+            return self._link is not None
+        now = time.monotonic()
+        if now < self._look_at:
+            return False
+        self._look_at = now + LOOK_EVERY_S
+        link = AgentLink(self._agent_path)
+        if link.present():
+            self._link = link
+            return True
+        self._say_once(
+            "direct",
+            f"no node agent on this node ({self._agent_path} is not there): writing step "
+            f"records to {self.root}/steps directly",
+        )
+        return False
+
+    def _to_agent(self, lines: list[tuple[float, str]], final: bool = False) -> bool:
+        assert self._link is not None
+        self._outbox.extend(lines)
+        over = len(self._outbox) - self.queue_size
+        for _ in range(max(0, over)):
+            self._outbox.popleft()  # the oldest go first, as the store's buffer does
+        self.dropped += max(0, over)
+        if not self._outbox:
+            return True
+        if not self._store_id:
+            self._store_id = store_id(self.root)
+        try:
+            taken = self._link.send(
+                [text for _, text in self._outbox], self.dropped, self._store_id
+            )
+        except Refused as exc:
+            for _ in range(exc.taken):
+                self._outbox.popleft()  # answered for before the refusal: the agent's
+            self._link.close()
+            self._link, self._agent_path = None, ""  # for good: this agent is not the rank's
+            self._say_once("store", f"{exc}: writing step records to {self.root}/steps directly")
+            return self._to_store([])
+        self.handed_over += taken
+        for _ in range(taken):
+            self._outbox.popleft()
+        if not self._outbox:
+            if self._down_since is not None:
+                self._down_since = None
+                self._say(f"the node agent at {self._agent_path} takes step records again")
+            return True
+        now = time.monotonic()
+        if final:
+            self._say(
+                f"the node agent at {self._agent_path} did not take the last "
+                f"{len(self._outbox)} steps before exit: writing them to {self.root}/steps"
+            )
+            return self._to_store([])
+        if self._down_since is None:
+            self._down_since = now
+            self._say(
+                f"the node agent at {self._agent_path} does not answer: keeping up to "
+                f"{self.queue_size} steps in memory and retrying"
+            )
+        elif now - self._down_since >= AGENT_WAIT_S:
+            self._say_once(
+                "gone",
+                f"the node agent at {self._agent_path} has not answered for "
+                f"{AGENT_WAIT_S:.0f} s: writing the waiting steps to {self.root}/steps directly",
+            )
+            return self._to_store([])
+        return False
+
+    def _to_store(self, lines: list[tuple[float, str]]) -> bool:
+        """Write *lines* (after any the agent never took) to this rank's own step file."""
+        waiting = list(self._outbox) + lines
+        self._outbox.clear()
+        if self._store is None:
+            writer = LineWriter(mirror=Mirror())  # the analyzer reads the mirror
+            self._store = BufferedStore(self.queue_size, _writer_log, writer)
+        was_writable = self._store.state.writable
+        done = self._store.write((self._file_of(ts), text) for ts, text in waiting)
+        self._say_transition(was_writable)
+        return done
+
+    def _say(self, text: str) -> None:
+        _say(f"guardctl probe: job {self.job} rank {self.who.rank} on {self.who.node}: {text}")
+
+    def _say_once(self, topic: str, text: str) -> None:
+        if topic not in self._said:
+            self._said.add(topic)
+            self._say(text)
 
     def _say_transition(self, was_writable: bool) -> None:
         # Once when the store stops taking this rank's steps, once when it takes them again.
@@ -429,12 +562,13 @@ class Probe:
             _say(f"{who}: step records written again ({state.dropped} steps dropped so far)")
 
     def stats(self) -> dict[str, int]:
-        """Steps queued, written, waiting for the store, and dropped so far."""
+        """Steps queued, handed to the agent, written, waiting, and dropped so far."""
         state = self._store.state if self._store else None
         return {
             "queued": len(self._queue),
+            "handed_over": self.handed_over,
             "written": state.written if state else 0,
-            "buffered": state.buffered if state else 0,
+            "buffered": (state.buffered if state else 0) + len(self._outbox),
             "dropped": self.dropped + (state.dropped if state else 0),
         }
 
@@ -477,8 +611,12 @@ def configure(
     pp_stage: int | None = None,
     dp_rank: int | None = None,
     tp_rank: int | None = None,
+    agent_socket: str | None = None,
 ) -> Probe:
     """Set up the module's probe (anything not given comes from the environment).
+
+    *agent_socket* is the node agent's socket (default ``$GUARDCTL_AGENT_SOCKET``, else
+    ``/run/guardctl/agent.sock``; ``""``: write the store directly, never through an agent).
 
     *pp_stage*, *dp_rank* and *tp_rank* are this rank's pipeline stage and
     data- and tensor-parallel ranks, where the job has them: step records carry
@@ -501,6 +639,7 @@ def configure(
         flush_interval_s=flush_interval_s,
         cuda_events=cuda_events,
         role=Role(pp_stage, dp_rank, tp_rank),
+        agent_socket=agent_socket,
     )
     return _default
 
@@ -540,9 +679,14 @@ def flush() -> bool:
     return _default.flush() if _default is not None else True
 
 
+def _flush_at_exit() -> None:
+    if _default is not None:
+        _default.flush(final=True)
+
+
 def stats() -> dict[str, int]:
     """Counters of the module's probe: queued, written, buffered, dropped."""
     return _probe().stats()
 
 
-atexit.register(flush)
+atexit.register(_flush_at_exit)

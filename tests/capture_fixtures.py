@@ -1,6 +1,6 @@
 """Capture the Slurm fixtures of tests/fixtures/slurm-<release>/ from a real lab.
 
-    GUARDCTL_LAB_RELEASE=24.11 python3 tests/capture_fixtures.py [--only blocked]  # as root
+    GUARDCTL_LAB_RELEASE=24.11 python3 tests/capture_fixtures.py [--only blocked|topology]
 
 Starts a private 6-node lab of that release and puts it in every state the
 parser must know: node1 runs a job, node2 is drained (and a job pending on
@@ -8,7 +8,10 @@ it), node3 is in a plain reservation (RESERVED), node4 in a maintenance
 reservation (MAINTENANCE+RESERVED), node5 is set DOWN, node6 stays idle.
 On 24.11 and newer a second, 4-node lab puts every node in one topology block
 (topology/block) and runs an ``--exclusive=topo`` job on node1, which leaves
-node2-node4 BLOCKED (``blocked/``).  Then it saves each read command's output
+node2-node4 BLOCKED (``blocked/``).  ``topology/`` holds what ``scontrol show topology``
+prints with no topology plugin, a topology/tree of two spine groups over three leaves, and
+(24.11 and newer) a topology/block of two blocks in one aggregation, each from a lab of its own
+(``--only topology`` captures just these).  Then it saves each read command's output
 (its default JSON, and each data_parser version the release accepts) with the
 lab's paths, host name and cluster name replaced by fixed words, so the files
 name no machine.  A command the release does not have is written down in ``unsupported.txt``.
@@ -134,10 +137,64 @@ def capture_blocked(out: Path) -> list[str]:
             lab.down(purge=True, check=False)
 
 
+# topology.conf of the tree lab: leaves s1, s2 under spine s10, leaf s3 under spine s11, root s0.
+TREE = """SwitchName=s1 Nodes=node[1-2]
+SwitchName=s2 Nodes=node[3-4]
+SwitchName=s3 Nodes=node[5-6]
+SwitchName=s10 Switches=s[1-2]
+SwitchName=s11 Switches=s3
+SwitchName=s0 Switches=s[10-11]
+"""
+BLOCKS = "BlockName=b1 Nodes=node[1-2]\nBlockName=b2 Nodes=node[3-4]\nBlockSizes=2,4\n"
+
+
+def capture_topology(out: Path) -> list[str]:
+    """``scontrol show topology`` of each plugin the release has (topology/<plugin>.txt)."""
+    out.mkdir(parents=True, exist_ok=True)
+    plugins = {"none": ("", "", 2), "tree": ("topology/tree", TREE, 6)}
+    if tuple(int(p) for p in lab_release().split(".")) >= (24, 11):
+        plugins["block"] = ("topology/block", BLOCKS, 4)
+    unsupported = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (plugin, conf, nodes) in plugins.items():
+            up_args: list[str] = []
+            if plugin:
+                Path(tmp, f"{name}.extra").write_text(f"TopologyPlugin={plugin}\n")
+                Path(tmp, f"{name}.topology").write_text(conf)
+                up_args = [
+                    "--conf-extra",
+                    f"{tmp}/{name}.extra",
+                    "--topology",
+                    f"{tmp}/{name}.topology",
+                ]
+            lab = Lab.start(nodes=nodes, up_args=up_args)
+            try:
+                (out / "version.txt").write_text(lab.sh("sinfo", "--version").stdout)
+                proc = lab.sh("scontrol", "show", "topology", check=False)
+                (out / f"{name}.txt").write_text(scrub(proc.stdout, lab))
+                (out / f"{name}.stderr.txt").write_text(scrub(proc.stderr, lab))
+                as_json = lab.sh("scontrol", "--json", "show", "topology", check=False)
+                try:
+                    json.loads(as_json.stdout)
+                except ValueError:
+                    why = " ".join(as_json.stderr.split())[:160]
+                    if as_json.returncode == 0:
+                        why = "accepted, but prints the text form (no JSON)"
+                    unsupported.append(f"scontrol --json show topology ({name}): {why}")
+            finally:
+                lab.down(purge=True, check=False)
+    (out / "unsupported.txt").write_text("\n".join(unsupported) + "\n")
+    return unsupported
+
+
 def main() -> int:
     release = lab_release()
     out = FIXTURES / f"slurm-{release}"
     missing: list[str] = []
+    if sys.argv[1:] == ["--only", "topology"]:
+        missing += capture_topology(out / "topology")
+        print(f"captured Slurm {release}'s topology; {len(missing)} forms unsupported")
+        return 0
     if sys.argv[1:] != ["--only", "blocked"]:
         out.mkdir(exist_ok=True)
         lab = Lab.start(nodes=6)
@@ -148,6 +205,8 @@ def main() -> int:
             with contextlib.suppress(subprocess.CalledProcessError, TimeoutError):
                 lab.cancel_all_jobs()
             lab.down(purge=True, check=False)
+    if sys.argv[1:] != ["--only", "blocked"]:
+        missing += capture_topology(out / "topology")
     if tuple(int(p) for p in release.split(".")) >= (24, 11):
         (out / "blocked").mkdir(parents=True, exist_ok=True)
         missing += capture_blocked(out / "blocked")

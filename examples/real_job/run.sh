@@ -61,6 +61,10 @@ persist_k = 2
 persist_n = 3
 [agent]
 interval_s = 2.0
+# The store is appended to every 10 s by default: as often as a sample here, for 8 s windows.
+write_interval_s = 2.0
+# The lab's nodes share one host: each agent listens for its own node's ranks.
+handoff_socket = "$DIR/agent-{node}.sock"
 # No InfiniBand here: a recorded sysfs tree of 8 healthy NDR ports.
 sysfs_root = "$repo/tests/fixtures/sysfs/ib8"
 [control]
@@ -74,17 +78,28 @@ pids=()
 job=""
 cleanup() {
     local pid
+    # The job first, then the agents: its ranks hand their last steps to the agents at exit.
+    if [[ -n $job ]]; then
+        scancel "$job" 2>/dev/null || true
+        for _ in $(seq 100); do [[ -z $(squeue -h -j "$job" 2>/dev/null) ]] && break; sleep 0.2; done
+    fi
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-    [[ -z $job ]] || scancel "$job" 2>/dev/null || true
 }
 trap cleanup EXIT
 
-# 2. An agent per node, each with its own status file (the lab's nodes share one host).
+# 2. An agent per node, each with its own status file and rank socket (the lab's nodes share
+#    one host).
 for i in $(seq 1 "$NODES"); do
     "$GUARDCTL" --config "$CONFIG" --set agent.status_file="$DIR/agent-node$i.json" \
         agent --node "node$i" >"$DIR/agent-node$i.log" 2>&1 &
     pids+=($!)
+done
+
+# Each agent's socket before the job starts: a rank that finds none writes the store itself.
+for i in $(seq 1 "$NODES"); do
+    for _ in $(seq 150); do [[ -S $DIR/agent-node$i.sock ]] && break; sleep 0.2; done
+    [[ -S $DIR/agent-node$i.sock ]] || say "node$i's agent has no socket yet: its ranks write the store"
 done
 
 # 3. The user's job: a rank per node; SLOW_NODE's ranks really compute slower.
@@ -98,7 +113,7 @@ fi
 args="--seconds $JOB_SECONDS --slow-node $SLOW_NODE --slow-factor $SLOW_FACTOR"
 job=$(cd "$DIR/jobs" && "${submit[@]}" sbatch --parsable -N "$NODES" -w "node[1-$NODES]" \
     -o "$DIR/jobs/train-%j.out" \
-    --export="ALL,GUARDCTL_STORE=$STORE,PYTHON=$PYTHON,TRAIN=$here/train.py,TRAIN_ARGS=$args" \
+    --export="ALL,GUARDCTL_STORE=$STORE,GUARDCTL_AGENT_SOCKET=$DIR/agent-{node}.sock,PYTHON=$PYTHON,TRAIN=$here/train.py,TRAIN_ARGS=$args" \
     "$here/job.sbatch")
 job=${job%%;*}
 until [[ $(squeue -h -j "$job" -o %T) == RUNNING ]]; do sleep 0.5; done

@@ -2,12 +2,16 @@
 
 The agent is a foreground process (systemd runs it; see
 ``contrib/guardctl-agent.service``). One sample: start every collector in its
-own thread, wait for each until its timeout, write what came back, and one health
-record (kind ``agent``) per collector, as one batch
-to ``<store>/telemetry/<node>/<hour>.jsonl`` and rewrite the local status file
-with each collector's health; at most once a minute, after a batch the store took, the node's
-clock heartbeat (:mod:`guardctl.clock`). SIGTERM or SIGINT ends it after the sample in
-progress, writing what is buffered if the store lets it.
+own thread, wait for each until its timeout, and queue what came back, and one health
+record (kind ``agent``) per collector. The node's training ranks hand their step records
+to the agent over a node-local socket (:mod:`guardctl.agent.handoff`), so the agent is the
+node's one writer on the shared filesystem: every ``write_interval_s`` it appends everything
+queued, of every kind, as one batch (one write, one fsync) to
+``<store>/telemetry/<node>/<hour>.jsonl``, and rewrites the local status file with each
+collector's health; at most once a minute, after a batch the store took, the node's
+clock heartbeat (:mod:`guardctl.clock`). A crash loses what was queued, at most one
+``write_interval_s``. SIGTERM or SIGINT ends it after the sample in progress, writing what
+is queued and buffered if the store lets it.
 
 The agent writes only into the store that ``guardctl store init`` marked: where the marker is
 missing (the shared filesystem is not mounted, so its mount point is a local directory) the
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from guardctl import clock, collectors, layout, store
+from guardctl.agent.handoff import Inbox, socket_path
 from guardctl.agent.slot import CollectorSlot
 from guardctl.collectors import Collector, Record
 from guardctl.errors import StoreError
@@ -79,6 +84,9 @@ class Agent:
         ]
         self.samples = 0
         self.last_ts = 0.0
+        self.inbox: Inbox | None = None  # the ranks' hand-off, while the agent runs
+        self._queued: list[tuple[Path, str]] = []
+        self._written_at = float("-inf")
         self._status_error = ""
         self._beat_at = float("-inf")
         self._states: tuple[object, ...] = ()
@@ -106,13 +114,27 @@ class Agent:
         return records
 
     def sample(self, ts: float | None = None) -> bool:
-        """Collect and write one sample; True if the store took everything queued."""
+        """Collect one sample, write it and all that is queued now; True if the store took all."""
+        return self.tick(ts, write_now=True)
+
+    def tick(
+        self, ts: float | None = None, *, at: float | None = None, write_now: bool = False
+    ) -> bool:
+        """Collect one sample; append what is queued when ``write_interval_s`` has passed.
+
+        *at* is the sample's place on the agent's grid (monotonic seconds), so that jitter does
+        not put a write off by a whole interval. True if nothing is left unwritten (queued for
+        the next write, or buffered by an outage).
+        """
         ts = time.time() if ts is None else ts
-        records = self.collect(ts)
         path = layout.node_telemetry_file(self.root, self.node, ts)
-        written = self.store.write((path, dumps(record)) for record in records)
-        if written:
-            self.beat()
+        self._queued.extend((path, dumps(record)) for record in self.collect(ts))
+        now = time.monotonic() if at is None else at
+        if write_now or now - self._written_at >= self.settings.write_interval_s:
+            self._written_at = now
+            written = self.write_queued()
+        else:
+            written = False
         self.samples += 1
         self.last_ts = ts
         states = (self.store.state.writable, *(slot.health.state for slot in self.slots))
@@ -120,6 +142,32 @@ class Agent:
             self.write_status()
             self._states = states
         return written
+
+    def write_queued(self) -> bool:
+        """Append the queued records and the ranks' step records as one batch; True if taken."""
+        items, self._queued = self._queued, []
+        if self.inbox is not None:
+            hours: dict[int, Path] = {}
+            for ts, raw in self.inbox.take():
+                hour = int(ts // 3600)
+                if hour not in hours:
+                    hours[hour] = layout.node_telemetry_file(self.root, self.node, ts)
+                items.append((hours[hour], raw.decode().rstrip("\n")))
+        # One file per hour: sorting by it (stably) keeps the batch one append per file.
+        items.sort(key=lambda item: item[0])
+        written = self.store.write(items)
+        if written:
+            self.beat()
+        return written
+
+    def open_inbox(self) -> None:
+        """Listen for this node's ranks (setting ``handoff_socket``; never fatal)."""
+        path = socket_path(self.node, self.settings.handoff_socket)
+        if not path:
+            return
+        inbox = Inbox(path, self.node, self.root, log, capacity=self.settings.buffer_records)
+        if inbox.open():
+            self.inbox = inbox
 
     def beat(self) -> None:
         """Write this host's clock heartbeat (guardctl.clock) now and then; never fatal: the
@@ -141,6 +189,7 @@ class Agent:
             "samples": self.samples,
             "interval_s": self.settings.interval_s,
             "store": {"root": str(self.root), **asdict(self.store.state)},
+            "handoff": self.inbox.stats.to_dict() if self.inbox else {"listening": False},
             "collectors": [slot.health.to_dict() for slot in self.slots],
         }
 
@@ -173,9 +222,10 @@ class Agent:
             interval,
             ", ".join(s.name for s in self.slots),
         )
+        self.open_inbox()
         next_at = time.monotonic()
         while not stop.is_set():
-            self.sample()
+            self.tick(at=next_at)
             next_at += interval
             now = time.monotonic()
             if next_at < now:  # a slow sample: skip the missed ticks, don't burst
@@ -184,9 +234,11 @@ class Agent:
         log.info("agent stopping after %d samples", self.samples)
 
     def close(self) -> None:
-        """Try once more to write what is buffered, then release collectors and files."""
-        if self.store.pending:
-            self.store.write(())
+        """Write what is queued and buffered once more, then release collectors and files."""
+        if self.inbox is not None:
+            self.inbox.close()  # no more batches: ranks keep what was not answered
+        if self._queued or self.inbox is not None or self.store.pending:
+            self.write_queued()
         if self.store.pending:
             log.warning("agent exiting with %d records not written", len(self.store.pending))
         self.write_status()

@@ -28,7 +28,7 @@ import numpy as np
 
 from guardctl import layout
 from guardctl.analyze import features as feat
-from guardctl.analyze import health, stages
+from guardctl.analyze import health, slowdown, stages
 from guardctl.analyze.detectors import Flags, load_all
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.impact import job_impact
@@ -127,6 +127,9 @@ class Analysis:
     # Nodes whose newest record is stamped after now plus ``control.max_clock_skew_s`` (a
     # clock ahead): node -> that record's time. Ignored for where the window ends.
     ahead: dict[str, float] = field(default_factory=dict)
+    # Each job's step time against its own history: a job slowed on every rank alike is the
+    # job's finding (never a node's), one too young for a baseline is unknown.
+    jobs: tuple[slowdown.JobPace, ...] = ()
 
     def counts(self) -> dict[str, int]:
         """Nodes per verdict, every verdict present (in ``VERDICTS`` order)."""
@@ -153,7 +156,13 @@ class Analysis:
             "input": {"files": self.files, "records": self.records, "bad": dict(self.bad)},
             "stages": [s.to_dict() for s in self.stages],
             "ahead": dict(self.ahead),
+            "jobs": [j.to_dict() for j in self.jobs],
         }
+
+    @property
+    def slowed(self) -> list[slowdown.JobPace]:
+        """The jobs slower than their own history on every rank alike."""
+        return [j for j in self.jobs if j.verdict == slowdown.SLOWED]
 
 
 def _num(x: float | None) -> float | None:
@@ -357,6 +366,7 @@ def analyze_frame(
         ends=step_ends,
         parts=parts,
         keep_history=keep_history,
+        job_paces=cfg.job_slowdown > 0,
     )
     flags = run_detectors(f, cfg)
     hit = _node_flags(flags, len(f.nodes), n, f.has_data)
@@ -382,7 +392,13 @@ def analyze_frame(
         (cfg.persist_k, n),
         stages.find(f, cfg.stage_imbalance, cfg.persist_k),
         ahead,
+        slowdown.find(f, hit, _pace_rule(cfg)),
     )
+
+
+def _pace_rule(cfg: AnalyzeSettings) -> slowdown.Rule:
+    windows = cfg.job_slowdown_windows or cfg.persist_k
+    return slowdown.Rule(cfg.job_slowdown, windows, cfg.own_history, cfg.min_samples)
 
 
 def _verdict(

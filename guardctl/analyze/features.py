@@ -151,6 +151,9 @@ class Features:
     has_data: np.ndarray  # (n_windows, n_nodes): enough samples to judge
     seen: np.ndarray  # (n_windows, n_nodes): any record at all
     node_job: np.ndarray  # (n_windows, n_nodes): job index or -1
+    # Per (job, window) of the windows before the judged ones: the job's step time there
+    # (:func:`job_steps`), what each job's own pace is judged against.
+    history_steps: Table = field(default_factory=Table)
 
     def window_bounds(self, w: int) -> tuple[float, float]:
         end = self.at - w * self.window_s
@@ -676,8 +679,9 @@ def own_reference(t: Table, old: Table, min_samples: int) -> None:
     t["own_windows"] = np.bincount(before, minlength=best.size)[now]
 
 
-# What a history window keeps of its rank table for later passes' own references.
-HISTORY_COLS = ("job", "rank", "per_sample", "n", "busy_hi")
+# What a history window keeps of its rank table for later passes' own references (a rank's
+# busy time) and for judging a job's pace against its own (its ranks' step times).
+HISTORY_COLS = ("job", "rank", "per_sample", "n", "busy_hi", "step_med")
 
 
 def history_rows(
@@ -721,6 +725,60 @@ def history_rows(
     old = Table({k: np.concatenate([r[k] for r in rows]) for k in HISTORY_COLS})
     keep = np.isin(old["job"], small)
     return Table({k: v[keep] for k, v in old.cols.items()})
+
+
+def job_steps(t: Table, min_samples: int) -> Table:
+    """Per (window, job) of rank rows *t* (``w``, ``job``, ``n``, ``step_med``): the job's step
+    time, the median of its ranks' median step times (ranks with at least *min_samples*
+    steps there), and how many ranks that is. Ranks wait for each other every step, so their
+    step times agree; the median keeps a rank cut short by a window's edge out of it."""
+    if not len(t):
+        return Table({k: np.empty(0, d) for k, d in _JOB_STEPS})
+    counted = np.flatnonzero(t["n"] >= min_samples)
+    inv, ranks, (w, job) = _groups(t["w"][counted], t["job"][counted].astype(np.int64))
+    step = group_median(inv, int(ranks.size), t["step_med"][counted].astype(np.float64))
+    return Table({"w": w, "job": job, "step": step, "ranks": ranks})
+
+
+_JOB_STEPS = (("w", np.int64), ("job", np.int64), ("step", np.float64), ("ranks", np.int64))
+
+
+def history_steps(
+    frame: Frame,
+    ends: np.ndarray,
+    at: float,
+    window_s: float,
+    n_windows: int,
+    history: History,
+    parts: Parts | None = None,
+) -> Table:
+    """:func:`job_steps` of every job in the *history* windows before the *n_windows* ending
+    at *at*: from the step records, or with *parts* from each window's kept rank rows
+    (:func:`history_rows` has given every one of them its rows)."""
+    pieces = []
+    if parts is None and history.windows:
+        win = assign_windows(ends, at, window_s, n_windows + history.windows)
+    for w in range(n_windows, n_windows + history.windows):
+        if parts is not None:
+            part = parts.get((at - w * window_s, window_s))
+            kept = part.history if part is not None else None
+        else:  # a window at a time: its groups' index, not three windows', is held at once
+            kept = _step_medians(frame, Rows.window(win, w))
+        if kept is not None and len(kept):
+            pieces.append(Table({**kept.cols, "w": np.full(len(kept), w, np.int64)}))
+    cols = ("w", "job", "n", "step_med")
+    joined = {k: np.concatenate([p[k] for p in pieces]) for k in cols} if pieces else {}
+    return job_steps(Table(joined), history.min_samples)
+
+
+def _step_medians(frame: Frame, rows: Rows) -> Table:
+    """Per (job, rank) of one window's step records (*rows*): its steps and its median step
+    time, as :func:`rank_table` figures them (and nothing else it figures: only the three
+    columns are picked, a third of the time of taking the records whole)."""
+    c = frame.cols["step"]
+    job, rank, step = (_picked(c, name, rows.keep) for name in ("job", "rank", "step_s"))
+    inv, counts, (job, _) = _groups(job, rank)
+    return Table({"job": job, "n": counts, "step_med": group_median(inv, counts.size, step)})
 
 
 def figure_history(
@@ -1120,6 +1178,7 @@ def extract(
     ends: np.ndarray | None = None,
     parts: Parts | None = None,
     keep_history: bool = False,
+    job_paces: bool = False,
 ) -> Features:
     """Compute every feature table for the *n_windows* windows ending at *at*.
 
@@ -1128,7 +1187,8 @@ def extract(
     where the caller keeps them from pass to pass. *parts*: windows' figures kept from
     earlier passes (by window end and length); a window not there, or whose records
     changed, is figured and added; with *keep_history*, so are the history windows' rank
-    rows (:func:`history_rows`), for a caller that lets go of their records.
+    rows (:func:`history_rows`), for a caller that lets go of their records. With
+    *job_paces*, each job's step time in the history windows too (:func:`history_steps`).
     """
     ends = step_times(frame) if ends is None else ends
     wins, counts = _assigned(frame, ends, at, window_s, n_windows)
@@ -1150,6 +1210,10 @@ def extract(
         parts if keep_history else None,
     )
     own_reference(tables["rank"], old, min_samples)
+    before = Table({})
+    if job_paces:
+        keep = parts if keep_history else None
+        before = history_steps(frame, ends, at, window_s, n_windows, history, keep)
     shape = (n_windows, len(frame.nodes))
     has_data, seen = coverage(tables, shape, interval.result(), window_s, min_samples, min_coverage)
     return Features(
@@ -1166,4 +1230,5 @@ def extract(
         has_data=has_data,
         seen=seen,
         node_job=node_job,
+        history_steps=before,
     )

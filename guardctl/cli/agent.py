@@ -76,6 +76,9 @@ def agent_command(
     if as_json and not once:
         raise UsageError("--json needs --once (the running agent reports in agent.status_file)")
     settings = _agent_settings(app, interval, node)
+    if once:
+        # The status file is the running agent's: a one-off check prints its own instead.
+        settings = dataclasses.replace(settings, status_file="")
     root = store_root or app.settings.store.root
     # At start the agent refuses a store that is not mounted (exit 8, one line), so that systemd
     # shows the unit failed; later it buffers while the marker is missing (a mount gone away).

@@ -146,6 +146,12 @@ def _print_table(result: object) -> None:
         click.echo("\nimpact: " + "; ".join(costs))
     for stage in result.stages:  # job-level: no node is to blame
         click.echo(f"\njob {stage.job}: {stage.why} (nodes {fold(stage.nodes)})")
+    for job in result.slowed:  # job-level, against its own history: no node is to blame
+        cost = job.impact or {}
+        click.echo(
+            f"\n{job.why}: {cost.get('pct', 0):g}% of each step lost, "
+            f"{cost.get('gpu_h_lost', 0):g} GPU-h in those windows (nodes {fold(job.nodes)})"
+        )
     counted = ", ".join(f"{count} {verdict}" for verdict, count in result.counts().items())
     # A job too small to compare its ranks is not a healthy finding: say how many were not.
     not_compared = _small_jobs(result)

@@ -21,6 +21,7 @@ from guardctl.cli.base import (
     main,
     pass_app,
 )
+from guardctl.controller.fabric import fabric_text
 from guardctl.controller.loop import Controller, PassReport, holder_line, serve
 from guardctl.errors import ExitCode, UsageError
 from guardctl.nodes import validate_name
@@ -39,7 +40,7 @@ def _print(report: PassReport) -> None:
         mode = f"observing only this pass, nothing changed: {report.held_back}"
     click.echo(
         f"controller pass: {mode}; {len(report.findings)} flagged, "
-        f"{len(report.fleet)} fleet-wide finding(s)"
+        f"{len(report.fleet)} fleet-wide finding(s), {len(report.fabric)} fabric finding(s)"
     )
     if report.source is not None:
         missing = ", ".join(report.source["missing"]) or "nothing"
@@ -49,6 +50,11 @@ def _print(report: PassReport) -> None:
         )
     for f in report.fleet:
         click.echo(f"fleet-wide ({f['scope']} {f['name']}): {f['why']}")
+    for f in report.fabric:
+        click.echo(fabric_text(f))
+        held = f.get("quarantine")
+        if held:
+            click.echo(f"  quarantine {len(held['nodes'])} node(s): {held['outcome']}")
     rows = [
         (d["node"], d["kind"] or "-", d["rung"], d["decision"], d["outcome"] or "-", d["why"])
         for d in report.decisions
@@ -60,7 +66,31 @@ def _print(report: PassReport) -> None:
             click.echo(describe(f["node"], f["impact"]))
 
 
+def _print_explain_component(data: dict[str, Any]) -> None:
+    f = data["finding"]
+    click.echo(f"{data['component']}: {data['state']} (topology: {data['topology']})")
+    if f:
+        click.echo(f"  confidence: {float(f['confidence']):.2f}")
+        for line in f["evidence_for"]:
+            click.echo(f"  for:        {line}")
+        for line in f["evidence_against"]:
+            click.echo(f"  against:    {line}")
+        click.echo(f"  settle:     {f['settle']}")
+    keep = "quarantined till it clears" if data["fabric_quarantine"] else "none (the default)"
+    click.echo(f"  node action: {keep} (control.fabric_quarantine)")
+    for n in data["nodes"]:
+        d = n["decision"]
+        owner = n["owner"][0] + (" for this component" if n["fabric_quarantine"] else "")
+        what = f"{d['decision']}: {d['why']}" if d else "nothing to decide"
+        click.echo(f"  node:       {n['node']}: {owner}; {what}")
+    for e in data["history"]:
+        click.echo(f"  history:    {e['evidence'].get('phase', '')}: {e['reason']}")
+
+
 def _print_explain(data: dict[str, Any]) -> None:
+    if "component" in data:
+        _print_explain_component(data)
+        return
     d, f = data["decision"], data["finding"]
     click.echo(
         f"{data['node']}: {data['owner'][0]}"
@@ -73,6 +103,8 @@ def _print_explain(data: dict[str, Any]) -> None:
         click.echo(f"  jobs:     {', '.join(map(str, data['jobs']))}")
     for fleet in data["fleet"]:
         click.echo(f"  fleet:    {fleet['why']}")
+    for fabric in data.get("fabric", ()):
+        click.echo(f"  fabric:   {fabric_text(fabric)}")
     click.echo(
         f"  decision: {d['decision']} (rung {d['rung']}): {d['why']}"
         if d
@@ -131,7 +163,8 @@ def _watch_line(watch: dict[str, Any]) -> str:
     "--explain",
     "explain_node",
     metavar="NODE",
-    help="Say why the controller chooses what it chooses for NODE; change nothing.",
+    help="Say why the controller chooses what it chooses for NODE, or what it makes of a "
+    "fabric component (leaf:s1, uplink:s1, spine:s0, link:node3); change nothing.",
 )
 @dry_run_option
 @json_option
@@ -160,7 +193,11 @@ def control(
     store.require_marked(settings.store.root)  # an unmounted store: exit 8, nothing done
     controller = Controller(settings, act=act or settings.control.act, progress=_warn)
     if explain_node is not None:
-        data = controller.explain(validate_name(explain_node))
+        data = (
+            controller.explain_component(explain_node)
+            if ":" in explain_node
+            else controller.explain(validate_name(explain_node))
+        )
         echo_json(data) if as_json else _print_explain(data)
         return
     emit = (lambda r: echo_json(r.as_dict())) if as_json else _print
@@ -194,6 +231,7 @@ def _on_change(emit: Callable[[PassReport], None]) -> Callable[[PassReport], Non
             report.acting,
             [(d["node"], d["decision"], d["why"], d["outcome"]) for d in report.decisions],
             report.fleet,
+            [(f["component"], f["nodes"], f.get("quarantine")) for f in report.fabric],
         )
         if now != last[0]:
             emit(report)

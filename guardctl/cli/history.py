@@ -20,7 +20,8 @@ from guardctl.nodes import expand_all
     "--control",
     "control_only",
     is_flag=True,
-    help="Only the controller's decisions, findings and sweeps, with their evidence.",
+    help="Only the controller's decisions, findings (fabric findings among them) and sweeps, "
+    "with their evidence.",
 )
 @json_option
 @pass_app
@@ -70,9 +71,12 @@ def controller_entries(entries: list[Entry]) -> list[Entry]:
 
 
 def evidence_line(evidence: dict[str, Any]) -> str:
-    """The evidence an operator reads first: a decision, its outcome, a verdict, a cost."""
+    """The evidence an operator reads first: a fabric component, a decision, its outcome, a
+    verdict, a cost."""
     parts = []
     for key in (
+        "component",
+        "fabric",
         "decision",
         "rung",
         "outcome",
@@ -85,6 +89,8 @@ def evidence_line(evidence: dict[str, Any]) -> str:
     ):
         if evidence.get(key) not in (None, "", []):
             parts.append(f"{key}={evidence[key]}")
+    if isinstance(evidence.get("confidence"), (int, float)):
+        parts.append(f"confidence={float(evidence['confidence']):.2f}")
     impact = evidence.get("impact")
     if isinstance(impact, dict) and "pct" in impact:
         parts.append(f"impact={impact['pct']}% {impact.get('gpu_h_per_day')} GPU-h/day")

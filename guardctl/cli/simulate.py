@@ -15,7 +15,8 @@ from guardctl.cli.base import dry_run_option, echo_json, json_option, main
 from guardctl.errors import UsageError
 from guardctl.nodes import expand
 from guardctl.simulate import DEFAULT_START, simulate
-from guardctl.simulate.faults import CONFOUNDERS, FAULTS
+from guardctl.simulate.faults import CONFOUNDERS, FABRIC, FAULTS
+from guardctl.simulate.fleet import LEAF
 
 
 @main.group("simulate", invoke_without_command=True)
@@ -47,7 +48,15 @@ from guardctl.simulate.faults import CONFOUNDERS, FAULTS
     default="all",
     show_default=True,
     help="Faults to inject: NAME[:COUNT] or NAME@NODE,... or all[:COUNT] or none. "
-    f"Known: {', '.join(FAULTS.names())}.",
+    f"Known: {', '.join(FAULTS.names())}. Fabric faults (named, never in 'all'; "
+    "NAME@LEAF, @SPINE or @NODE): " + ", ".join(FABRIC.names()) + ".",
+)
+@click.option(
+    "--leaf-size",
+    default=LEAF,
+    show_default=True,
+    type=int,
+    help="Nodes per leaf switch of the simulated network tree (written as OUT/topology.conf).",
 )
 @click.option(
     "--no-confounders",
@@ -76,6 +85,7 @@ def simulate_cmd(
     interval: str,
     seed: int,
     faults: str,
+    leaf_size: int,
     no_confounders: bool,
     no_column_files: bool,
     start: str | None,
@@ -106,6 +116,7 @@ def simulate_cmd(
         start=parse_time(start, "--start") if start else DEFAULT_START,
         dry_run=dry_run,
         column_files=not no_column_files,
+        leaf_size=leaf_size,
     )
     summary = truth.to_dict()
     if as_json:
@@ -118,5 +129,7 @@ def simulate_cmd(
     for inj in truth.faults:
         where = f" GPU {inj.gpu}" if inj.gpu is not None else f" {inj.device or ''}"
         click.echo(f"  fault {inj.kind:<16} {inj.node}{where} from {inj.onset:.0f}")
+    for fab in truth.fabric:
+        click.echo(f"  fabric {fab.kind:<15} {fab.component} from {fab.onset:.0f}")
     if not dry_run:
         click.echo(f"truth: {out / 'truth.json'}")

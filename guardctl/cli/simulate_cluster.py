@@ -13,8 +13,13 @@ from guardctl.cli.simulate import simulate_cmd
 from guardctl.errors import UsageError
 from guardctl.simulate.cluster import report
 from guardctl.simulate.cluster.params import Params
-from guardctl.simulate.cluster.policies import NAMES
-from guardctl.simulate.cluster.run import compare, control_settings
+from guardctl.simulate.cluster.policies import CHOICES, NAMES
+from guardctl.simulate.cluster.run import (
+    FABRIC_POLICIES,
+    compare,
+    compare_fabric,
+    control_settings,
+)
 
 
 @simulate_cmd.command("cluster")
@@ -33,8 +38,9 @@ from guardctl.simulate.cluster.run import compare, control_settings
     "--policy",
     "policy_names",
     multiple=True,
-    type=click.Choice(NAMES),
-    help="A policy to run (repeatable) [default: all].",
+    type=click.Choice(CHOICES),
+    help="A policy to run (repeatable) [default: all but guardctl-fabric; with --fabric: "
+    "guardctl and guardctl-fabric].",
 )
 @click.option(
     "--fault-scale", default=1.0, show_default=True, type=float, help="Every fault rate times this."
@@ -50,6 +56,12 @@ from guardctl.simulate.cluster.run import compare, control_settings
 )
 @click.option(
     "--sensitivity", is_flag=True, help="Also run fault rates x0.5 and x2 and recall 0.9."
+)
+@click.option(
+    "--fabric",
+    is_flag=True,
+    help="Add fabric faults (a degraded leaf, a flapping uplink, a bad cable, a congested "
+    "spine group) and compare today's node-only controller with the fabric-aware one.",
 )
 @click.option(
     "--report",
@@ -71,6 +83,7 @@ def cluster_cmd(
     recall: float | None,
     relapses: int | None,
     sensitivity: bool,
+    fabric: bool,
     report_dir: Path | None,
     quiet: bool,
     as_json: bool,
@@ -79,8 +92,13 @@ def cluster_cmd(
 
     Policies: none, failstop (NHC), guard (a Guard-style baseline) and guardctl (the
     controller's own decisions). Prints goodput against a fault-free run, the large jobs'
-    step-time variation, GPU-hours lost, drains and false drains per policy.
+    step-time variation, GPU-hours lost, drains and false drains per policy. With --fabric:
+    the same node faults with fabric faults beside them, today's node-only controller
+    (guardctl) against guardctl-fabric (told the cluster's tree): false drains, healthy nodes
+    quarantined and swept, GPU-hours lost to the fabric faults, time to name the component.
     """
+    if fabric and sensitivity:
+        raise UsageError("give --fabric or --sensitivity, not both")
     if report_dir is not None:
         extras.need("report", "simulate cluster --report")  # before the simulation, not after
     params = _params(nodes, gpus, days, seed, fault_scale, recall, seeds)
@@ -88,10 +106,13 @@ def cluster_cmd(
         cfg = control_settings(params, **({"relapses": relapses} if relapses is not None else {}))
     except ValueError as exc:
         raise UsageError(f"--relapses: {exc}") from exc
-    names = policy_names or NAMES
+    names = policy_names or (FABRIC_POLICIES if fabric else NAMES)
     progress = None if quiet else (lambda m: click.echo(f"simulate: {m}", err=True))
     seed_list = list(range(seed, seed + seeds))
-    result = compare(params, seed_list, names, cfg, progress)
+    if fabric:
+        result = compare_fabric(params, seed_list, names, cfg, progress)
+    else:
+        result = compare(params, seed_list, names, cfg, progress)
     cases = []
     if sensitivity:
         cases = [("as measured", result)] + [
@@ -113,6 +134,7 @@ def cluster_cmd(
     click.echo(
         f"{params.nodes} nodes ({params.nodes * params.gpus_per_node} GPUs), "
         f"{days:g} days, seeds {', '.join(map(str, seed_list))}"
+        + (", fabric faults beside the node faults" if fabric else "")
     )
     click.echo(report.table(result))
     if cases:

@@ -10,8 +10,9 @@ import click
 from guardctl.actionlog import Entry
 from guardctl.analyze.impact import describe
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
+from guardctl.controller.fabric import fabric_now, fabric_text
 from guardctl.nodeops import NodeOps
-from guardctl.nodes import expand_all
+from guardctl.nodes import expand_all, fold
 from guardctl.slurm.types import JobInfo
 
 
@@ -29,12 +30,16 @@ def status(app: AppContext, nodes: tuple[str, ...], as_json: bool) -> None:
 
     NODES are hostlist expressions (node[1-4,7]); default: every node. Reads only: intents
     left open (a crash, a Slurm timeout) are counted on stderr; the next acting command
-    reconciles them.
+    reconciles them. Below the nodes, the fabric findings open in the controller's log (a
+    leaf switch, an uplink, a spine group or a node's link at fault): the component, the nodes
+    behind it, the confidence and the evidence.
     """
     names = expand_all(nodes) if nodes else None
     ops = NodeOps(app.settings)
     rows = ops.status(names)  # reads only: reconciling changes Slurm, left to acting commands
-    costs = last_impacts(ops.log.entries(), ops.slurm.jobs())
+    entries = ops.log.entries()
+    costs = last_impacts(entries, ops.slurm.jobs())
+    fabric = fabric_now(entries)
     left = ops.open_intents()
     if left:
         click.echo(
@@ -43,7 +48,12 @@ def status(app: AppContext, nodes: tuple[str, ...], as_json: bool) -> None:
             err=True,
         )
     if as_json:
-        echo_json({"nodes": [{**r.as_dict(), "impact": costs.get(r.name)} for r in rows]})
+        echo_json(
+            {
+                "nodes": [{**r.as_dict(), "impact": costs.get(r.name)} for r in rows],
+                "fabric": fabric,
+            }
+        )
         return
     echo_table(
         [
@@ -59,6 +69,10 @@ def status(app: AppContext, nodes: tuple[str, ...], as_json: bool) -> None:
         ],
         headers=("NODE", "SLURM STATE", "GUARDCTL", "REASON", "SINCE", "IMPACT"),
     )
+    for f in fabric:
+        click.echo(f"{fabric_text(f)}; since {format_since(f['since'])}")
+        if f["quarantined"]:
+            click.echo(f"  quarantined for it: {fold(f['quarantined'])}")
 
 
 def last_impacts(entries: list[Entry], jobs: list[JobInfo]) -> dict[str, dict[str, Any]]:

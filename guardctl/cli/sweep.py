@@ -16,6 +16,7 @@ from guardctl.cli.base import (
     main,
     pass_app,
 )
+from guardctl.controller.fabric import fabric_text
 from guardctl.errors import ExitCode
 from guardctl.nodes import expand_all
 from guardctl.sweep.engine import SweepOptions, SweepReport, run_sweep
@@ -46,6 +47,8 @@ def _print(report: SweepReport) -> None:
         [(v.node, v.verdict, v.action, v.evidence) for v in report.verdicts],
         headers=("NODE", "VERDICT", "ACTION", "EVIDENCE"),
     )
+    for finding in report.fabric:  # a switch or uplink at fault: no node drained for it
+        click.echo(fabric_text(finding))
 
 
 @main.command("sweep")

@@ -20,10 +20,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from guardctl.analyze.engine import SUSPECT, Analysis, NodeVerdict
+from guardctl.analyze.fabric import (
+    NETWORK,
+    FabricFinding,
+    PairResult,
+    forming,
+    localise,
+    symptoms_of,
+)
 from guardctl.nodes import expand
 from guardctl.sections.control import ControlSettings
+from guardctl.topology import Topology
 
-Kind = Literal["transient", "persistent", "structural", "heterogeneity"]
+Kind = Literal["transient", "persistent", "structural", "heterogeneity", "fabric"]
 
 # Detectors whose flags are the hardware speaking (GPU clocks, thermals, power, memory errors,
 # XIDs, links); busy_time is the job's own measurement, host_contention is someone else's load.
@@ -73,30 +82,38 @@ class Finding:
 
 @dataclass(frozen=True)
 class FleetFinding:
-    """A common cause: too many nodes of one job, rack or the fleet flagged at once."""
+    """A common cause: too many nodes of one job, rack or the fleet flagged at once; a heavy
+    pipeline stage (scope ``stage``); or a job slower on every rank than its own history
+    (scope ``slowdown``, with what it costs the job: none of its nodes is at fault)."""
 
-    scope: Literal["job", "rack", "fleet", "stage"]
+    scope: Literal["job", "rack", "fleet", "stage", "slowdown"]
     name: str
     nodes: tuple[str, ...]
     of: int  # how many nodes the job / rack / fleet has
     why: str
+    impact: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "scope": self.scope,
             "name": self.name,
             "nodes": list(self.nodes),
             "of": self.of,
             "why": self.why,
         }
+        if self.impact is not None:
+            out["impact"] = self.impact
+        return out
 
 
 @dataclass(frozen=True)
 class Classified:
-    """Every flagged node's finding, and the fleet-wide findings that took nodes over."""
+    """Every flagged node's finding, the fleet-wide findings that took nodes over, and the
+    fabric components at fault (:mod:`guardctl.analyze.fabric`)."""
 
     findings: tuple[Finding, ...]
     fleet: tuple[FleetFinding, ...] = field(default=())
+    fabric: tuple[FabricFinding, ...] = field(default=())
 
     def of(self, node: str) -> Finding | None:
         return next((f for f in self.findings if f.node == node), None)
@@ -144,17 +161,30 @@ def _groups(nodes: Iterable[str], key: Mapping[str, str | None]) -> dict[str, li
     return out
 
 
-def classify(analysis: Analysis, cfg: ControlSettings, fleet_size: int | None = None) -> Classified:
+def classify(
+    analysis: Analysis,
+    cfg: ControlSettings,
+    fleet_size: int | None = None,
+    topology: Topology | None = None,
+    pairwise: Iterable[PairResult] = (),
+) -> Classified:
     """Classify every flagged node of *analysis* (those with evidence, suspect or not).
 
     *fleet_size* is the number of nodes Slurm knows (the fleet the fractions are of); without
-    it, the nodes the analysis saw.
+    it, the nodes the analysis saw. With the network *topology* (and any *pairwise* all-reduce
+    results), the fabric components at fault are localised first: a node whose every signal
+    is the network's, under a switch found at fault, is kind ``fabric`` (never a node action);
+    the topology's leaves serve as racks when ``[control] racks`` is empty.
     """
     flagged = [v for v in analysis.nodes if v.evidence or v.verdict == SUSPECT]
     kinds = {v.node: node_kind(v) for v in flagged}
+    fabric, by_fabric = _fabric(analysis, topology, pairwise)
+    for node, (kind, why) in by_fabric.items():
+        kinds[node] = (kind, why)
     faults = [n for n, (k, _) in kinds.items() if k == "persistent"]
     size = max(fleet_size or 0, len(analysis.nodes))
-    fleet = _fleet_wide(analysis, faults, cfg, size)
+    racks = membership(cfg.racks) if cfg.racks else _leaf_of(topology)
+    fleet = _fleet_wide(analysis, faults, cfg, size, racks)
     structural = {n: f for f in fleet for n in f.nodes}
     hetero = _heterogeneous(analysis, [n for n in faults if n not in structural], cfg)
     # A heavy stage flags none of its nodes (they are judged against their own stage): it is
@@ -168,6 +198,12 @@ def classify(analysis: Analysis, cfg: ControlSettings, fleet_size: int | None = 
             s.why,
         )
         for s in analysis.stages
+    ]
+    # A job slowed on every rank alike against its own history names no node (none of its
+    # nodes was flagged where it was slower): reported with its cost, no node action.
+    fleet += [
+        FleetFinding("slowdown", j.job, j.nodes, len(j.nodes), j.why, j.impact)
+        for j in analysis.slowed
     ]
     findings = []
     for v in flagged:
@@ -188,11 +224,56 @@ def classify(analysis: Analysis, cfg: ControlSettings, fleet_size: int | None = 
                 max((e.window_end for e in v.evidence), default=analysis.window_end),
             )
         )
-    return Classified(tuple(findings), tuple(fleet))
+    return Classified(tuple(findings), tuple(fleet), fabric)
+
+
+def _fabric(
+    analysis: Analysis, topology: Topology | None, pairwise: Iterable[PairResult]
+) -> tuple[tuple[FabricFinding, ...], dict[str, tuple[Kind, str]]]:
+    """The fabric findings, and the flagged nodes whose every signal is the network's that a
+    switch explains (node -> ("fabric", why)) or may soon (most of their leaf's nodes show
+    network symptoms, no switch named yet: node -> ("transient", why), watched, not acted on).
+    A node with a link finding of its own stays a node fault."""
+    if topology is None:
+        return (), {}
+    symptoms, judged = symptoms_of(analysis)
+    found = localise(topology, symptoms, judged, pairwise)
+    switch = {n: f for f in found if f.kind != "link" for n in f.nodes}
+    own_link = {n for f in found if f.kind == "link" for n in f.nodes}
+    arriving = forming(topology, symptoms, judged)
+    out: dict[str, tuple[Kind, str]] = {}
+    for s in symptoms:
+        if not s.signals <= NETWORK or s.node in own_link:
+            continue
+        f = switch.get(s.node)
+        if f is not None:
+            out[s.node] = (
+                "fabric",
+                f"{', '.join(sorted(s.signals))} explained by {f.component} "
+                f"(confidence {f.confidence:.2f}): the fabric's fault, not the node's",
+            )
+        elif s.node in arriving:
+            out[s.node] = (
+                "transient",
+                f"most of leaf {arriving[s.node]}'s nodes show network symptoms: a fabric "
+                "fault arriving, watched until its component is named",
+            )
+    return found, out
+
+
+def _leaf_of(topology: Topology | None) -> dict[str, str]:
+    """node -> its leaf: the tree's leaves as racks (none without a tree)."""
+    if topology is None:
+        return {}
+    return {n: leaf for leaf in topology.leaves() for n in topology.switches[leaf].nodes}
 
 
 def _fleet_wide(
-    analysis: Analysis, faults: Sequence[str], cfg: ControlSettings, fleet_size: int
+    analysis: Analysis,
+    faults: Sequence[str],
+    cfg: ControlSettings,
+    fleet_size: int,
+    racks: Mapping[str, str],
 ) -> list[FleetFinding]:
     """Jobs, racks or the fleet with more of their nodes flagged than ``[control]`` allows.
 
@@ -202,7 +283,6 @@ def _fleet_wide(
     """
     seen = [v.node for v in analysis.nodes]
     jobs = {v.node: v.job for v in analysis.nodes}
-    racks = membership(cfg.racks)
     job_members, rack_members = _groups(seen, jobs), _groups(seen, racks)
     out = [
         f

@@ -22,6 +22,13 @@ nothing and any pass, on any host, reads the same ladder:
   drained for a failed sweep, repaired, and drained again as a lemon at its next flag, on
   passes from before the repair).
 
+* a quarantine the controller took for a fabric finding (``fabric`` in its evidence: the
+  component, e.g. ``leaf:s1``), which keeps new jobs off the nodes behind that component while
+  the finding lasts and is never followed by a sweep of them.
+
+Fabric findings themselves are ``control fabric`` notes, one per component when it is found
+(or its nodes change) and one when it clears (:mod:`guardctl.controller.fabric`).
+
 Observe-only's paper ladder (``control rehearsal`` notes, :mod:`guardctl.controller.rehearsal`)
 goes to ``NodeLadder.rehearsal`` alone: what the controller would have done never counts as
 done, never quarantines a node on the real ladder and never starts its relapses over.
@@ -40,6 +47,7 @@ FRESH_START = "control fresh start"
 REBALANCE = "control rebalance"
 SWEEPING = "control sweeping"
 REHEARSAL = "control rehearsal"
+FABRIC = "control fabric"
 
 
 @dataclass
@@ -57,6 +65,7 @@ class NodeLadder:
     sweeping: dict[str, Any] = field(default_factory=dict)  # a started sweep, not yet judged
     last_sweep_why: str = ""  # the newest verdict's evidence (what an undetermined one lacked)
     rehearsal: dict[str, Any] = field(default_factory=dict)  # observe-only's newest paper step
+    fabric: str = ""  # the fabric component the controller's quarantine of it is for ("": none)
 
     def passes_since(self, since: float) -> int:
         since = max(since, self.fresh_start)
@@ -106,6 +115,7 @@ class NodeLadder:
             "sweeping": self.sweeping,
             "last_sweep_why": self.last_sweep_why,
             "rehearsal": self.rehearsal,
+            "fabric": self.fabric,
         }
 
 
@@ -150,6 +160,7 @@ def derive(entries: Iterable[Entry]) -> dict[str, NodeLadder]:
                 mine = e.action == "quarantine" and e.evidence.get("by") == BY
                 ladder.quarantined_by_control = mine
                 ladder.quarantined_at = e.ts if mine else None
+                ladder.fabric = str(e.evidence.get("fabric") or "") if mine else ""
                 if e.action != "quarantine":  # swept and back, or out: rung a starts over
                     ladder.rebalance = {}
                 if e.action == "drain":  # out for repair: relapses count from here

@@ -20,6 +20,14 @@ One pass (``--once``) still runs its sweep to the end inside the pass: the sweep
 callback renews the lease between its polls, and stops the sweep (the node left quarantined) if
 the lease was lost.
 
+The cluster's network tree (:func:`guardctl.topology.load_topology`: ``[control] racks``, or
+Slurm's topology plugin) is read at most once a minute and handed to the classifier, which
+names a fabric component (a leaf switch, an uplink, a spine group, a node's link) where the
+nodes at fault share one; a fabric finding takes no node action (:mod:`policy`), is noted in
+the log once while it lasts and again when it clears (``control fabric``), and with ``[control]
+fabric_quarantine`` its nodes are quarantined until it clears. A tree that cannot be read:
+the pass goes on with ``[control] racks`` alone and says so in one line.
+
 Slurm unreachable mid-pass: the pass stops with :class:`SlurmUnavailable`; each node action was
 logged as an intent first, so nothing is half done that the next pass cannot reconcile.
 
@@ -54,10 +62,11 @@ from guardctl.clock import Clock, skew_refusal
 from guardctl.config import Settings, check_lease
 from guardctl.controller import policy, record, rehearsal
 from guardctl.controller.classify import Classified, classify
+from guardctl.controller.fabric import open_fabric
 from guardctl.controller.fence import FencedLog, FencedSlurm
-from guardctl.controller.ladder import BY, SWEEPING, NodeLadder, derive
+from guardctl.controller.ladder import BY, FABRIC, SWEEPING, NodeLadder, derive
 from guardctl.controller.lease import Holder, Lease, LeaseLost
-from guardctl.controller.sweeps import InFlight, Sweeps
+from guardctl.controller.sweeps import InFlight, Sweeps, record_sweep_fabric
 from guardctl.errors import RefusedError, SlurmError, SlurmUnavailable, SourceError, UsageError
 from guardctl.nodeops import NodeOps
 from guardctl.nodeops.ownership import NODE_ACTIONS, REQUEUE
@@ -65,6 +74,10 @@ from guardctl.slurm import make_client
 from guardctl.slurm.types import JobInfo, SlurmClient
 from guardctl.sources import Source, analyze_source, open_source
 from guardctl.sweep.engine import SweepOptions, SweepReport, run_sweep
+from guardctl.topology import Topology, split_component
+
+# How long a network tree read from Slurm serves: it changes when the hardware does.
+TOPOLOGY_TTL_S = 60.0
 
 Progress = Callable[[str], None]
 LIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
@@ -101,6 +114,8 @@ class PassReport:
     refused: str = ""  # why nothing was decided on this window (stale or future telemetry)
     ahead: dict[str, float] = field(default_factory=dict)  # nodes stamping records ahead
     held_back: str = ""  # why this pass did not act: not the leader, or the clocks disagree
+    fabric: list[dict[str, Any]] = field(default_factory=list)  # fabric findings, what was done
+    topology: str = ""  # where the network tree came from, or why there is none
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -160,11 +175,17 @@ def own_sweep_jobs(
     )
 
 
-def gather(settings: Settings, ops: NodeOps, analysis: Analysis, now: float) -> Gathered:
+def gather(
+    settings: Settings,
+    ops: NodeOps,
+    analysis: Analysis,
+    now: float,
+    topology: Topology | None = None,
+) -> Gathered:
     """Read Slurm and the action log beside *analysis*; build the policy's view."""
     entries = ops.log.entries()  # once: the snapshot and the ladders read the same entries
     snap = ops.snapshot(entries)
-    classified = classify(analysis, settings.control, fleet_size=len(snap.nodes))
+    classified = classify(analysis, settings.control, fleet_size=len(snap.nodes), topology=topology)
     jobs = ops.slurm.jobs()
     ladders = derive(entries)
     owners = {n: ops.owner(snap, n) for n in snap.nodes}
@@ -233,6 +254,7 @@ class Controller:
         self.polled = False  # the daemon: sweeps run across passes (see the module docstring)
         self.interval_s = self.cfg.interval_s  # between passes (the daemon's --interval)
         self.sweeps = Sweeps(self.ops, progress)
+        self._tree: tuple[float, Topology | None, str] | None = None  # (read at, tree, line)
 
     @property
     def acting(self) -> bool:
@@ -299,6 +321,39 @@ class Controller:
             self.clock,
         )
 
+    # -- the network tree -------------------------------------------------------------------
+    def topology(self) -> tuple[Topology | None, str]:
+        """The network tree (``[control] racks``, or Slurm's topology plugin), read at most
+        every ``TOPOLOGY_TTL_S``, and a line saying where it came from or why there is none.
+        A tree Slurm cannot give: None (the classifier falls back on ``[control] racks``
+        alone), said in one line when that starts."""
+        from guardctl.topology import load_topology
+
+        at = self.clock.mono()
+        if self._tree is not None and at - self._tree[0] < TOPOLOGY_TTL_S:
+            return self._tree[1], self._tree[2]
+        was = self._tree[2] if self._tree is not None else ""
+        try:
+            tree = load_topology(self.ops.slurm, self.cfg.racks)
+        except SlurmError as exc:
+            tree, line = (
+                None,
+                (
+                    "cannot read the network tree from Slurm, going on with [control] racks "
+                    f"alone: {' '.join(str(exc).split())}"
+                ),
+            )
+            if not was.startswith("cannot read"):
+                self.progress(f"control: {line}")
+        else:
+            line = (
+                f"{tree.source}: {len(tree.leaves())} leaf switch(es), {len(tree.nodes())} nodes"
+                if tree is not None
+                else "none (no [control] racks, no topology plugin in Slurm)"
+            )
+        self._tree = (at, tree, line)
+        return tree, line
+
     # -- one pass ---------------------------------------------------------------------------
     def run_pass(self, dry_run: bool = False) -> PassReport:
         """One pass (:meth:`_pass`) and, but for a dry run, this host's last-pass file: when it
@@ -355,7 +410,8 @@ class Controller:
         reconciled = self.ops.reconcile() if self.acting and not dry_run else []
         if self.acting and not dry_run:  # observing only: not even its own sweeps' jobs
             self._sweeps_in_flight()
-        g = gather(self.settings, self.ops, analysis, now)
+        tree, tree_line = self.topology()
+        g = gather(self.settings, self.ops, analysis, now, tree)
         report = PassReport(
             True,
             self.acting and not dry_run,
@@ -367,13 +423,25 @@ class Controller:
             refused=unsure,
             ahead=analysis.ahead,
             held_back=self.held_back,
+            fabric=[f.as_dict() for f in policy.fabric_findings(g.classified)],
+            topology=tree_line,
         )
         if unsure:  # what it saw is in the report; the next pass carries on
             return report
         if not dry_run:
             record.record_pass(self.ops, g.entries, g.classified)
             record.record_fleet(self.ops, g.entries, g.classified)
+            record.record_fabric(self.ops, g.entries, g.classified)
             record.record_fresh_starts(self.ops, g.ladders, g.view.owners, g.out_for_repair)
+        for plan in policy.fabric_plan(g.view, self.cfg):
+            outcome = self._fabric_quarantine(plan, g, dry_run)
+            if not dry_run:
+                record.record_fabric_quarantine(
+                    self.ops, g.entries, plan.finding.component, plan.nodes, outcome
+                )
+            for row in report.fabric:
+                if row["component"] == plan.finding.component:
+                    row["quarantine"] = {**plan.as_dict(), "outcome": outcome}
         # Observe-only walks the ladder on paper: its paper quarantines are the policy's view.
         view = g.view if self.wants_to_act else rehearsal.paper_view(g.view)
         for decision in policy.decide(view, self.cfg):
@@ -404,6 +472,38 @@ class Controller:
             )
         return why or ""
 
+    def _fabric_quarantine(self, plan: policy.FabricPlan, g: Gathered, dry_run: bool) -> str:
+        """Quarantine the nodes in service behind a fabric finding (all or none: the cap and
+        the controller's hourly budget count each node); the outcome, in one line."""
+        if dry_run or not self.acting:
+            return "would do"
+        used = self._actions_last_hour()
+        if used + len(plan.nodes) > self.cfg.max_actions_per_hour:
+            return (
+                f"skipped: {used} controller action(s) in the last hour, {len(plan.nodes)} "
+                f"more would pass control.max_actions_per_hour={self.cfg.max_actions_per_hour}"
+            )
+        f = plan.finding
+        evidence = {
+            "by": BY,
+            "decision": "quarantine",
+            "kind": "fabric",
+            "fabric": f.component,
+            "confidence": f.confidence,
+        }
+        try:
+            taken = self.ops.quarantine(list(plan.nodes), f"control: {plan.why}", evidence=evidence)
+        except (LeaseLost, SlurmUnavailable):
+            raise  # the pass stops here; the intents let the next one reconcile
+        except RefusedError as exc:
+            return f"refused: {' '.join(str(exc).split())}"
+        except (UsageError, SlurmError) as exc:
+            return f"failed: {' '.join(str(exc).split())}"
+        done = [a.node for a in taken if a.outcome == "done"]
+        return f"done: {len(done)} node(s) quarantined" + (
+            f", {len(taken) - len(done)} left as they were" if len(done) < len(taken) else ""
+        )
+
     def _carry_out(
         self, d: policy.Decision, g: Gathered, dry_run: bool
     ) -> tuple[str, dict[str, Any]]:
@@ -412,7 +512,7 @@ class Controller:
         if dry_run or not self.acting:
             return "would do", {}
         used = self._actions_last_hour()
-        if used >= self.cfg.max_actions_per_hour:
+        if d.action != "release" and used >= self.cfg.max_actions_per_hour:
             return (
                 f"skipped: {used} controller action(s) in the last hour "
                 f"(control.max_actions_per_hour={self.cfg.max_actions_per_hour})"
@@ -435,7 +535,11 @@ class Controller:
             "rung": d.rung,
             "kind": d.kind,
             "jobs": list(d.jobs),
-            **{k: v for k, v in d.evidence.items() if k in ("impact", "relapse", "rebalance")},
+            **{
+                k: v
+                for k, v in d.evidence.items()
+                if k in ("impact", "relapse", "rebalance", "fabric")
+            },
         }
         if d.action == "quarantine":
             (taken,) = self.ops.quarantine([d.node], f"control: {d.why}", evidence=evidence)
@@ -451,6 +555,9 @@ class Controller:
             return "done", {}
         if d.action == "requeue" and d.job is not None:
             return self._requeue(d)
+        if d.action == "release":  # a fabric finding's quarantine, now that it cleared
+            (freed,) = self.ops.release([d.node], evidence=evidence)
+            return f"{freed.outcome}: {freed.message}" if freed.outcome != "done" else "done", {}
         return "", {}
 
     def _sweep_if_free(
@@ -459,12 +566,13 @@ class Controller:
         """Sweep *d*'s node if a second look (Slurm and the log read anew, the same analysis)
         still decides to: a job other than guardctl's own that landed since the read, an
         operator's quarantine, or a hold makes it wait; never a sweep beside such a job."""
-        fresh = gather(self.settings, self.ops, g.analysis, time.time())
+        fresh = gather(self.settings, self.ops, g.analysis, time.time(), self.topology()[0])
         now = policy.decide_node(fresh.view, self.cfg, d.node)
         if now.action != "sweep":
             return f"{done + '; ' if done else ''}not swept: {now.why}", {}
         avoid = frozenset(
             {f.node for f in fresh.classified.findings}
+            | {n for f in policy.covering(fresh.classified) for n in f.nodes}
             | {
                 n
                 for n, lad in fresh.ladders.items()
@@ -537,6 +645,7 @@ class Controller:
                 "background": self.polled,
             },
         )
+        record_sweep_fabric(self.ops, report)  # a switch at fault: noted, no node drained
         if verdict.verdict == "undetermined":
             self._note_broken_sweeps()
         if lemon and verdict.verdict == "pass":
@@ -627,7 +736,7 @@ class Controller:
         A node Slurm does not know is a usage error, unless the telemetry or the log names it:
         then the answer says it is unknown to Slurm and left alone."""
         snap = self.ops.snapshot()
-        g = gather(self.settings, self.ops, self.analysis(), time.time())
+        g = gather(self.settings, self.ops, self.analysis(), time.time(), self.topology()[0])
         if node not in g.view.unknown:
             snap.known([node])
         decision = next((d for d in policy.decide(g.view, self.cfg) if d.node == node), None)
@@ -647,10 +756,62 @@ class Controller:
             "jobs": [j.job_id for j in g.view.running.get(node, ())],
             "ladder": g.ladders.get(node, NodeLadder(node)).as_dict(),
             "fleet": [f.as_dict() for f in g.classified.fleet if node in f.nodes],
+            "fabric": [
+                f.as_dict() for f in policy.fabric_findings(g.classified) if node in f.nodes
+            ],
             "history": [
                 e.as_dict() for e in g.entries if node in e.nodes and e.action.startswith("control")
             ][-10:],
         }
+
+    def explain_component(self, name: str) -> dict[str, Any]:
+        """What the controller makes of a fabric component (``leaf:s1``) from a read-only
+        round: the finding now with its evidence, the nodes behind it and the decision for
+        each, and the component's records in the log. A malformed name is a usage error."""
+        try:
+            kind, switch = split_component(name)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        tree, tree_line = self.topology()
+        g = gather(self.settings, self.ops, self.analysis(), time.time(), tree)
+        finding = next(
+            (f for f in policy.fabric_findings(g.classified) if f.component == name), None
+        )
+        records = [
+            e for e in g.entries if e.action == FABRIC and e.evidence.get("component") == name
+        ]
+        opened = open_fabric(g.entries).get(name)
+        nodes = finding.nodes if finding else tuple(opened.nodes if opened else ())
+        if not nodes and tree is not None:
+            nodes = _behind(tree, kind, switch)
+        decisions = {d.node: d for d in policy.decide(g.view, self.cfg)}
+        return {
+            "component": name,
+            "kind": kind,
+            "finding": finding.as_dict() if finding else None,
+            "state": "open" if finding else ("open in the log" if opened else "not at fault"),
+            "topology": tree_line,
+            "fabric_quarantine": self.cfg.fabric_quarantine,
+            "nodes": [
+                {
+                    "node": n,
+                    "owner": list(g.view.owners.get(n, ("unknown to Slurm", ""))),
+                    "fabric_quarantine": g.ladders.get(n, NodeLadder(n)).fabric == name,
+                    "decision": decisions[n].as_dict() if n in decisions else None,
+                }
+                for n in nodes
+            ],
+            "history": [e.as_dict() for e in records][-10:],
+        }
+
+
+def _behind(tree: Topology, kind: str, switch: str) -> tuple[str, ...]:
+    """The nodes whose traffic goes through a component of *tree*."""
+    if kind == "link":
+        return (switch,) if tree.leaf_of(switch) is not None else ()
+    if kind == "leaf":
+        return tree.switches[switch].nodes if switch in tree.switches else ()
+    return tree.nodes_under(switch)
 
 
 def holder_line(report: PassReport) -> str:
@@ -740,6 +901,8 @@ def counts_toward_cap(e: Entry) -> bool:
     """Whether a log entry is one of the controller's own actions that
     ``control.max_actions_per_hour`` counts: a node action it took, a requeue, a sweep."""
     node_action = e.phase == "done" and e.action in NODE_ACTIONS and e.evidence.get("by") == BY
+    # a release only gives a node back
+    node_action = node_action and e.action != "release"
     # a requeue counts when tried: it restarts the job whether or not its release went through
     requeued = e.action == REQUEUE and e.phase == "intent"
     # a daemon's sweep counts when it starts, one pass's when it is judged

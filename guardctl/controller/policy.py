@@ -24,6 +24,14 @@ e. relapse: flagged again within ``relapse_window_s`` of a passed sweep: a longe
 
 Nodes held by someone else, and nodes Slurm does not know, are left alone; structural and
 transient findings get no node action; heterogeneity is handled by shares, never a drain.
+
+A fabric finding (a leaf switch, an uplink, a spine group or a node's link at fault,
+:mod:`guardctl.analyze.fabric`) takes no node action either: the nodes behind the component are
+not swept, drained or quarantined for it, a sweep of a node the controller quarantined earlier
+is held while it lasts, and none of them is a sweep partner. With ``[control]
+fabric_quarantine`` its nodes in service are quarantined (:func:`fabric_plan`: no new jobs land
+on them; capped like every quarantine), wait there while it lasts, and are released when it
+clears (a node at fault on its own by then goes on with its own ladder instead).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from guardctl.analyze.fabric import FabricFinding
 from guardctl.controller import rebalance, requeue
 from guardctl.controller.classify import Classified, Finding, membership
 from guardctl.controller.ladder import NodeLadder
@@ -50,9 +59,10 @@ Act = Literal[
     "leave",
     "rebalance",
     "hold off",
+    "release",
     "none",
 ]
-ACTING = frozenset({"quarantine", "sweep", "drain", "requeue"})
+ACTING = frozenset({"quarantine", "sweep", "drain", "requeue", "release"})
 
 
 @dataclass(frozen=True)
@@ -138,9 +148,20 @@ def _node(view: View, cfg: ControlSettings, node: str) -> Decision:
     if owner == "quarantined":
         if not ladder.quarantined_by_control:
             return Decision(node, "leave", "-", "quarantined by an operator's sweep", **base)
+        if ladder.fabric:
+            held = _fabric_quarantined(view, node, finding, ladder, base)
+            if held is not None:
+                return held
         return _quarantined(view, cfg, node, finding, ladder, jobs)
     if finding is None:
         return Decision(node, "none", "-", "no longer flagged", **base)
+    fabric = fabric_of(view.classified, node)
+    if fabric is not None:
+        return Decision(
+            node, "none", "-", f"{fabric_line(fabric)}: the fabric, not the node", **base
+        )
+    if finding.kind == "fabric":  # the classifier's word, whatever finding it came with
+        return Decision(node, "none", "-", f"fabric: {finding.why}", **base)
     if ladder.last_pass() is not None and finding.newest <= (ladder.last_pass() or 0.0):
         return Decision(
             node, "none", "-", "flagged only on data from before its sweep passed", **base
@@ -248,6 +269,101 @@ def _rung_a(
     ), {}
 
 
+def fabric_findings(classified: Classified) -> tuple[FabricFinding, ...]:
+    """The fabric findings of a classification, a node's link among them."""
+    return classified.fabric
+
+
+def covering(classified: Classified) -> tuple[FabricFinding, ...]:
+    """The fabric findings that take their nodes off the node ladder: a switch's (leaf, uplink,
+    spine). A node's link (its NIC, port, cable) is that node's fault, and its node stays on
+    the ladder: the link finding only says what to reseat."""
+    return tuple(f for f in classified.fabric if f.kind != "link")
+
+
+def fabric_of(classified: Classified, node: str) -> FabricFinding | None:
+    """The switch finding whose component carries *node*'s traffic, if any (the narrowest)."""
+    return min(
+        (f for f in covering(classified) if node in f.nodes),
+        key=lambda f: len(f.nodes),
+        default=None,
+    )
+
+
+def fabric_line(f: FabricFinding) -> str:
+    """One line for a fabric finding: its component, nodes, confidence and first evidence."""
+    first = f"; {f.evidence_for[0]}" if f.evidence_for else ""
+    return (
+        f"fabric {f.component} at fault ({len(f.nodes)} node(s) behind it, confidence "
+        f"{f.confidence:.2f}{first})"
+    )
+
+
+@dataclass(frozen=True)
+class FabricPlan:
+    """The nodes behind a fabric finding to quarantine now (``[control] fabric_quarantine``)."""
+
+    finding: FabricFinding
+    nodes: tuple[str, ...]  # in service now; the others are held already or someone else's
+    why: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"component": self.finding.component, "nodes": list(self.nodes), "why": self.why}
+
+
+def fabric_plan(view: View, cfg: ControlSettings) -> list[FabricPlan]:
+    """Which nodes of each fabric finding to quarantine now: none unless
+    ``fabric_quarantine``; only nodes in service that Slurm knows (a node someone else holds
+    stays theirs, one guardctl holds already stays on its ladder)."""
+    if not cfg.fabric_quarantine:
+        return []
+    out = []
+    for f in covering(view.classified):
+        nodes = tuple(
+            n
+            for n in f.nodes
+            if n not in view.unknown and view.owners.get(n, ("", ""))[0] == "in service"
+        )
+        if nodes:
+            out.append(
+                FabricPlan(
+                    f,
+                    nodes,
+                    f"{fabric_line(f)}: no new jobs on its nodes until it clears "
+                    "(control.fabric_quarantine)",
+                )
+            )
+    return out
+
+
+def _fabric_quarantined(
+    view: View, node: str, finding: Finding | None, ladder: NodeLadder, base: dict[str, Any]
+) -> Decision | None:
+    """A node the controller quarantined for a fabric finding: it waits while the finding
+    lasts and is released when it clears; None: its own node fault now, the node ladder's."""
+    evidence = {"fabric": ladder.fabric}
+    now = next((f for f in covering(view.classified) if f.component == ladder.fabric), None)
+    if now is not None:
+        return Decision(
+            node,
+            "wait",
+            "-",
+            f"quarantined while {fabric_line(now)} lasts: not swept, released when it clears",
+            **base,
+            evidence=evidence,
+        )
+    if finding is not None and finding.kind == "persistent":
+        return None  # at fault on its own now: the node ladder (swept when free)
+    return Decision(
+        node,
+        "release",
+        "-",
+        f"fabric finding {ladder.fabric} cleared: released from its quarantine",
+        **base,
+        evidence=evidence,
+    )
+
+
 def is_lemon(cfg: ControlSettings, relapse: int) -> bool:
     """Whether a node on its *relapse*-th relapse is drained after its sweep whatever it shows."""
     return relapse >= cfg.relapses
@@ -286,9 +402,13 @@ def sweeps_broken(ladders: Mapping[str, NodeLadder], now: float, cfg: ControlSet
 
 
 def _fleet_finding(view: View, cfg: ControlSettings, node: str) -> str:
-    """The fleet-wide finding (the fleet, the node's rack or its job) that covers *node*."""
+    """The fleet-wide finding (the fleet, the node's rack or its job), or the fabric finding,
+    that covers *node*."""
+    fabric = fabric_of(view.classified, node)
+    if fabric is not None:  # its pairwise all-reduce would fail for the switch, not the node
+        return fabric_line(fabric)
     for f in view.classified.fleet:
-        if f.scope == "stage":  # a heavy pipeline stage: reported, it heats nothing
+        if f.scope in ("stage", "slowdown"):  # a job's own finding: reported, it holds nothing
             continue
         if (
             f.scope == "fleet"

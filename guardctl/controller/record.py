@@ -5,6 +5,12 @@ Everything goes through :meth:`guardctl.nodeops.NodeOps.record` as ``control ...
 * ``control pass``: the nodes found at fault, written when that set changes (the ladder reads
   suspect onsets, for flap suppression and the ski-rental rule, from these);
 * ``control fleet``: a fleet-wide finding (a job, a rack or the fleet), written when new;
+* ``control fabric``: a fabric finding (``leaf:s1``, ``uplink:s1``, ``spine:s0``,
+  ``link:node3``): phase ``open`` with the component, its kind, the nodes behind it, the
+  evidence for and against, the confidence and the test that would settle it, written when the
+  component is found or its nodes change; phase ``cleared`` once when no pass finds it any
+  more; phase ``quarantine`` with the outcome of keeping new jobs off its nodes
+  (``[control] fabric_quarantine``), written when that outcome changes;
 * ``control decision``: a node's decision, its rung, why and its evidence, written when it
   differs from the node's last one (an unchanged wait is not logged every pass);
 * ``control sweep``: a sweep's verdict (``control requeue``, a job requeued off a node, is an
@@ -31,8 +37,9 @@ from typing import Any
 from guardctl import layout
 from guardctl.actionlog import Entry
 from guardctl.controller.classify import Classified
-from guardctl.controller.ladder import FRESH_START, REBALANCE, NodeLadder
-from guardctl.controller.policy import Decision
+from guardctl.controller.fabric import open_fabric
+from guardctl.controller.ladder import FABRIC, FRESH_START, REBALANCE, NodeLadder
+from guardctl.controller.policy import Decision, fabric_findings
 from guardctl.errors import StoreError
 from guardctl.fileio import atomic_write
 from guardctl.nodeops import NodeOps
@@ -77,6 +84,77 @@ def record_fleet(ops: NodeOps, entries: Sequence[Entry], classified: Classified)
         ops.record(
             "control fleet", list(finding.nodes), reason=finding.why, evidence=finding.as_dict()
         )
+
+
+# A component a sweep named (its pairwise all-reduce slow through it) stays open this long
+# though the analysis does not name it: telemetry may not show what only a sweep's load does.
+SWEEP_FINDING_HOLD_S = 3600.0
+
+
+def record_fabric(ops: NodeOps, entries: Sequence[Entry], classified: Classified) -> list[str]:
+    """Note each fabric finding when found (again only when its nodes change) and each one
+    that was open and is found no more (one a sweep named: an hour after it); the components
+    cleared."""
+    opened = open_fabric(entries)
+    now = ops.clock()
+    found = {f.component: f for f in fabric_findings(classified)}
+    for name, finding in found.items():
+        last = opened.get(name)
+        if last is not None and sorted(last.nodes) == sorted(finding.nodes):
+            continue
+        ops.record(
+            FABRIC,
+            list(finding.nodes),
+            reason=f"{finding.component} at fault: {'; '.join(finding.evidence_for) or '-'}",
+            evidence={**finding.as_dict(), "phase": "open"},
+        )
+    cleared = [
+        name
+        for name, last in opened.items()
+        if name not in found
+        and not (last.evidence.get("source") == "sweep" and now - last.ts < SWEEP_FINDING_HOLD_S)
+    ]
+    for name in cleared:
+        last = opened[name]
+        ops.record(
+            FABRIC,
+            list(last.nodes),
+            reason=f"{name}: no longer found at fault",
+            evidence={
+                "component": name,
+                "kind": last.evidence.get("kind"),
+                "phase": "cleared",
+                "since": last.ts,
+            },
+        )
+    return cleared
+
+
+def record_fabric_quarantine(
+    ops: NodeOps, entries: Sequence[Entry], component: str, nodes: Sequence[str], outcome: str
+) -> None:
+    """Note what came of quarantining a fabric finding's nodes, when it differs from the last
+    such note of that component (a cap that refuses it every pass is said once)."""
+    last = next(
+        (
+            e
+            for e in reversed(entries)
+            if e.action == FABRIC and e.evidence.get("component") == component
+        ),
+        None,
+    )
+    if (
+        last is not None
+        and last.evidence.get("phase") == "quarantine"
+        and last.evidence.get("outcome") == outcome
+    ):
+        return
+    ops.record(
+        FABRIC,
+        list(nodes),
+        reason=f"{component}: quarantine its nodes: {outcome}",
+        evidence={"component": component, "phase": "quarantine", "outcome": outcome},
+    )
 
 
 def changed(decision: Decision, ladder: NodeLadder | None, outcome: str) -> bool:

@@ -17,6 +17,10 @@ deposed daemon that is alive touches nothing (its lease fences it): it forgets i
 it leads aborts its own (:meth:`Sweeps.abort_all`). Nothing is leaked: a reservation that could
 not be deleted is tried again at every pass. Never two sweeps of one node: one this daemon runs or
 one open in the log is refused (:meth:`Sweeps.start`).
+
+A pairwise sweep with partners chosen by the network tree may find that a switch, not the node,
+is slow (:mod:`guardctl.sweep.fabric`): its node's verdict is ``fabric`` (never drained) and each
+such component becomes a ``control fabric`` record (:func:`record_sweep_fabric`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from dataclasses import dataclass
 
 from guardctl.actionlog import Entry
 from guardctl.config import Settings
-from guardctl.controller.ladder import BY, SWEEPING, NodeLadder, derive
+from guardctl.controller.fabric import open_fabric
+from guardctl.controller.ladder import BY, FABRIC, SWEEPING, NodeLadder, derive
 from guardctl.errors import RefusedError, SlurmError
 from guardctl.nodeops import NodeOps
 from guardctl.sweep.engine import PolledSweep, SweepOptions, SweepReport
@@ -202,3 +207,31 @@ class Sweeps:
                     self.ops.slurm.cancel(job_id)
                 except SlurmError as exc:  # the others still go; say which one stayed
                     self.progress(f"could not cancel sweep job {job_id}: {exc}")
+
+
+def record_sweep_fabric(ops: NodeOps, report: SweepReport) -> list[str]:
+    """Note each fabric component the sweep found at fault as a ``control fabric`` record
+    (phase ``open``, ``source`` sweep), unless it is open already with the same nodes; the
+    components noted. Nothing else: a fabric verdict drains no node."""
+    opened = open_fabric(ops.log.entries()) if report.fabric else {}
+    noted = []
+    for finding in report.fabric:
+        name = str(finding["component"])
+        last = opened.get(name)
+        if last is not None and sorted(last.nodes) == sorted(finding["nodes"]):
+            continue
+        ops.record(
+            FABRIC,
+            list(finding["nodes"]),
+            reason=f"{name} at fault (sweep {report.sweep_id}): "
+            + ("; ".join(finding["evidence_for"]) or "-"),
+            evidence={
+                **finding,
+                "phase": "open",
+                "source": "sweep",
+                "sweep": report.sweep_id,
+                "by": BY,
+            },
+        )
+        noted.append(name)
+    return noted

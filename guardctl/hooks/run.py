@@ -16,6 +16,7 @@ daemon) as well as to stderr: Slurm keeps a hook's output only when the hook fai
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -23,6 +24,7 @@ import socket
 import stat
 import statistics
 import syslog
+import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +38,7 @@ from guardctl.config import Settings
 from guardctl.errors import GuardctlError
 from guardctl.hooks.registry import CheckResult, Hook, HookContext, checks, guarded
 from guardctl.nodeops import NodeOps
-from guardctl.nodes import fold
+from guardctl.nodes import expand, fold
 from guardctl.sections.hooks import HooksSettings
 from guardctl.telemetry import schema
 
@@ -109,7 +111,7 @@ def run_hook(
         if r.skipped and r.message.startswith("check error")
     ]
     if hook == "epilog" and report.job:
-        report.stragglers = straggler_summary(settings.store.root, report.job)
+        report.stragglers = straggler_summary(settings.store.root, report.job, _job_nodes(env))
     if report.failed:
         report.drained, held = _drain(settings, report, dry_run, ops)
         report.fails = held or settings.hooks.fail_when_not_drained
@@ -361,19 +363,37 @@ def append_line(path: str, data: bytes) -> int:
     return 0
 
 
-def straggler_summary(root: Path, job: str) -> str:
-    """One line on the finished job's slowest node, from its probe step records."""
+def _job_nodes(env: Mapping[str, str]) -> list[str]:
+    try:
+        return expand(env.get("SLURM_JOB_NODELIST") or "") if env.get("SLURM_JOB_NODELIST") else []
+    except GuardctlError:  # not a node list: the summary reads what the ranks wrote themselves
+        return []
+
+
+def straggler_summary(root: Path, job: str, nodes: Sequence[str] = ()) -> str:
+    """One line on the finished job's slowest node, from its probe step records.
+
+    Ranks without an agent wrote them under ``steps/<job>/``; ranks that handed them to their
+    node's agent are in the node files of the job's *nodes* (this hour's and the last).
+    """
     try:
         directory = layout.steps_dir(root) / job
     except ValueError:
         return ""
-    if not directory.is_dir():
+    paths = [directory] if directory.is_dir() else []
+    now = time.time()
+    for node in nodes:
+        for ts in (now - 3600, now):
+            with contextlib.suppress(ValueError):  # not a node name
+                path = layout.node_telemetry_file(root, node, ts)
+                if path.is_file():
+                    paths.append(path)
+    if not paths:
         return ""
-    result = schema.read_path(directory)
     per_node: dict[str, list[float]] = defaultdict(list)
-    for rec in result.records:
+    for rec in (r for path in paths for r in schema.read_path(path).records):
         value = rec.get("compute_s", rec.get("step_s"))
-        if rec.get("kind") == "step" and isinstance(value, int | float):
+        if rec.get("kind") == "step" and rec.get("job") == job and isinstance(value, int | float):
             per_node[rec["node"]].append(float(value))
     if len(per_node) < 2:
         return f"job {job}: step records from {len(per_node)} node(s), nothing to compare"

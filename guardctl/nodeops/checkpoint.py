@@ -14,7 +14,8 @@ in their order; the whole old file stays under ``actions/archive/``. Kept:
   ``sweep reserve`` of every sweep reservation not given back; per node the last ``control
   decision``, ``control rebalance``, ``control fresh start``, ``control sweeping`` and ``control
   sweep``, and its last passed sweep; the ``sweep jobs`` of a sweep still open; the last
-  ``control pass``; the last ``control fleet`` of each fleet-wide finding.
+  ``control pass``; the last ``control fleet`` of each fleet-wide finding; the last ``control
+  fabric`` of each phase (open, cleared, quarantine) of each fabric component.
 
 So what guardctl holds (:meth:`~guardctl.nodeops.ownership.Snapshot.apply_log`) and every
 node's ladder (:func:`~guardctl.controller.ladder.derive`) read the same from the checkpoint as
@@ -82,6 +83,8 @@ def _still_needed(entries: Sequence[Entry]) -> list[Entry]:
             control_pass = e
         elif e.action == "control fleet":
             fleet[(str(e.evidence.get("scope")), str(e.evidence.get("name")))] = e
+        elif e.action == "control fabric":  # whether it is open, and what came of it
+            fleet[(f"fabric {e.evidence.get('phase')}", str(e.evidence.get("component")))] = e
     out += [*last.values(), *passed.values(), *fleet.values()]
     if control_pass is not None:
         out.append(control_pass)

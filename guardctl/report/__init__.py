@@ -82,6 +82,16 @@ def report_data(tl: Timeline, source: str, acts: Actions | None = None) -> dict[
             n: {"steps": s.steps, "state": s.state, "operator": s.next_step()}
             for n, s in sorted(acts.stories.items())
         },
+        "fabric": [
+            {
+                **{k: v for k, v in f.finding.items() if k != "phase"},
+                "nodes": list(f.nodes),
+                "found": f.found,
+                "cleared": f.cleared,
+                "quarantine": f.quarantine,
+            }
+            for f in acts.fabric
+        ],
         "would_have_done": [
             {"ts": e.ts, "nodes": list(e.nodes), **e.evidence, "line": e.reason}
             for e in acts.rehearsal

@@ -6,7 +6,10 @@ node's story in the log since the period began (quarantined, swept and the verdi
 or drained, a sweep that measured nothing, a job requeued off it), the step left to the
 operator (none when guardctl handles it), and the fleet summary with what those actions kept
 off the jobs. Observe-only's paper ladder (``control rehearsal`` notes) is the week of what the
-controller would have done.
+controller would have done. Fabric findings (``control fabric`` records: a leaf switch, an
+uplink, a spine group or a node's link at fault) are shown per component, from when the
+controller found each to when it cleared, with the evidence and what would settle it; the
+nodes behind one are not the operator's to sweep.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 from guardctl.actionlog import ActionLog, Entry
 from guardctl.analyze.timespec import iso
-from guardctl.controller.ladder import REHEARSAL, SWEEPING
+from guardctl.controller.ladder import FABRIC, REHEARSAL, SWEEPING
 from guardctl.nodeops.ownership import REQUEUE
 
 DONE = ("done", "reconciled")
@@ -33,6 +36,7 @@ class Story:
     state: str = ""  # quarantined, sweeping, released, drained (the newest node action)
     since: float = 0.0  # when it entered that state
     quarantined: list[tuple[float, float | None, dict[str, Any]]] = field(default_factory=list)
+    fabric: str = ""  # the fabric component its newest quarantine by guardctl was for
 
     def line(self) -> str:
         return "; ".join(self.steps)
@@ -48,6 +52,11 @@ class Story:
             return f"repair it: drained by guardctl at {iso(self.since)}"
         if self.state == "sweeping":
             return "none: guardctl's sweep of it runs"
+        if self.state == "quarantined" and self.fabric:
+            return (
+                f"none: quarantined by guardctl at {iso(self.since)} while fabric "
+                f"{self.fabric} is at fault; released when it clears"
+            )
         if self.state == "quarantined":
             return (
                 f"none: quarantined by guardctl at {iso(self.since)}; the controller "
@@ -57,15 +66,42 @@ class Story:
 
 
 @dataclass
+class FabricStory:
+    """One fabric component's time at fault in the period: its newest finding, when it was
+    found, and when it cleared (None: open at the end)."""
+
+    component: str
+    found: float
+    finding: dict[str, Any]
+    nodes: tuple[str, ...]
+    cleared: float | None = None
+    quarantine: str = ""  # what came of keeping new jobs off its nodes ("" : not tried)
+
+
+@dataclass
 class Actions:
     """The action log's side of a report."""
 
     stories: dict[str, Story] = field(default_factory=dict)
     rehearsal: list[Entry] = field(default_factory=list)
     problem: str = ""  # why the log could not be read ("" when it was, or there is none)
+    fabric: list[FabricStory] = field(default_factory=list)
 
     def of(self, node: str) -> Story | None:
         return self.stories.get(node)
+
+    def fabric_of(self, node: str) -> FabricStory | None:
+        """The open fabric finding whose component carries *node*'s traffic, if any."""
+        return next(
+            (
+                f
+                for f in reversed(self.fabric)
+                if f.cleared is None
+                and node in f.nodes
+                and f.finding.get("kind") != "link"  # a link is the node's own fault
+            ),
+            None,
+        )
 
     def avoided_gpu_h(self, until: float) -> float:
         """Slowdown kept off jobs by guardctl's quarantines (GPU-hours): each quarantined
@@ -112,7 +148,11 @@ def read_actions(root: Path, since: float) -> Actions:
 
 def stories(entries: Sequence[Entry], since: float) -> Actions:
     out = Actions()
+    opened: dict[str, FabricStory] = {}
     for e in entries:
+        if e.action == FABRIC:  # one found before the period and open in it counts too
+            _fabric(out, opened, e, since)
+            continue
         if e.ts < since:
             continue
         if e.action == REHEARSAL:
@@ -124,12 +164,33 @@ def stories(entries: Sequence[Entry], since: float) -> Actions:
     return out
 
 
+def _fabric(out: Actions, opened: dict[str, FabricStory], e: Entry, since: float) -> None:
+    """A ``control fabric`` record: a component found (again), cleared, or its quarantine."""
+    name, phase = str(e.evidence.get("component", "")), e.evidence.get("phase")
+    story = opened.get(name)
+    if phase == "open":
+        if story is None:
+            story = opened[name] = FabricStory(name, e.ts, dict(e.evidence), tuple(e.nodes))
+            out.fabric.append(story)
+        story.finding, story.nodes = dict(e.evidence), tuple(e.nodes)
+    elif story is not None and phase == "cleared":
+        story.cleared = e.ts
+        del opened[name]
+    elif story is not None and phase == "quarantine":
+        story.quarantine = str(e.evidence.get("outcome", ""))
+    out.fabric = [f for f in out.fabric if f.cleared is None or f.cleared >= since]
+
+
 def _step(stories: dict[str, Story], node: str, e: Entry) -> None:
     story = stories.setdefault(node, Story(node))
     ev = e.evidence
     if e.phase in DONE and e.action == "quarantine":
-        story.steps.append(f"quarantined at {iso(e.ts)}")
-        story.state, story.since = "quarantined", e.ts
+        fabric = str(ev.get("fabric") or "")
+        story.steps.append(
+            f"quarantined at {iso(e.ts)}"
+            + (f" while fabric {fabric} is at fault" if fabric else "")
+        )
+        story.state, story.since, story.fabric = "quarantined", e.ts, fabric
         story.quarantined.append((e.ts, None, ev))
     elif e.phase in DONE and e.action in ("release", "drain", "resume"):
         word = {"release": "released", "drain": "drained", "resume": "resumed"}[e.action]

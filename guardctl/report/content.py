@@ -15,6 +15,7 @@ from guardctl.analyze import SUSPECT, UNKNOWN, WATCH
 from guardctl.analyze.engine import bad_summary
 from guardctl.analyze.impact import describe
 from guardctl.analyze.timespec import iso
+from guardctl.nodes import fold
 from guardctl.report.actions import Actions
 from guardctl.report.timeline import Timeline
 
@@ -94,6 +95,12 @@ def sections(tl: Timeline, acts: Actions | None = None) -> list[Section]:
     act = []
     for n in latest.suspects:
         story = acts.of(n.node)
+        fabric = acts.fabric_of(n.node)
+        step = (story.next_step() if story else "") or (
+            f"none for the node: fabric {fabric.component} is at fault (see Fabric findings)"
+            if fabric
+            else OPERATOR_STEP
+        )
         act.append(
             (
                 n.node,
@@ -103,8 +110,8 @@ def sections(tl: Timeline, acts: Actions | None = None) -> list[Section]:
                 iso(tl.first_suspect(n.node) or tl.end),
                 describe(n.node, n.impact) or "-",
                 "; ".join(n.reasons[:3]),
-                story.line() if story else "nothing yet",
-                (story.next_step() if story else "") or OPERATOR_STEP,
+                story.line() if story else ("no node action" if fabric else "nothing yet"),
+                step,
             )
         )
     now = {n.node for n in latest.suspects}
@@ -149,6 +156,7 @@ def sections(tl: Timeline, acts: Actions | None = None) -> list[Section]:
             ("node", "first suspect", "guardctl did"),
             past,
         ),
+        *_fabric(acts),
         *_handled_elsewhere(acts, now | set(tl.ever_suspect())),
         *_rehearsal(acts),
         Section(
@@ -158,6 +166,48 @@ def sections(tl: Timeline, acts: Actions | None = None) -> list[Section]:
             ("node", "job", "why"),
             unknown,
         ),
+    ]
+
+
+def _fabric(acts: Actions) -> list[Section]:
+    """The fabric components the controller found at fault in the period."""
+    if not acts.fabric:
+        return []
+    rows = []
+    for f in acts.fabric:
+        ev = f.finding
+        rows.append(
+            (
+                f.component,
+                fold(f.nodes) if f.nodes else "-",
+                f"{float(ev.get('confidence') or 0.0):.2f}",
+                iso(f.found),
+                iso(f.cleared) if f.cleared is not None else "open",
+                "; ".join(ev.get("evidence_for") or ()) or "-",
+                "; ".join(ev.get("evidence_against") or ()) or "-",
+                str(ev.get("settle") or "-"),
+                f"quarantine of its nodes: {f.quarantine}" if f.quarantine else "no node action",
+            )
+        )
+    return [
+        Section(
+            "Fabric findings: the network, not the nodes",
+            "A switch, an uplink, a spine group or a node's link the controller found at fault "
+            "from its nodes' symptoms: the nodes behind a switch are not swept, drained or "
+            "quarantined for it (but with control.fabric_quarantine); check the component.",
+            (
+                "component",
+                "nodes",
+                "confidence",
+                "found",
+                "cleared",
+                "evidence for",
+                "evidence against",
+                "to settle it",
+                "guardctl did",
+            ),
+            rows,
+        )
     ]
 
 

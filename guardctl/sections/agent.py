@@ -27,6 +27,13 @@ class AgentSettings:
     status_every: int = 10
     # How often a collector that reported itself unavailable (no driver) is retried.
     retry_unavailable_s: float = 300.0
+    # The node's records (its own and the ranks' step records) are appended to the store at
+    # most this often: one append and one fsync each time; a crash loses at most this much.
+    write_interval_s: float = 10.0
+    # Unix socket (node-local) where this node's training ranks hand over their step records,
+    # so that only the agent writes the shared store; "{node}" becomes the node's name; empty:
+    # none (ranks write the store directly).
+    handoff_socket: str = "/run/guardctl/agent.sock"
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.interval_s <= 10.0:
@@ -44,3 +51,5 @@ class AgentSettings:
             raise ValueError("status_every: must be >= 1")
         if self.retry_unavailable_s <= 0:
             raise ValueError("retry_unavailable_s: must be positive")
+        if not 0 <= self.write_interval_s <= 600:
+            raise ValueError("write_interval_s: must be between 0 and 600 seconds")

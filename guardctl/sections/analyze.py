@@ -29,6 +29,11 @@ class AnalyzeSettings:
     # A rank too few peers can judge is compared with its own earlier windows of the same
     # job: this many windows before the last persist_n are read for it (0: not judged).
     own_history: int = 3  # windows of a rank's own history (small jobs)
+    # A job whose step time is this much above its own (the median of its own_history
+    # windows) in job_slowdown_windows of the last persist_n windows, with no node of it
+    # flagged, is reported as slowed: a job-level finding, never a node's (0: not looked for).
+    job_slowdown: float = 0.25
+    job_slowdown_windows: int = 0  # 0: persist_k
     low_quantile: float = 0.3  # a fault must hold in this share of a window to show
     hardware_xids: tuple[int, ...] = DEFAULT_HARDWARE_XIDS
     cache: bool = True  # keep parsed telemetry in <store>/cache/analyze
@@ -54,6 +59,10 @@ class AnalyzeSettings:
             raise ValueError("stage_imbalance: must be >= 0 (0: not looked for)")
         if self.own_history < 0:
             raise ValueError("own_history: must be >= 0 (0: small jobs not judged)")
+        if self.job_slowdown < 0:
+            raise ValueError("job_slowdown: must be >= 0 (0: not looked for)")
+        if not 0 <= self.job_slowdown_windows <= self.persist_n:
+            raise ValueError("job_slowdown_windows: must be between 0 (persist_k) and persist_n")
         if self.min_rank_peers < 3:
             raise ValueError("min_rank_peers: must be >= 3 (two ranks cannot say which is slow)")
         if not 0 < self.low_quantile <= 0.5:

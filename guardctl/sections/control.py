@@ -33,6 +33,9 @@ class ControlSettings:
     max_fleet_fraction: float = 0.2  # more of the fleet suspect at once: a fleet-wide cause
     min_group: int = 3  # a common cause needs at least this many nodes at fault at once
     racks: dict[str, str] = field(default_factory=dict)  # rack -> hostlist, e.g. {r1="n[1-16]"}
+    # A fabric finding (a leaf switch, an uplink, a spine group, a node's link) takes no node
+    # action by default: the nodes behind it are not at fault.
+    fabric_quarantine: bool = False  # quarantine a fabric finding's nodes till it clears (capped)
     models: dict[str, str] = field(default_factory=dict)  # device model -> hostlist
     flap_window_s: float = 3600.0
     max_flaps: int = 3  # suspect onsets in flap_window_s past which a node is left alone

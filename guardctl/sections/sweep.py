@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from guardctl.topology import split_component
+
 
 @dataclass(frozen=True)
 class SweepReference:
@@ -68,7 +70,9 @@ class SweepSettings:
     hook_xid_window_s: float = 600.0  # a hardware XID this recent fails the node
     hook_ib_min_rate_gbps: float = 0.0  # 0: a port slower than the node's fastest fails
     # Fault injection for tests and demos: node -> speed factor in (0, 1] applied by the
-    # sweep programs on that node (e.g. { node3 = 0.5 }). Never set this in production.
+    # sweep programs on that node (e.g. { node3 = 0.5 }), or a fabric component's, applied to
+    # the pairwise jobs whose traffic goes through it (e.g. { "leaf:s2" = 0.1 }). Never set
+    # this in production.
     inject: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -99,3 +103,5 @@ class SweepSettings:
         for node, factor in self.inject.items():
             if not 0.0 < factor <= 1.0:
                 raise ValueError(f"inject.{node}: must be in (0, 1]")
+            if ":" in node:
+                split_component(node)  # a fabric component's: leaf:s2, uplink:s2, spine:s0

@@ -212,3 +212,134 @@ def big_counters(f: Fleet, rng: np.random.Generator) -> list[Injection]:
 def idle_nodes(f: Fleet, rng: np.random.Generator) -> list[Injection]:
     """Idle nodes (low power, low clocks, idle bit) are there by construction: label them."""
     return [Injection(f.names[int(n)], "idle", float(f.t[0])) for n in np.flatnonzero(~f.busy)]
+
+
+# --- fabric faults -----------------------------------------------------------------------------
+# A switch, uplink or cable at fault, seen only through the node-level signals it really
+# produces: transmit wait on the ports whose traffic crosses it, symbol errors, downshifts and
+# flaps on a bad cable's port, and a slower all-reduce for every job with a node behind it.
+
+
+@dataclass(frozen=True)
+class FabricInjection:
+    """One labelled fabric fault: the component, the busy nodes whose signals it changes."""
+
+    component: str  # "leaf:leaf02", "link:node0007" (guardctl.topology.component)
+    kind: str
+    onset: float
+    nodes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "component": self.component,
+            "kind": self.kind,
+            "onset": self.onset,
+            "nodes": list(self.nodes),
+        }
+
+
+# (fleet, the switch or node it is placed on, onset sample, rng)
+FabricFn = Callable[[Fleet, str, int, np.random.Generator], FabricInjection]
+FABRIC: Registry[FabricFn] = Registry("fabric fault")
+fabric_fault = FABRIC.decorator
+# What each fabric fault is placed on: a leaf, a spine or a node.
+FABRIC_PLACE = {
+    "leaf_degraded": "leaf",
+    "uplink_flapping": "leaf",
+    "spine_congested": "spine",
+    "bad_cable": "node",
+}
+
+
+def talking(f: Fleet) -> np.ndarray:
+    """(N,) nodes in jobs of two or more nodes: the only ones whose traffic crosses the fabric."""
+    out = np.zeros(f.n, bool)
+    for job in f.jobs:
+        if job.nodes.size >= 2:
+            out[job.nodes] = True
+    return out
+
+
+def leaving(f: Fleet, inside: np.ndarray) -> np.ndarray:
+    """(N,) nodes of *inside* (a mask) whose job has a node outside it: traffic leaving."""
+    out = np.zeros(f.n, bool)
+    for job in f.jobs:
+        mask = inside[job.nodes]
+        if job.nodes.size >= 2 and mask.any() and not mask.all():
+            out[job.nodes[mask]] = True
+    return out
+
+
+def _mask(f: Fleet, nodes: tuple[str, ...]) -> np.ndarray:
+    index = {name: i for i, name in enumerate(f.names)}
+    out = np.zeros(f.n, bool)
+    out[[index[n] for n in nodes]] = True
+    return out
+
+
+def _scale(a: np.ndarray, where: Any, factor: float) -> None:
+    """Multiply a counter's increments by *factor*, keeping them whole."""
+    a[where] = np.rint(a[where] * factor).astype(a.dtype)
+
+
+def _fabric(f: Fleet, comp: str, kind: str, i0: int, hit: np.ndarray) -> FabricInjection:
+    return FabricInjection(
+        comp, kind, float(f.t[i0]), tuple(f.names[int(i)] for i in np.flatnonzero(hit))
+    )
+
+
+@fabric_fault("leaf_degraded")
+def leaf_degraded(f: Fleet, leaf: str, i0: int, rng: np.random.Generator) -> FabricInjection:
+    """A leaf switch gone slow (a failing ASIC, a throttling switch): every busy port under it
+    waits for credits, and every job with a node on it all-reduces slower."""
+    hit = _mask(f, f.topology.switches[leaf].nodes) & talking(f)
+    _scale(f.nic["xmit_wait"], np.s_[i0:, hit, :], rng.uniform(25.0, 50.0))
+    f.comm[i0:, hit] *= rng.uniform(1.3, 1.6)
+    return _fabric(f, f"leaf:{leaf}", "leaf_degraded", i0, hit)
+
+
+@fabric_fault("uplink_flapping")
+def uplink_flapping(f: Fleet, leaf: str, i0: int, rng: np.random.Generator) -> FabricInjection:
+    """A leaf's uplink going down and up: for 30-60 s every 6-12 minutes, the traffic leaving
+    the leaf stalls while routes change (transmit wait and all-reduce stalls on the leaf's
+    nodes whose jobs reach other leaves); traffic inside the leaf is untouched."""
+    hit = leaving(f, _mask(f, f.topology.switches[leaf].nodes))
+    step = _interval(f)
+    i = i0
+    while i < f.t.size:
+        i1 = min(f.t.size, i + max(1, round(rng.uniform(30.0, 60.0) / step)))
+        f.nic["xmit_wait"][i:i1, hit, :] *= 60
+        f.comm[i:i1, hit] *= 3.0
+        i += max(1, round(rng.uniform(360.0, 720.0) / step))
+    return _fabric(f, f"uplink:{leaf}", "uplink_flapping", i0, hit)
+
+
+@fabric_fault("spine_congested")
+def spine_congested(f: Fleet, spine: str, i0: int, rng: np.random.Generator) -> FabricInjection:
+    """A spine switch's group congested (a bad spine, too little bisection): transmit wait on
+    every port beneath it whose traffic leaves its leaf, and slower all-reduces."""
+    topo = f.topology
+    hit = np.zeros(f.n, bool)
+    for leaf in topo.switches[spine].switches:
+        hit |= leaving(f, _mask(f, topo.switches[leaf].nodes))
+    _scale(f.nic["xmit_wait"], np.s_[i0:, hit, :], rng.uniform(15.0, 30.0))
+    f.comm[i0:, hit] *= rng.uniform(1.2, 1.4)
+    return _fabric(f, f"spine:{spine}", "spine_congested", i0, hit)
+
+
+@fabric_fault("bad_cable")
+def bad_cable(f: Fleet, node: str, i0: int, rng: np.random.Generator) -> FabricInjection:
+    """One node's cable going bad: symbol errors and recoveries, the port trained down to half
+    its width (200 Gb/s), a flap every few minutes, its transmit wait up; its job slower."""
+    n = f.names.index(node)
+    p = int(rng.integers(PORTS))
+    count = f.t.size - i0
+    f.nic["symbol_errors"][i0:, n, p] += rng.poisson(6.0, count)
+    f.nic["link_error_recovery"][i0:, n, p] += rng.random(count) < 0.05
+    f.nic["rate"][i0:, n, p] = 200.0
+    f.nic["xmit_wait"][i0:, n, p] *= 10
+    step = max(1, round(180.0 / _interval(f)))
+    f.nic["link_downed"][i0::step, n, p] += 1
+    f.nic["down"][i0::step, n, p] = True
+    f.comm[i0:, n] *= 1.15
+    return FabricInjection(f"link:{node}", "bad_cable", float(f.t[i0]), (node,))

@@ -13,9 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from guardctl.topology import Switch, Topology
+
 GPUS = 8
 PORTS = 4
 RACK = 16  # nodes per rack
+LEAF = 8  # nodes per leaf switch of the network tree
+LEAVES_PER_SPINE = 2  # leaves under each spine switch; the spines under one core
 BOOST_MHZ = 1980
 IDLE_MHZ = 345
 POWER_LIMIT_W = 700.0
@@ -47,6 +51,9 @@ class Fleet:
     nic_base: dict[str, np.ndarray] = field(default_factory=dict)  # (N, PORTS) starting values
     present: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # (T, N)
     slow: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (T, N, GPUS) compute factor
+    # (T, N) factor on the all-reduce of any job with the node (its slowest link sets the pace)
+    comm: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    leaf_size: int = LEAF
 
     @property
     def n(self) -> int:
@@ -54,6 +61,35 @@ class Fleet:
 
     def index_at(self, ts: float) -> int:
         return int(np.searchsorted(self.t, ts))
+
+    @property
+    def topology(self) -> Topology:
+        return tree(self.names, self.leaf_size)
+
+    def job_of(self) -> np.ndarray:
+        """(N,) each node's job index, -1 for an idle node."""
+        out = np.full(self.n, -1)
+        for j, job in enumerate(self.jobs):
+            out[job.nodes] = j
+        return out
+
+
+def tree(
+    names: list[str], leaf_size: int = LEAF, leaves_per_spine: int = LEAVES_PER_SPINE
+) -> Topology:
+    """A fat tree by node order: *leaf_size* nodes per leaf (``leaf01``...),
+    *leaves_per_spine* leaves per spine (``spine01``...), every spine under ``core``."""
+    leaves = [names[i : i + leaf_size] for i in range(0, len(names), leaf_size)]
+    width = max(2, len(str(len(leaves))))
+    leaf_names = [f"leaf{i + 1:0{width}d}" for i in range(len(leaves))]
+    switches = {n: Switch(n, tuple(nodes)) for n, nodes in zip(leaf_names, leaves, strict=True)}
+    spines = []
+    for i in range(0, len(leaf_names), leaves_per_spine):
+        name = f"spine{i // leaves_per_spine + 1:0{width}d}"
+        switches[name] = Switch(name, (), tuple(leaf_names[i : i + leaves_per_spine]))
+        spines.append(name)
+    switches["core"] = Switch("core", (), tuple(spines))
+    return Topology(switches, "simulated")
 
 
 def node_names(count: int) -> list[str]:
@@ -97,6 +133,7 @@ def build(n: int, duration: float, interval: float, seed: int, start: float) -> 
     fleet = Fleet(node_names(n), t, rng.normal(0.0, 0.5, n), jobs, busy)
     fleet.present = np.ones((T, n), bool)
     fleet.slow = np.ones((T, n, GPUS))
+    fleet.comm = np.ones((T, n))
     shape = (T, n, GPUS)
     b = busy[None, :, None]
     job_power = np.full(n, 80.0)

@@ -153,7 +153,7 @@ def job_steps(
         idx = np.clip(np.searchsorted(f.t, ends), 0, f.t.size - 1)
         slow = f.slow[idx][:, job.nodes, :].reshape(k_max, ranks)
         compute = job.step_s * job.compute_share * slow * noise
-        step = compute.max(axis=1) + allreduce
+        step = compute.max(axis=1) + allreduce * f.comm[idx][:, job.nodes].max(axis=1)
         ends = job.start + np.cumsum(step)
     keep = int(np.searchsorted(ends, end))
     step_l, ends_l = _r(step[:keep], 4).tolist(), ends[:keep]

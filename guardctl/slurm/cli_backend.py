@@ -28,6 +28,7 @@ from guardctl.sections.slurm import SlurmSettings
 from guardctl.slurm import parse
 from guardctl.slurm.job import signal_name
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SubmitRequest
+from guardctl.topology import Topology
 
 T = TypeVar("T")
 # (first release that has it, data_parser plugin), newest first: a release is asked for the
@@ -181,6 +182,16 @@ class CliSlurm:
         if self._modern:
             return parse.reservations_from_json(self._json_text("scontrol", "show", "reservations"))
         return parse.reservations_from_text(self._run("scontrol", "show", "-o", "reservation"))
+
+    def topology(self) -> Topology | None:
+        # Text on every release: 24.11 and 26.05 accept --json here but print the same text.
+        try:
+            text = self._run("scontrol", "show", "topology")
+        except SlurmError as exc:
+            if parse.NO_TOPOLOGY in str(exc).lower():
+                return None
+            raise
+        return parse.topology_from_text(text)
 
     # -- actions -------------------------------------------------------------------------
     def drain(self, nodes: Sequence[str], reason: str) -> None:

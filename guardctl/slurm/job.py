@@ -139,7 +139,6 @@ class Job:
         release failed, or Slurm did not answer the requeue (it may have held the job all the
         same). The node-action door records it, and reconcile releases such a job.
         """
-        wanted = tuple(dict.fromkeys([*self.excluded, *(validate_name(n) for n in exclude)]))
         if not exclude:
             self.slurm.requeue(self.job_id)
             self.gone = False
@@ -155,11 +154,19 @@ class Job:
         self.gone = False
         testhooks.crash_point("requeue:held")
         try:
+            wanted = self._keep_excluded(exclude)
             self.slurm.update_job(self.job_id, exclude=wanted)
             self.excluded = wanted
         finally:
             self.slurm.release_hold(self.job_id)
             self.held = False
+
+    def _keep_excluded(self, exclude: Sequence[str]) -> tuple[str, ...]:
+        """The ExcNodeList to set: the job's own (its user's ``--exclude``, earlier requeues')
+        and *exclude*; Slurm replaces the list on update, so a user's list is read first."""
+        info = self.slurm.job(self.job_id) or self.info
+        own = info.excluded if info is not None else ()
+        return tuple(dict.fromkeys([*own, *self.excluded, *(validate_name(n) for n in exclude)]))
 
 
 def wait_all(

@@ -46,6 +46,7 @@ from guardctl.errors import SlurmError
 from guardctl.nodes import validate_name
 from guardctl.slurm.job import signal_name
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SubmitRequest
+from guardctl.topology import Topology
 
 Runtime = Callable[[JobInfo], float | None]  # seconds a started job runs; None: until finished
 EPOCH = 1_800_000_000.0  # where a MemorySlurm's clock starts (a fixed, plausible Unix time)
@@ -138,6 +139,9 @@ class MemorySlurm:
         self._finished: deque[tuple[float, int]] = deque()  # (end time, job): purge order
         self._seq = 0
         self._next_job = 1
+        # What `scontrol show topology` would print: None (no topology plugin) until a test
+        # or simulation sets a tree.
+        self.tree: Topology | None = None
         self.partitions = {partition}
         self.default_partition = partition
         for name in nodes:
@@ -218,6 +222,9 @@ class MemorySlurm:
             ReservationInfo(r.name, r.nodes, r.users, r.flags, r.start_time, None, "ACTIVE")
             for r in self._resv.values()
         ]
+
+    def topology(self) -> Topology | None:
+        return self.tree
 
     def job(self, job_id: int) -> JobInfo | None:
         self._purge()
@@ -464,6 +471,7 @@ class MemorySlurm:
             job.start_time,
             job.end_time,
             requeue=job.requeue_allowed,
+            excluded=tuple(sorted(job.excluded)),
         )
 
     def _end(self, job: _Job, state: str, exit_code: int) -> None:

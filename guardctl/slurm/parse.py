@@ -30,6 +30,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
 from guardctl.errors import SlurmError
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo
+from guardctl.topology import Switch, Topology
 
 # Base states Slurm can report; anything else in a state list is a flag.
 _BASE_STATES = frozenset(
@@ -218,6 +219,7 @@ def job_from_json(raw: Mapping[str, Any]) -> JobInfo:
         start_time=_time(raw.get("start_time")),
         end_time=_time(raw.get("end_time")),
         requeue=raw.get("requeue") is True,
+        excluded=expand_hostlist(str(raw.get("excluded_nodes") or "")),
     )
 
 
@@ -299,3 +301,65 @@ def version_from_text(text: str) -> tuple[int, int]:
     if not match:
         raise SlurmError(f"cannot tell Slurm's version from {text.strip()!r}")
     return int(match.group(1)), int(match.group(2))
+
+
+# What ``scontrol show topology`` says when no topology plugin is configured (22.05, on stderr;
+# 24.11 and newer print nothing).
+NO_TOPOLOGY = "no topology information available"
+
+
+def topology_from_text(text: str) -> Topology | None:
+    """The tree ``scontrol show topology`` prints; None when it prints none.
+
+    topology/tree (every release): ``SwitchName=s1 Level=0 ... Nodes=node[1-2]`` for a leaf,
+    ``SwitchName=s0 Level=1 ... Nodes=<every node beneath> Switches=s[1-2]`` above it.
+    topology/block (23.11+): ``BlockName=b1 ... Nodes=node[1-2]`` per block and
+    ``AggregatedBlock=b[1-2] ... Nodes=...`` per aggregation of BlockSizes; each block is a
+    leaf, each aggregation a switch above the largest smaller ones it holds, and the blocks no
+    aggregation holds hang from one root named ``fabric``.
+    """
+    lines = [parse_key_values(line) for line in text.splitlines() if "=" in line]
+    switches = [kv for kv in lines if "SwitchName" in kv]
+    blocks = [kv for kv in lines if "BlockName" in kv or "AggregatedBlock" in kv]
+    if switches:
+        return _tree(switches)
+    if blocks:
+        return _blocks(blocks)
+    return None
+
+
+def _tree(lines: list[dict[str, str]]) -> Topology:
+    children = {kv["SwitchName"]: expand_hostlist(kv.get("Switches", "")) for kv in lines}
+    beneath = {kv["SwitchName"]: set(expand_hostlist(kv.get("Nodes", ""))) for kv in lines}
+    out: dict[str, Switch] = {}
+    for name, below in children.items():
+        # A switch above others lists every node beneath it: only those no child holds hang
+        # from it directly.
+        held = set().union(*(beneath.get(child, set()) for child in below))
+        out[name] = Switch(name, tuple(sorted(beneath[name] - held)), tuple(sorted(below)))
+    return Topology(out, "slurm")
+
+
+def _blocks(lines: list[dict[str, str]]) -> Topology:
+    groups = []  # (size, name, nodes, is an aggregation)
+    for kv in lines:
+        name = kv.get("BlockName") or kv["AggregatedBlock"]
+        nodes = frozenset(expand_hostlist(kv.get("Nodes", "")))
+        groups.append((len(nodes), name, nodes, "BlockName" not in kv))
+    groups.sort(key=lambda g: (g[0], g[1]))
+    parent: dict[str, str] = {}
+    for i, (_, name, nodes, _agg) in enumerate(groups):
+        above = next((g for g in groups[i + 1 :] if g[3] and nodes < g[2]), None)
+        parent[name] = above[1] if above else "fabric"
+    out = {
+        name: Switch(
+            name,
+            tuple(sorted(nodes)) if not agg else (),
+            tuple(sorted(c for c, p in parent.items() if p == name)),
+        )
+        for _, name, nodes, agg in groups
+    }
+    out["fabric"] = Switch(
+        "fabric", (), tuple(sorted(c for c, p in parent.items() if p == "fabric"))
+    )
+    return Topology(out, "slurm")

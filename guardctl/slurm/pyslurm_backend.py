@@ -19,6 +19,7 @@ from guardctl.sections.slurm import SlurmSettings
 from guardctl.slurm import parse
 from guardctl.slurm.job import signal_name
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SubmitRequest
+from guardctl.topology import Topology
 
 T = TypeVar("T")
 _FLAG_NAMES = {
@@ -43,6 +44,7 @@ class PyslurmClient:
                 "matching your Slurm, or use backend = 'cli'"
             ) from None
         self.pyslurm: Any = pyslurm
+        self.settings = settings
 
     def _call(self, what: str, func: Callable[[], T]) -> T:
         try:
@@ -84,6 +86,12 @@ class PyslurmClient:
     def reservations(self) -> list[ReservationInfo]:
         loaded = self._call("load reservations", self.pyslurm.Reservations.load)
         return [_reservation(r) for r in loaded.values()]
+
+    def topology(self) -> Topology | None:
+        # pyslurm has no topology API: read it as the CLI backend does (scontrol).
+        from guardctl.slurm.cli_backend import CliSlurm
+
+        return CliSlurm(self.settings).topology()
 
     def _modify_nodes(self, nodes: Sequence[str], **changes: str) -> None:
         change = self.pyslurm.Node(**changes)
@@ -177,6 +185,7 @@ def _job(job: Any) -> JobInfo:
         submit_time=job.submit_time,
         start_time=job.start_time,
         end_time=job.end_time,
+        excluded=parse.expand_hostlist(getattr(job, "excluded_nodes", None) or ""),
     )
 
 

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from guardctl.topology import Topology
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -54,6 +56,7 @@ class JobInfo:
     start_time: float | None = None
     end_time: float | None = None  # of a running job: when its time limit ends it
     requeue: bool = False  # Slurm may requeue it (sbatch --requeue or JobRequeue=1)
+    excluded: tuple[str, ...] = ()  # its ExcNodeList (sbatch --exclude, or a requeue's)
 
     @property
     def finished(self) -> bool:
@@ -115,6 +118,11 @@ class SlurmClient(Protocol):
         ...
 
     def reservations(self) -> list[ReservationInfo]: ...
+
+    def topology(self) -> Topology | None:
+        """The network tree of Slurm's topology plugin (``scontrol show topology``: tree or
+        block), or None when the cluster has none configured."""
+        ...
 
     def drain(self, nodes: Sequence[str], reason: str) -> None: ...
 

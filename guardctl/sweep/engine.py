@@ -25,7 +25,10 @@ and the action log hold:
 Known-good partners are idle in-service nodes that are not current suspects
 (at fault in the controller's newest pass, held quarantined or swept by it, or
 decided for within ``control.flap_window_s``: :func:`suspects_in_log`), nor any
-node the caller names in :attr:`SweepOptions.avoid`.
+node the caller names in :attr:`SweepOptions.avoid`. With a network tree (``[control] racks``
+or Slurm's topology plugin) they are chosen by leaf (:func:`by_leaf`) and the pairing tells a
+node from its link and its switches (:mod:`guardctl.sweep.fabric`): a switch at fault gives its
+suspects the verdict ``fabric`` and the report's ``fabric`` names it; no node is drained for it.
 
 On an error or Ctrl-C the submitted jobs are cancelled, sweep reservations
 deleted, and the nodes stay quarantined (safe) for the operator to decide.
@@ -47,13 +50,14 @@ from typing import Any, Literal
 import guardctl
 from guardctl import layout, testhooks
 from guardctl.actionlog import Entry
+from guardctl.analyze.fabric import FabricFinding
 from guardctl.config import Settings
 from guardctl.controller.ladder import derive
-from guardctl.errors import RefusedError, StoreError, UsageError
+from guardctl.errors import RefusedError, SlurmError, StoreError, UsageError
 from guardctl.fileio import atomic_write
 from guardctl.nodeops import NodeOps
 from guardctl.slurm.job import Job, wait_all
-from guardctl.sweep import backend, baseline, pairing
+from guardctl.sweep import backend, baseline, fabric, pairing
 from guardctl.sweep.judge import (
     Judgement,
     Reference,
@@ -63,11 +67,16 @@ from guardctl.sweep.judge import (
     references,
 )
 from guardctl.sweep.registry import JobSpec, Measurement, SweepPlugin, get, names
+from guardctl.topology import Topology, load_topology, split_component
 
 Kind = Literal["single", "multi", "all"]
-Verdict = Literal["pass", "fail", "undetermined"]
+# fabric: failed only with partners whose traffic crossed a faulty switch or uplink (the
+# report's ``fabric`` names it); the node itself is not shown at fault and is never drained.
+Verdict = Literal["pass", "fail", "undetermined", "fabric"]
 Progress = Callable[[str], None]
 MAX_GOOD_PARTNERS = 4  # idle nodes borrowed as known-good partners at most
+# With a network tree: partners on the suspects' own leaves and on others, up to this many.
+MAX_GOOD_PARTNERS_BY_LEAF = 8
 PROGRESS_EVERY_S = 10.0
 
 
@@ -121,6 +130,8 @@ class SweepReport:
     verdicts: list[NodeVerdict] = field(default_factory=list)
     pairing: dict[str, Any] = field(default_factory=dict)
     baselines_learnt: list[str] = field(default_factory=list)
+    # Fabric components the pairwise tests convicted (FabricFinding.as_dict() each).
+    fabric: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -142,6 +153,7 @@ class SweepReport:
             "judgements": [j.as_dict() for j in self.judgements],
             "pairing": self.pairing,
             "baselines_learnt": self.baselines_learnt,
+            "fabric": self.fabric,
         }
 
 
@@ -226,8 +238,10 @@ class SweepRun:
         progress: Progress,
         *,
         polled: bool = False,
+        topology: Topology | None = None,
     ) -> None:
         self.settings, self.ops, self.report = settings, ops, report
+        self.topology = topology
         self.cfg = settings.sweep
         self.duration_s = duration_s
         self.progress = progress
@@ -248,10 +262,6 @@ class SweepRun:
             "GUARDCTL_PYTHON": self.cfg.python or sys.executable,
             "GUARDCTL_SWEEPS_DIR": str(self.scripts),
         }
-        if self.cfg.inject:
-            env[testhooks.INJECT_ENV] = ",".join(
-                f"{n}={f:g}" for n, f in sorted(self.cfg.inject.items())
-            )
         self.env = env
 
     def say(self, message: str) -> None:
@@ -280,7 +290,10 @@ class SweepRun:
             )
         }
         gpus = backend.job_gpus(self.gpus, nodes)
-        env = {**self.env, backend.NODE_GPUS_ENV: str(gpus)} if gpus else self.env
+        env = {**self.env, backend.NODE_GPUS_ENV: str(gpus)} if gpus else dict(self.env)
+        injected = injected_factors(self.cfg.inject, tuple(nodes), self.topology)
+        if injected:
+            env[testhooks.INJECT_ENV] = ",".join(f"{n}={f:g}" for n, f in injected.items())
         return JobSpec(
             nodes=tuple(nodes),
             reservation=reservation,
@@ -467,7 +480,7 @@ class SweepRun:
         judged: dict[pairing.Group, Judgement] = {}
         known_good: dict[str, Reference] = {}
         if len(goods) >= 2:  # without a baseline, a group of known-good nodes is the reference
-            ref_group = tuple(goods[: 1 + self.cfg.partners])
+            ref_group = reference_group(goods, suspects, self.cfg.partners, self.topology)
             ms = self._groups(plugin, [ref_group], attempt=0)[0]
             for m in ms:
                 if not m.error and not m.wrong and m.key not in self.baselines:
@@ -505,6 +518,7 @@ class SweepRun:
             oracle,
             group_size=self.cfg.group_size,
             partners=self.cfg.partners,
+            topology=self.topology,
         )
         return list(judged.values()), outcome
 
@@ -575,7 +589,11 @@ def suspects_in_log(entries: Sequence[Entry], since: float) -> set[str]:
 
 
 def _good_partners(
-    ops: NodeOps, settings: Settings, suspects: Sequence[str], avoid: frozenset[str] = frozenset()
+    ops: NodeOps,
+    settings: Settings,
+    suspects: Sequence[str],
+    avoid: frozenset[str] = frozenset(),
+    tree: Topology | None = None,
 ) -> list[str]:
     """Known-good partners: never a node swept, nor a current suspect (*avoid*, and the
     controller's suspects in the action log)."""
@@ -609,7 +627,80 @@ def _good_partners(
         and s.name not in suspects
         and s.name not in avoid
     ]
+    if tree is not None:
+        # Partners are held at once by a round's tests: never more than the cap allows.
+        return by_leaf(idle, suspects, tree)[: settings.safety.max_sweep_partners]
     return idle[:MAX_GOOD_PARTNERS]
+
+
+def by_leaf(idle: Sequence[str], suspects: Sequence[str], tree: Topology) -> list[str]:
+    """Partners that can tell a suspect from its leaf and its uplink: one on each suspect's
+    leaf, then one on each other leaf, nearest first (the same spine group, then farther);
+    then a second on each; up to MAX_GOOD_PARTNERS_BY_LEAF."""
+    near = {tree.leaf_of(n) for n in suspects}
+    paths = [set(tree.path(s)) for s in suspects if tree.path(s)]
+
+    def distance(node: str) -> tuple[int, int]:
+        path = tree.path(node)
+        if not path or path[0] in near:
+            return (0, 0)
+        return (1, -max((len(set(path) & p) for p in paths), default=0))
+
+    ranked = sorted(idle, key=lambda n: (distance(n), n))
+    chosen: list[str] = []
+    per_leaf: dict[str | None, int] = {}
+    for tier in range(2):
+        for node in ranked:
+            leaf = tree.leaf_of(node)
+            if node in chosen or per_leaf.get(leaf, 0) != tier:
+                continue
+            per_leaf[leaf] = tier + 1
+            chosen.append(node)
+    return chosen[:MAX_GOOD_PARTNERS_BY_LEAF]
+
+
+def reference_group(
+    goods: Sequence[str], suspects: Sequence[str], partners: int, tree: Topology | None
+) -> tuple[str, ...]:
+    """The known-good nodes whose all-reduce is the reference when no baseline is learnt: with
+    a tree, nodes of one leaf that holds no suspect (a faulty switch above the suspects must
+    not set the bar), else the first partners."""
+    size = 1 + partners
+    if tree is not None:
+        away = {tree.leaf_of(n) for n in suspects}
+        by_leaf: dict[str, list[str]] = {}
+        for node in goods:
+            leaf = tree.leaf_of(node)
+            if leaf is not None and leaf not in away:
+                by_leaf.setdefault(leaf, []).append(node)
+        fit = [nodes[:size] for _, nodes in sorted(by_leaf.items()) if len(nodes) >= size]
+        if fit:
+            return tuple(fit[0])
+    return tuple(goods[:size])
+
+
+def injected_factors(
+    inject: dict[str, float], nodes: tuple[str, ...], tree: Topology | None
+) -> dict[str, float]:
+    """The lab-only slowdowns a sweep job over *nodes* runs with: a node's own (``node3``), and
+    a fabric component's (``leaf:s2``, ``uplink:s2``, ``spine:s0``, ``link:node3``) when the
+    job's traffic goes through it (a single-node job's never). A component slows the first of
+    the job's nodes beneath it only: an all-reduce runs at its slowest rank's pace, and two
+    slowed ranks would wait out each other's delay in turn."""
+    out: dict[str, float] = {}
+    through = fabric.carried(nodes, tree) if tree is not None and len(nodes) > 1 else frozenset()
+    for name, factor in inject.items():
+        kind, sep, switch = name.partition(":")
+        if not sep:
+            hit = [name] if name in nodes else []
+        elif name not in through or tree is None:
+            hit = []
+        else:
+            beneath = {switch} if kind == "link" else set(tree.nodes_under(switch))
+            hit = [n for n in nodes if n in beneath][:1]
+        for node in hit:
+            out[node] = min(factor, out.get(node, 1.0))
+    return dict(sorted(out.items()))
 
 
 def _verdicts(
@@ -640,8 +731,18 @@ def _verdicts(
                 or (outcome is not None and node in outcome.undetermined)
             )
         ]
+        behind = sorted(c for c, ns in (outcome.fabric if outcome else {}).items() if node in ns)
         if fails:
             out.append(NodeVerdict(node, "fail", fails[0].evidence + _more(fails)))
+        elif behind:
+            out.append(
+                NodeVerdict(
+                    node,
+                    "fabric",
+                    f"sweep pairwise: slow only through {', '.join(behind)}, with partners "
+                    "chosen by leaf; the node itself is not shown at fault",
+                )
+            )
         elif unmeasured:
             out.append(
                 NodeVerdict(
@@ -664,6 +765,38 @@ def _verdicts(
     return out
 
 
+SETTLE = {
+    "leaf": "check leaf switch {s} (port counters, logs); then sweep two of its nodes together "
+    "and one of them with a node on another leaf",
+    "uplink": "check the uplink ports and cables of leaf {s}; then sweep one of its nodes with a "
+    "node on another leaf",
+    "spine": "check switch {s} and its links; then sweep nodes of two leaves beneath it together",
+    "link": "reseat or replace the cable and NIC of {s}; then sweep it with a node on its leaf",
+}
+
+
+def fabric_findings(
+    outcome: pairing.Outcome, tree: Topology, goods: Sequence[str]
+) -> list[FabricFinding]:
+    """The switch-level components the pairwise tests convicted, with their case."""
+    out = []
+    for name in sorted(outcome.fabric):
+        kind, switch = split_component(name)
+        for_, against = fabric.finding_lines(outcome, tree, name)
+        out.append(
+            FabricFinding(
+                component=name,
+                kind=kind,
+                nodes=tree.nodes_under(switch) if kind != "link" else (switch,),
+                evidence_for=tuple(for_),
+                evidence_against=tuple(against),
+                confidence=fabric.confidence(outcome, tree, name, goods),
+                settle=SETTLE[kind].format(s=switch),
+            )
+        )
+    return out
+
+
 def _more(judged: Sequence[Judgement]) -> str:
     return f" (+{len(judged) - 1} more)" if len(judged) > 1 else ""
 
@@ -678,7 +811,7 @@ def run_sweep(
 ) -> SweepReport:
     """Qualify *nodes*: quarantine, sweep, judge, then drain failures and release passes."""
     ops = ops or NodeOps(settings)
-    report, goods, duration = _prepare(settings, ops, nodes, options)
+    report, goods, duration, tree = _prepare(settings, ops, nodes, options)
     if report.dry_run:
         return report
     _start(settings, ops, report, options, goods, duration)
@@ -689,7 +822,7 @@ def run_sweep(
             report,
             options,
             goods,
-            SweepRun(settings, ops, report, duration, progress),
+            SweepRun(settings, ops, report, duration, progress, topology=tree),
         )
     except BaseException as exc:
         _aborted(ops, report, f"{type(exc).__name__}: {exc}")
@@ -716,13 +849,15 @@ class PolledSweep:
         ops: NodeOps,
         progress: Progress = lambda _msg: None,
     ) -> None:
-        report, self.goods, duration = _prepare(settings, ops, nodes, options)
+        report, self.goods, duration, tree = _prepare(settings, ops, nodes, options)
         if report.dry_run:
             raise UsageError("a polled sweep acts: not in a dry run or observing only")
         self.settings, self.ops, self.report, self.options = settings, ops, report, options
         _start(settings, ops, report, options, self.goods, duration)  # its directory first
         try:
-            self.run = SweepRun(settings, ops, report, duration, progress, polled=True)
+            self.run = SweepRun(
+                settings, ops, report, duration, progress, polled=True, topology=tree
+            )
         except BaseException as exc:
             _aborted(ops, report, f"{type(exc).__name__}: {exc}")
             raise
@@ -752,7 +887,7 @@ class PolledSweep:
 
 def _prepare(
     settings: Settings, ops: NodeOps, nodes: Sequence[str], options: SweepOptions
-) -> tuple[SweepReport, list[str], float]:
+) -> tuple[SweepReport, list[str], float, Topology | None]:
     """Check the request and plan it (a dry run's report is complete here); nothing changes."""
     if not nodes:
         raise UsageError("no nodes to sweep")
@@ -779,8 +914,10 @@ def _prepare(
             "resume it first (guardctl resume) to sweep it again"
         )
     goods: list[str] = []
+    tree: Topology | None = None
     if options.kind in ("multi", "all"):
-        goods = _good_partners(ops, settings, nodes, options.avoid)
+        tree, report.pairing["topology"] = _tree(settings, ops)
+        goods = _good_partners(ops, settings, nodes, options.avoid, tree)
         if not goods and len(nodes) < 2:
             raise UsageError(
                 "multi-node sweep: no idle in-service node to pair with; "
@@ -790,9 +927,21 @@ def _prepare(
     planned_actions = ops.quarantine(list(nodes), f"sweep {report.sweep_id}", dry_run=True)
     if report.dry_run:
         report.actions = [a.as_dict() for a in planned_actions]
-        report.planned = _plan(settings, ops, nodes, options.kind, goods, duration)
+        report.planned = _plan(settings, ops, nodes, options.kind, goods, duration, tree)
         report.finished = time.time()
-    return report, goods, duration
+    return report, goods, duration, tree
+
+
+def _tree(settings: Settings, ops: NodeOps) -> tuple[Topology | None, str]:
+    """The network tree pairwise partners are chosen by, and a word on where it came from; a
+    tree Slurm cannot give leaves the sweep to pair as without one (said in the report)."""
+    try:
+        tree = load_topology(ops.slurm, settings.control.racks)
+    except SlurmError as exc:
+        return None, f"none (Slurm's topology unreadable: {exc})"
+    if tree is None:
+        return None, "none (no [control] racks, no Slurm topology plugin)"
+    return tree, tree.source
 
 
 def _start(
@@ -861,7 +1010,8 @@ def _execute(
             pair_judged, outcome = run.multi(suspects, goods)
             judged += pair_judged
             report.pairing = {
-                "strategy": settings.sweep.pairing,
+                **report.pairing,
+                "strategy": "by topology" if outcome.fabric_aware else settings.sweep.pairing,
                 "rounds": outcome.rounds,
                 "tests": outcome.tests,
                 "good_partners": goods,
@@ -870,6 +1020,8 @@ def _execute(
                 ],
             }
     report.judgements = judged
+    if outcome is not None and run.topology is not None:
+        report.fabric = [f.as_dict() for f in fabric_findings(outcome, run.topology, goods)]
     report.verdicts = _verdicts(nodes, judged, outcome)
     _act(ops, report, options.release_passed)
     if settings.sweep.learn_baselines:
@@ -913,6 +1065,11 @@ def _act(ops: NodeOps, report: SweepReport, release_passed: bool) -> None:
         elif v.verdict == "fail":
             actions = ops.drain([v.node], v.evidence, evidence=evidence)
             v.action = "drained"
+        elif v.verdict == "fabric" and release_passed:
+            # Its switch or uplink is at fault, not the node: never drained; the controller
+            # records the component (and keeps jobs off its nodes only if so configured).
+            actions = ops.release([v.node], evidence=evidence)
+            v.action = "released"
         else:
             actions = []
             v.action = "kept quarantined"
@@ -933,6 +1090,7 @@ def _plan(
     kind: Kind,
     goods: Sequence[str],
     duration: float,
+    tree: Topology | None = None,
 ) -> list[dict[str, Any]]:
     """What a real run would submit (multi-node: the first round only; later ones depend on
     it), each job with the program and backend it would run (:mod:`.backend`)."""
@@ -956,6 +1114,9 @@ def _plan(
                 )
     if kind in ("multi", "all"):
         groups = pairing._chunks(list(nodes), settings.sweep.group_size)
+        by_tree = tree is not None and len({tree.leaf_of(n) for n in [*nodes, *goods]}) > 1
+        if tree is not None and by_tree:
+            groups = [list(g) for g in fabric.screen(nodes, goods, tree, settings.sweep.partners)]
         for g in groups:
             members = g if len(g) > 1 else [*g, *goods[: settings.sweep.partners]]
             planned.append(
@@ -963,7 +1124,7 @@ def _plan(
                     **job("pairwise", members),
                     "round": 1,
                     "reservation": f"{settings.sweep.reservation_prefix}<sweep>_<n>",
-                    "strategy": settings.sweep.pairing,
+                    "strategy": "by topology" if by_tree else settings.sweep.pairing,
                     "good_partners": list(goods),
                 }
             )

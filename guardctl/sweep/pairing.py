@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from guardctl.topology import Topology
+
 Group = tuple[str, ...]
 # Runs a round of groups at once; True for every group that passed, None where nothing was
 # measured (the job did not run).
@@ -45,6 +47,10 @@ class Outcome:
     tests: int = 0
     node_slots: int = 0  # sum of group sizes: node-time spent, in sweep durations
     history: list[list[tuple[Group, bool | None]]] = field(default_factory=list)
+    # Topology-aware pairing only: fabric component ("leaf:s2") -> the suspects whose failures it
+    # explains (not bad themselves, not cleared: behind a fault of the fabric).
+    fabric: dict[str, set[str]] = field(default_factory=dict)
+    fabric_aware: bool = False  # partners were chosen by the network tree
 
     def run_round(self, oracle: Oracle, groups: list[Group]) -> list[bool | None]:
         results = oracle(groups) if groups else []
@@ -192,10 +198,17 @@ def find_bad(
     *,
     group_size: int = 2,
     partners: int = 1,
+    topology: Topology | None = None,
 ) -> Outcome:
-    """Run *strategy* over *suspects* with *goods* as known-good partners."""
+    """Run *strategy* over *suspects* with *goods* as known-good partners; with a *topology*
+    whose leaves hold them on more than one leaf, partners are chosen by leaf instead, so that
+    a node, its link and its switches are told apart (:mod:`guardctl.sweep.fabric`)."""
     if len(set(suspects)) != len(suspects) or set(suspects) & set(goods):
         raise ValueError("suspects must be distinct and not among the good nodes")
+    if topology is not None and len({topology.leaf_of(n) for n in [*suspects, *goods]}) > 1:
+        from guardctl.sweep.fabric import localise
+
+        return localise(suspects, goods, oracle, topology, partners=partners)
     return STRATEGIES[strategy](suspects, goods, oracle, group_size=group_size, partners=partners)
 
 

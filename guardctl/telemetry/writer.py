@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 
 WriteFn = Callable[[int, bytes], int]
 
-# Lines written per os.write when a backlog is flushed: bounds one syscall's size.
-MAX_LINES_PER_WRITE = 2000
+# Bytes written per os.write (and fsync): bounds one syscall's size; a node's batch of a few
+# seconds (a few hundred kB) is one write.
+MAX_BYTES_PER_WRITE = 8 << 20
 # How far back a partial last line is searched for on open.
 _TAIL_SCAN = 1 << 20
 
@@ -192,10 +193,12 @@ class BufferedStore:
         # Consecutive items for the same file: one write, in order.
         path = self.pending[0][0]
         batch: list[bytes] = []
+        size = 0
         for item_path, data in self.pending:
-            if item_path != path or len(batch) >= MAX_LINES_PER_WRITE:
+            if item_path != path or (batch and size + len(data) > MAX_BYTES_PER_WRITE):
                 break
             batch.append(data)
+            size += len(data)
         return path, batch
 
     def _went_down(self, path: Path, exc: OSError) -> None:

@@ -72,7 +72,7 @@ def test_steps_are_timed_and_written(tmp_path: Path) -> None:
         assert 0.018 < r["compute_s"] < 0.2 and 0.008 < r["comm_s"] < 0.2
         assert r["step_s"] == pytest.approx(r["compute_s"] + r["comm_s"], abs=2e-6)
     assert records[3]["comm_s"] == 0.0 and records[3]["compute_s"] == records[3]["step_s"]
-    assert p.stats() == {"queued": 0, "written": 4, "buffered": 0, "dropped": 0}
+    assert p.stats() == {"queued": 0, "handed_over": 0, "written": 4, "buffered": 0, "dropped": 0}
 
 
 def test_a_failed_step_is_not_recorded(tmp_path: Path) -> None:

@@ -37,6 +37,7 @@ def test_probe_in_a_two_node_job(lab: Any) -> None:
     script = (
         "#!/bin/bash\n"
         f"export GUARDCTL_STORE={shlex.quote(str(store))}\n"
+        "export GUARDCTL_AGENT_SOCKET=\n"  # no node agent here: the ranks write the store
         f"srun {shlex.quote(job_python())} -c {shlex.quote(TRAIN)}\n"
     )
     job = lab.submit(

@@ -36,6 +36,10 @@ def agent_argv(
         f'agent.status_file="{status}"',
         "--set",
         "agent.status_every=1",
+        "--set",
+        "agent.write_interval_s=0",  # every sample, as the tests' timings expect
+        "--set",
+        f'agent.handoff_socket="{store.parent / "agent.sock"}"',  # never the machine's own
         "agent",
         "--store",
         str(store),
@@ -230,6 +234,16 @@ def test_full_store_keeps_sampling_and_resumes(tmp_path: Path) -> None:
     assert stamps == sorted(stamps)  # the backlog went first, in order
     assert len(set(stamps)) == final["samples"]  # no sample lost
     assert final["store"]["dropped"] == 0
+
+
+def test_once_leaves_the_running_agents_status_file_alone(tmp_path: Path) -> None:
+    status = tmp_path / "status.json"
+    status.write_text('{"node": "node1", "samples": 4242}\n')  # the running agent's
+    argv = agent_argv(tmp_path / "store", status, SYSFS_IB2, "--once", "--json")
+    proc = subprocess.run(argv, env=env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["samples"] == 1  # its own status, printed
+    assert json.loads(status.read_text())["samples"] == 4242
 
 
 def test_unknown_collector_is_a_config_error(tmp_path: Path) -> None:

@@ -49,7 +49,9 @@ def run_as_nobody(root: Path, err: Path, flushes: int = 3) -> int:
             os.setgid(NOBODY)
             os.setuid(NOBODY)
             os.umask(0o077)
-            rank = probe.Probe(identity.Identity("77", 0, 1, 0, "node1"), root, flush_interval_s=60)
+            who = identity.Identity("77", 0, 1, 0, "node1")
+            # No node agent (the direct path): what is said is about the store only.
+            rank = probe.Probe(who, root, flush_interval_s=60, agent_socket="")
             for _ in range(4):
                 with rank.step():
                     rank.comm_begin()

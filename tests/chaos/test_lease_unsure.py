@@ -144,7 +144,8 @@ def test_an_agent_long_silent_does_not_hold_the_controller_back(tmp_path: Path) 
 
 def test_an_agent_beats_its_clock_and_the_controller_reads_it(tmp_path: Path) -> None:
     store.init(tmp_path)  # the site's marked store
-    agent = Agent(AgentSettings(collectors=("host",)), tmp_path, "node5")
+    # No status file: the default is the machine's own (/run/guardctl).
+    agent = Agent(AgentSettings(collectors=("host",), status_file=""), tmp_path, "node5")
     assert agent.sample()
     beat = tmp_path / "clocks" / "agent.node5.json"
     raw = json.loads(beat.read_text())

@@ -81,6 +81,20 @@ def test_requeue_with_exclude_moves_the_job_and_remembers_every_exclusion() -> N
         job.requeue(exclude=["node1;reboot"])
 
 
+def test_requeue_keeps_the_users_own_exclusions() -> None:
+    # Slurm replaces ExcNodeList on update: the user's own --exclude must survive a requeue.
+    slurm = make(3)
+    blocker = submit(slurm, node_count=3)
+    job = submit(slurm, node_count=1)
+    slurm.update_job(job.job_id, exclude=["node1"])  # as the user's sbatch --exclude would
+    blocker.cancel()
+    assert job.refresh() == "RUNNING" and job.info and job.info.nodes == ("node2",)
+    assert job.info.excluded == ("node1",)
+    job.requeue(exclude=["node2"])
+    assert slurm.excluded(job.job_id) == {"node1", "node2"}
+    assert job.refresh() == "RUNNING" and job.info and job.info.nodes == ("node3",)
+
+
 def test_requeue_releases_the_hold_even_when_the_update_fails() -> None:
     slurm = make(2)
     job = submit(slurm, node_count=1)

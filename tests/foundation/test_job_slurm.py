@@ -36,16 +36,20 @@ def wait_running(job: Job, timeout: float = 60) -> None:
         job.sleep(0.3)
 
 
-def test_requeued_with_a_node_excluded_lands_elsewhere(lab: Any, tmp_path: Path) -> None:
-    slurm = client(lab)
+def train(slurm: CliSlurm, tmp_path: Path, body: str) -> Job:
+    """A one-node training job running *body*, submitted."""
     request = SubmitRequest(
-        script=script(tmp_path, "sleep 300\n"),
+        script=script(tmp_path, body),
         job_name="train",
         node_count=1,
         output=str(tmp_path / "out-%j"),
         time_limit_min=10,
     )
-    job = Job.submit(slurm, request)
+    return Job.submit(slurm, request)
+
+
+def test_requeued_with_a_node_excluded_lands_elsewhere(lab: Any, tmp_path: Path) -> None:
+    job = train(client(lab), tmp_path, "sleep 300\n")
     try:
         wait_running(job)
         first = job.info.nodes if job.info else ()
@@ -61,6 +65,23 @@ def test_requeued_with_a_node_excluded_lands_elsewhere(lab: Any, tmp_path: Path)
     # 24.11+'s plain squeue drops an ended job within a second or two: the job is read with
     # the ended ones (--states=all), so its final state is seen, not merely GONE.
     assert job.wait(60, poll_s=0.3) and job.state == "CANCELLED"
+
+
+def test_requeue_keeps_the_users_exclude(lab: Any, tmp_path: Path) -> None:
+    # The user's own --exclude is part of ExcNodeList, which an update replaces whole.
+    slurm = client(lab)
+    job = train(slurm, tmp_path, "#SBATCH --exclude=node1\nsleep 300\n")
+    try:
+        wait_running(job)
+        assert job.info is not None and job.info.excluded == ("node1",)
+        first = job.info.nodes
+        job.requeue(exclude=first)
+        info = slurm.job(job.job_id)
+        assert info is not None and set(info.excluded) == {"node1", *first}
+        wait_running(job, timeout=90)
+        assert job.info is not None and set(job.info.nodes).isdisjoint({"node1", *first})
+    finally:
+        job.cancel()
 
 
 def test_signal_reaches_the_batch_script(lab: Any, tmp_path: Path) -> None:

@@ -127,11 +127,15 @@ def write_config(admin: Admin, store: Path) -> None:
 def start_agents(admin: Admin) -> list[subprocess.Popen[str]]:
     """One agent per node. The lab's nodes share one host, so each runs with its node name and
     a status file of its own, as docs/telemetry.md says ("Several agents on one host")."""
-    line = "guardctl --set agent.status_file=/run/guardctl/agent-$n.json agent --node $n &"
+    line = (
+        "guardctl --set agent.status_file=/run/guardctl/agent-$n.json \\\n"
+        "           --set 'agent.handoff_socket=\"/run/guardctl/{node}.sock\"' agent --node $n &"
+    )
     assert line in TELEMETRY.read_text()
     agents = []
     for node in admin.lab.nodes:
-        words = line.rstrip(" &").replace("/run/guardctl", str(admin.home / "run"))
+        words = line.replace("\\\n", " ").rstrip(" &")
+        words = words.replace("/run/guardctl", str(admin.home / "run"))
         agents.append(
             subprocess.Popen(
                 admin.argv(words.replace("$n", node)),

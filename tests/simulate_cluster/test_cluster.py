@@ -171,6 +171,7 @@ def test_the_benchmark_runs_and_reports_what_the_docs_quote() -> None:
     assert [r["nodes"] for r in result["rows"]] == [125, 250]
     for row in result["rows"]:  # faults and the controller cost more than the calm cluster
         assert row["ratio"] > 1 and row["us_per_node_day"] > 0
+        assert row["fabric_s"] > 0 and row["fabric_ratio"] > 0
     assert result["compare_all_s"] > 0 and result["per_node_day_ratio"] > 0
 
 

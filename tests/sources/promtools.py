@@ -56,6 +56,19 @@ def controller_state(at: float) -> StoreState:
             entry("control sweep", "note", verdict="pass"),
             entry("control rehearsal", "note", step="quarantine"),
             entry("hook failed", "note", hook="prolog", drained=True),
+            Entry(
+                "e-fabric",
+                at - 60,
+                "control fabric",
+                "note",
+                ("node1", "node2"),
+                evidence={
+                    "component": "leaf:s1",
+                    "kind": "leaf",
+                    "phase": "open",
+                    "confidence": 0.75,
+                },
+            ),
         ],
     )
 

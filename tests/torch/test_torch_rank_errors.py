@@ -50,7 +50,8 @@ def run_rank(
     store: Path, job: str, config: str = "", script: str = RANK
 ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GUARDCTL"))}
-    env.update(GUARDCTL_STORE=str(store), GUARDCTL_JOB=job)
+    # No node agent here, by setting: the rank's stderr holds only what these tests judge.
+    env.update(GUARDCTL_STORE=str(store), GUARDCTL_JOB=job, GUARDCTL_AGENT_SOCKET="")
     if config:
         (store / "guardctl.toml").write_text(config)
         env["GUARDCTL_CONFIG"] = str(store / "guardctl.toml")

@@ -7,7 +7,9 @@ submitted to it, it places them (a training partition for the large jobs, a batc
 for the small ones). The baselines, NHC and the operator act on it straight (reservations,
 drains, requeues); guardctl acts through its node-action door (:class:`guardctl.nodeops.
 NodeOps`) over the same Slurm, on its clock, and reports back what the door did. The policy
-(:mod:`.policies`) is called every controller pass and when a sweep ends.
+(:mod:`.policies`) is called every controller pass and when a sweep ends. The nodes hang from
+a tree of switches (:mod:`.fabric`); a switch's fault slows every node beneath it, and none of
+them has a fault of its own.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import heapq
 import math
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from guardctl.simulate.cluster import faults
+from guardctl.analyze.fabric import FabricFinding
+from guardctl.simulate.cluster import fabric, faults
 from guardctl.simulate.cluster.jobs import SimJob, node_factor
 from guardctl.simulate.cluster.metrics import Tally
 from guardctl.simulate.cluster.params import DAY, HOUR, Params
@@ -40,6 +43,8 @@ class Policy(Protocol):
     name: str
     health_checks: bool  # NHC / prolog drains nodes whose GPU is lost
     rebalances: bool  # the data-sharding service gives a flagged node less work
+    topology_sweeps: bool  # its pairwise sweeps pick partners by the tree: a switch's fault
+    # fails the switch, not the node swept
 
     def on_pass(self, sim: Cluster) -> None: ...
 
@@ -66,9 +71,17 @@ class Flag:
 class Cluster:
     """The simulated cluster: Slurm, the nodes' faults, the jobs, and the tally."""
 
-    def __init__(self, p: Params, policy: Policy, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        p: Params,
+        policy: Policy,
+        progress: Progress | None = None,
+        extra: Sequence[faults.Onset] = (),
+    ) -> None:
+        """*extra*: faults beside the drawn ones (a scenario: a test's one degraded leaf)."""
         self.p, self.policy, self.progress = p, policy, progress
         self.names = [f"node{i:05d}" for i in range(1, p.nodes + 1)]
+        self.topology = fabric.tree(self.names, p.leaf_nodes, p.spine_leaves)
         train = round(p.train_share * p.nodes)
         self.slurm = MemorySlurm([], min_job_age_s=60.0, requeue_delay_s=REQUEUE_DELAY_S)
         # The batch partition first: Slurm places a job on the lowest free nodes it may use,
@@ -81,6 +94,12 @@ class Cluster:
         self.heap: list[tuple[float, int, str, Any]] = []
         self.seq = 0
         self.sources: dict[str, dict[int, faults.Onset]] = {}  # the transient slowdowns
+        # Switch faults: each one's component, onset and the nodes beneath; per node, those
+        # that slow it (a node's repair leaves them: the switch is still at fault).
+        self.switch_faults: dict[int, tuple[str, faults.Onset, tuple[str, ...]]] = {}
+        self.beneath: dict[str, dict[int, faults.Onset]] = {}
+        self.localised: set[tuple[str, float]] = set()  # (component, onset) named already
+        self.cable_since: dict[str, float] = {}
         self.factor: dict[str, float] = {}
         self.slow_since: dict[str, float] = {}
         self.grey: dict[str, float] = {}
@@ -100,6 +119,8 @@ class Cluster:
         self.repaired: set[str] = set()
         self.tally = Tally()
         self._jobs_and_faults(train)
+        for o in extra:
+            self.push(self.t0 + o.at, "onset", o)
 
     # -- setting up -------------------------------------------------------------------------
     def _jobs_and_faults(self, train: int) -> None:
@@ -274,6 +295,9 @@ class Cluster:
 
     # -- node faults ----------------------------------------------------------------------------
     def _on_onset(self, o: faults.Onset) -> None:
+        if o.kind in fabric.SWITCH_FAULTS:
+            self._switch_fault(o)
+            return
         node = self.names[o.node]
         if node in self.down or (
             o.kind == "lemon_on" and (node in self.repaired or node in self.drained)
@@ -292,11 +316,34 @@ class Cluster:
             self.set_factor(node)
         elif o.kind == "false_positive":
             self.phantom[node] = self.now
+        elif o.kind == fabric.CABLE:  # until its node is repaired
+            self.sources.setdefault(node, {})[self.seq] = o
+            self.cable_since.setdefault(node, self.now)
+            self.set_factor(node)
         else:
             if o.kind == "lemon_on":
                 self.lemon.add(node)
             self.sources.setdefault(node, {})[self.seq] = o
             self.push(self.now + o.duration_s, "source_end", (node, self.seq))
+            self.set_factor(node)
+
+    def _switch_fault(self, o: faults.Onset) -> None:
+        """A switch's fault slows every node beneath it (the leaf's, or the spine group's)."""
+        nodes = self.topology.nodes_under(fabric.switch_of(o.kind, o.switch))
+        sid = self.seq
+        self.switch_faults[sid] = (fabric.component_of(o.kind, o.switch), o, nodes)
+        for node in nodes:
+            self.beneath.setdefault(node, {})[sid] = o
+            self.set_factor(node)
+        self.push(self.now + o.duration_s, "switch_end", sid)
+
+    def _on_switch_end(self, sid: int) -> None:
+        _, _, nodes = self.switch_faults.pop(sid)
+        for node in nodes:
+            hits = self.beneath.get(node, {})
+            hits.pop(sid, None)
+            if not hits:
+                self.beneath.pop(node, None)
             self.set_factor(node)
 
     def _on_source_end(self, data: tuple[str, int]) -> None:
@@ -319,7 +366,7 @@ class Cluster:
             self.push(self.now + HOUR, "repair", node)
             return
         self.sync_clock()
-        for table in (self.grey, self.gpu_lost, self.sources):
+        for table in (self.grey, self.gpu_lost, self.sources, self.cable_since):
             table.pop(node, None)
         self.lemon.discard(node)
         self.repaired.add(node)
@@ -332,12 +379,11 @@ class Cluster:
 
     def set_factor(self, node: str) -> None:
         """The node's slowdown from its faults; its job follows."""
+        slowdowns = [*self.sources.get(node, {}).values(), *self.beneath.get(node, {}).values()]
         f = (
             math.inf
             if node in self.gpu_lost
-            else max(
-                [self.grey.get(node, 1.0), *(s.factor for s in self.sources.get(node, {}).values())]
-            )
+            else max([self.grey.get(node, 1.0), *(s.factor for s in slowdowns)])
         )
         old = self.factor.get(node, 1.0)
         if f == old:
@@ -361,8 +407,12 @@ class Cluster:
             node in self.grey
             or node in self.gpu_lost
             or node in self.lemon
-            or any(s.kind == "failslow" for s in srcs)
+            or any(s.kind in ("failslow", fabric.CABLE) for s in srcs)
         )
+
+    def under_switch_fault(self, node: str) -> bool:
+        """Whether a switch's fault slows the node (which may have a fault of its own too)."""
+        return node in self.beneath
 
     def flagged(self, stage_aware: bool) -> list[Flag]:
         """The nodes the analyzer flags now, from its measured delay, recall and false suspects.
@@ -403,8 +453,10 @@ class Cluster:
 
     def cause(self, node: str) -> tuple[str, tuple[str, ...]]:
         """What slows *node* (its worst cause first), and every detector its slowdowns trip."""
-        srcs = list(self.sources.get(node, {}).values())
-        detectors = tuple(sorted({d for s in srcs for d in s.detectors} | {"busy_time"}))
+        srcs = [*self.sources.get(node, {}).values(), *self.beneath.get(node, {}).values()]
+        # A grey node shows busy time alone; the fabric's faults show no busy time of theirs.
+        own = {"busy_time"} if node in self.grey or not srcs else set()
+        detectors = tuple(sorted({d for s in srcs for d in s.detectors} | own))
         if node in self.grey:
             return "grey", detectors
         return max((s.kind for s in srcs), key=lambda k: k != "contention"), detectors
@@ -426,9 +478,30 @@ class Cluster:
         plain = [
             self.factor.get(n, 1.0) for n in job.nodes if n != node and n not in job.rebalanced
         ]
-        moved = [self.factor.get(n, 1.0) for n in job.nodes if n != node and n in job.rebalanced]
-        self._without[key] = value = node_factor(plain, moved)
+        moved = [n for n in job.nodes if n != node and n in job.rebalanced]
+        value = node_factor(plain, [self.own_factor(n) for n in moved])
+        # Less work hides a slow GPU, not a slow switch or cable: the collective waits for the
+        # network whatever share of the data a rank is given.
+        value = max([value, *(self.fabric_factor(n) for n in moved)])
+        self._without[key] = value
         return value
+
+    def fabric_factor(self, node: str) -> float:
+        """The node's slowdown from the fabric: its switches' faults and its cable."""
+        return max(
+            [
+                1.0,
+                *(s.factor for s in self.beneath.get(node, {}).values()),
+                *(s.factor for s in self.sources.get(node, {}).values() if s.kind == fabric.CABLE),
+            ]
+        )
+
+    def own_factor(self, node: str) -> float:
+        """The node's slowdown less the fabric's (its whole factor when the fabric is well)."""
+        if node in self.gpu_lost:
+            return math.inf
+        own = [s.factor for s in self.sources.get(node, {}).values() if s.kind != fabric.CABLE]
+        return max([self.grey.get(node, 1.0), *own])
 
     # Straight to Slurm: the baselines' own quarantines, NHC's and the operator's drains.
     def quarantine(self, node: str) -> None:
@@ -458,6 +531,7 @@ class Cluster:
     def held(self, node: str) -> None:
         self.quarantined.add(node)
         self.tally.quarantines += 1
+        self.tally.false_quarantines += 0 if self.at_fault(node) else 1
 
     def released(self, node: str) -> None:
         self.quarantined.discard(node)
@@ -508,6 +582,7 @@ class Cluster:
             return
         self.sweeping.add(node)
         self.tally.sweeps += 1
+        self.tally.false_sweeps += 0 if self.at_fault(node) else 1
         self.push(self.now + duration_s, "sweep_done", (node, duration_s))
 
     def _on_sweep_done(self, data: tuple[str, float]) -> None:
@@ -515,8 +590,19 @@ class Cluster:
         self.sync_clock()
         self.sweeping.discard(node)
         revealed = node in self.grey and duration >= self.reveal.get(node, 0.0)
-        slow = any(s.kind in ("failslow", "lemon_on") for s in self.sources.get(node, {}).values())
-        verdict = "fail" if revealed or slow or node in self.gpu_lost else "pass"
+        slow = any(
+            s.kind in ("failslow", "lemon_on", fabric.CABLE)
+            for s in self.sources.get(node, {}).values()
+        )
+        # A switch's fault fails the pairwise all-reduce of every node beneath it when the
+        # partner is chosen without the tree; partners chosen by it put the blame on the switch
+        # (the node's verdict "fabric": released, never drained).
+        own = revealed or slow or node in self.gpu_lost
+        switch = self.under_switch_fault(node)
+        if own or (switch and not self.policy.topology_sweeps):
+            verdict = "fail"
+        else:
+            verdict = "fabric" if switch else "pass"
         self.policy.on_sweep(self, node, verdict)
 
     # -- passes ---------------------------------------------------------------------------------
@@ -532,6 +618,32 @@ class Cluster:
         self.policy.on_pass(self)
         out = self.down | set(self.drained) | self.quarantined
         self.tally.out_of_service.append(len(out))
+        held = self.quarantined | {n for n, by in self.drained.items() if by == "guardctl"}
+        healthy = sum(1 for n in held if not self.at_fault(n))
+        self.tally.healthy_held_gpu_h += healthy * self.p.gpus_per_node * self.p.pass_s / HOUR
+
+    # -- fabric findings ------------------------------------------------------------------------
+    def named(self, findings: Iterable[FabricFinding]) -> None:
+        """A policy's fabric findings of this pass, against what is at fault: the time from a
+        fault's onset to the pass that first names its component, and the names wrong."""
+        for f in findings:
+            kind, _, node = f.component.partition(":")
+            onsets = [self.t0 + o.at for c, o, _ in self.switch_faults.values() if c == f.component]
+            if kind == "link" and node in self.cable_since:
+                onsets.append(self.cable_since[node])
+            if onsets:
+                self.tally.named.add(f.component)
+            for onset in onsets:
+                if (f.component, onset) not in self.localised:
+                    self.localised.add((f.component, onset))
+                    self.tally.localise_s.append(self.now - onset)
+            # A node's own communication fail-slow may well be its link: not a wrong name.
+            comm = kind == "link" and any(
+                s.kind == "failslow" and "xmit_wait" in s.detectors
+                for s in self.sources.get(node, {}).values()
+            )
+            if not onsets and not comm:
+                self.tally.misnamed.add(f.component)
 
     def health_checks(self) -> None:
         """NHC and the prolog: a node whose GPU is lost is drained (its job ends on a hang)."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from guardctl.simulate.cluster.fabric import counts
 from guardctl.simulate.cluster.params import DAY, Params
 
 
@@ -20,13 +21,15 @@ class Onset:
 
     at: float
     node: int
-    kind: str  # crash, gpu_lost, failslow, grey, lemon_on, contention, false_positive
+    kind: str  # crash, gpu_lost, failslow, grey, lemon_on, contention, false_positive; the
+    # fabric's: cable (one node's link), leaf, uplink, spine (every node beneath the switch)
     factor: float = 1.0  # how much slower the node runs
     duration_s: float = 0.0  # for the transient kinds; 0: until repaired
     # The analyzer's detectors that see it, beside busy time (the job's own measurement):
     # a compute fail-slow is the GPU throttling (clock events), a communication one shows as
     # transmit wait on the node's links (FALCON); host contention is its own detector.
     detectors: tuple[str, ...] = ("busy_time",)
+    switch: int = -1  # a switch fault's leaf (leaf, uplink) or spine group (spine); node: -1
 
 
 @dataclass
@@ -98,5 +101,53 @@ def draw(p: Params, rng: np.random.Generator) -> Schedule:
     # fleet's faults: scaled() leaves them be).
     for t in poisson_times(rng, p.false_positive_per_node_pass * n / p.pass_s, horizon):
         out.onsets.append(Onset(float(t), int(rng.integers(n)), "false_positive"))
-    out.onsets.sort(key=lambda o: (o.at, o.node, o.kind))
+    if p.fabric:
+        out.onsets += fabric(p, np.random.default_rng([p.seed, 3]))
+    out.onsets.sort(key=lambda o: (o.at, o.node, o.kind, o.switch))
+    return out
+
+
+# What the analyzer sees of a fabric fault: a switch's fault backs up the transmit queues of
+# the nodes beneath it (transmit wait, FALCON's signal of a communication fail-slow), with no
+# error on their own ports; a bad cable shows its errors on the one node's port as well. Their
+# ranks' busy time is not behind their peers': every rank of the job waits on the collective.
+SWITCH_DETECTORS = ("xmit_wait",)
+CABLE_DETECTORS = ("link_errors", "xmit_wait")
+
+
+def fabric(p: Params, rng: np.random.Generator) -> list[Onset]:
+    """The fabric faults of one run, from their own random stream (the node faults above are
+    the same with them or without)."""
+    out: list[Onset] = []
+    horizon, n = p.horizon_s, p.nodes
+    leaves, groups = counts(n, p.leaf_nodes, p.spine_leaves)
+
+    def length(mean: float) -> float:
+        return float(np.clip(rng.exponential(mean), p.failslow_min_s, p.failslow_max_s))
+
+    for t in poisson_times(rng, p.leaf_per_100_leaf_days / 100.0 * leaves / DAY, horizon):
+        where, slow = int(rng.integers(leaves)), _slow(rng, p)
+        out.append(
+            Onset(float(t), -1, "leaf", slow, length(p.leaf_mean_s), SWITCH_DETECTORS, where)
+        )
+    for t in poisson_times(rng, p.uplink_per_100_leaf_days / 100.0 * leaves / DAY, horizon):
+        where, slow, end = (
+            int(rng.integers(leaves)),
+            _slow(rng, p),
+            float(t) + length(p.uplink_mean_s),
+        )
+        at = float(t)
+        while at < min(end, horizon):  # degraded while a flap settles, then well a while
+            on = float(rng.exponential(p.uplink_on_mean_s))
+            out.append(Onset(at, -1, "uplink", slow, on, SWITCH_DETECTORS, where))
+            at += on + float(rng.exponential(p.uplink_off_mean_s))
+    for t in poisson_times(rng, p.spine_per_10_group_days / 10.0 * groups / DAY, horizon):
+        where, slow = int(rng.integers(groups)), _slow(rng, p)
+        out.append(
+            Onset(float(t), -1, "spine", slow, length(p.spine_mean_s), SWITCH_DETECTORS, where)
+        )
+    for t in poisson_times(rng, p.cable_per_1000_node_days * n / DAY / 1000.0, horizon):
+        out.append(
+            Onset(float(t), int(rng.integers(n)), "cable", _slow(rng, p), 0.0, CABLE_DETECTORS)
+        )
     return out

@@ -63,6 +63,24 @@ class Params:
     imbalance_share: float = 0.425  # ByteDance, arXiv 2505.05713: 42.5% of large jobs straggle
     imbalance_slow: float = 1.10  # assumption: the slowest pipeline stage's excess
     pipeline_stages: int = 8
+    # -- the network tree (assumptions: a leaf switch per 32 nodes, 8 leaves to a spine group) --
+    leaf_nodes: int = 32
+    spine_leaves: int = 8
+    # -- fabric faults (off unless *fabric*; FALCON, arXiv 2410.12588: communication fail-slows
+    # are the common kind, mean 24 min, seconds to ~10 h; Aegis: they trace to a ToR switch, an
+    # aggregation switch or an optic). No study gives a per-switch rate: the rates are
+    # assumptions, a few episodes of each kind a week at 2000 nodes.
+    fabric: bool = False
+    leaf_per_100_leaf_days: float = 1.0  # a degraded leaf switch
+    leaf_mean_s: float = 1440.0  # FALCON's communication fail-slows: ~24 min
+    uplink_per_100_leaf_days: float = 1.0  # a leaf's uplinks flapping
+    uplink_mean_s: float = 2 * HOUR  # assumption: the flapping lasts until someone reseats it
+    uplink_on_mean_s: float = 600.0  # assumption: degraded while a flap settles ...
+    uplink_off_mean_s: float = 300.0  # ... then well for a while
+    spine_per_10_group_days: float = 1.0  # a congested spine group
+    spine_mean_s: float = 1440.0  # FALCON, as the leaf
+    cable_per_1000_node_days: float = 1.0  # one node's bad cable (or NIC, or optic): until its
+    # node is drained and repaired
     # -- the analyzer (bench/detect_quality.py, docs/analyzer.md) --
     detect_delay_s: float = 1.33 * 300.0  # median time to detect: 1.33 windows of 300 s
     recall: float = 1.0  # 320 of 320 faults found
@@ -87,6 +105,8 @@ class Params:
             raise ValueError("days: must be positive")
         if not 0.0 <= self.recall <= 1.0:
             raise ValueError("recall: must be in [0, 1]")
+        if self.leaf_nodes < 1 or self.spine_leaves < 1:
+            raise ValueError("leaf_nodes, spine_leaves: at least 1")
         if not 0.0 <= self.false_positive_per_node_pass < 1.0:
             raise ValueError("false_positive_per_node_pass: must be in [0, 1)")
 
@@ -103,10 +123,14 @@ class Params:
             grey_share=min(1.0, self.grey_share * factor),
             grey_per_1000_node_days=self.grey_per_1000_node_days * factor,
             lemon_share=min(1.0, self.lemon_share * factor),
+            leaf_per_100_leaf_days=self.leaf_per_100_leaf_days * factor,
+            uplink_per_100_leaf_days=self.uplink_per_100_leaf_days * factor,
+            spine_per_10_group_days=self.spine_per_10_group_days * factor,
+            cable_per_1000_node_days=self.cable_per_1000_node_days * factor,
         )
 
     def fault_free(self) -> Params:
-        """No node faults; the confounders, a property of the work, stay."""
+        """No node or fabric faults; the confounders, a property of the work, stay."""
         return self.scaled(0.0)
 
     def calm(self) -> Params:

@@ -17,6 +17,10 @@
   ladder and owners read from Slurm and the run's action log, and acted on through
   :class:`guardctl.nodeops.NodeOps` over the in-memory Slurm on its clock; the data-sharding
   service gives a node found at fault less work.
+* ``guardctl-fabric``: the same controller told the cluster's tree: ``classify`` is given the
+  topology (fabric localisation: a switch's fault names the switch and takes no node), and its
+  pairwise sweeps choose partners by the tree. ``guardctl`` is today's node-only controller
+  (no topology), run on the same faults.
 """
 
 from __future__ import annotations
@@ -27,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from guardctl.actionlog import ActionLog, Entry
-from guardctl.analyze.engine import HEALTHY, SUSPECT, Analysis, Evidence, NodeVerdict
+from guardctl.analyze.engine import HEALTHY, SUSPECT, UNKNOWN, Analysis, Evidence, NodeVerdict
 from guardctl.config import Settings
 from guardctl.controller import policy as control
 from guardctl.controller.classify import Classified, classify
 from guardctl.controller.ladder import BY, NodeLadder, derive
 from guardctl.controller.loop import counts_toward_cap
-from guardctl.controller.record import faults, record_fresh_starts
+from guardctl.controller.record import faults, record_fabric, record_fresh_starts
 from guardctl.errors import RefusedError
 from guardctl.nodeops import Action, NodeOps
 from guardctl.nodeops.ownership import REQUEUE, Owner
@@ -44,12 +48,14 @@ from guardctl.simulate.cluster.engine import Cluster, Flag, Policy
 from guardctl.slurm.types import JobInfo
 
 NAMES = ("none", "failstop", "guard", "guardctl")
+FABRIC = "guardctl-fabric"
+CHOICES = (*NAMES, FABRIC)
 
 
 class NoMitigation:
     """Nothing but Slurm's own handling of a crashed node."""
 
-    name, health_checks, rebalances = "none", False, False
+    name, health_checks, rebalances, topology_sweeps = "none", False, False, False
 
     def on_pass(self, sim: Cluster) -> None:
         pass
@@ -105,10 +111,18 @@ class Guardctl(FailStop):
     name, rebalances = "guardctl", True
 
     def __init__(
-        self, cfg: ControlSettings, safety: SafetySettings | None = None, store: Path | None = None
+        self,
+        cfg: ControlSettings,
+        safety: SafetySettings | None = None,
+        store: Path | None = None,
+        topology: bool = False,
     ) -> None:
         """*store*: where the run keeps its store (its action log); None: a temporary
-        directory, removed after the run."""
+        directory, removed after the run. *topology*: the controller is told the cluster's
+        tree (``guardctl-fabric``); without it, today's node-only controller."""
+        self.topology = self.topology_sweeps = topology
+        if topology:
+            self.name = FABRIC
         self.cfg = cfg
         self.safety = safety or SafetySettings()
         self.store = store
@@ -116,7 +130,7 @@ class Guardctl(FailStop):
         self._ops: NodeOps | None = None
         self._store: tempfile.TemporaryDirectory[str] | None = None
         self._log: TailedLog | None = None
-        self._healthy: dict[tuple[str, int], NodeVerdict] = {}
+        self._healthy: dict[tuple[str, int, bool], NodeVerdict] = {}
 
     # -- the run's store and door --------------------------------------------------------------
     def start(self, sim: Cluster) -> None:
@@ -151,7 +165,11 @@ class Guardctl(FailStop):
     # -- one pass ----------------------------------------------------------------------------
     def on_pass(self, sim: Cluster) -> None:
         flags = sim.flagged(stage_aware=True)
-        classified = classify(self.analysis(sim, flags), self.cfg)
+        if self.topology:
+            classified = classify(self.analysis(sim, flags), self.cfg, topology=sim.topology)
+            sim.named(classified.fabric)
+        else:
+            classified = classify(self.analysis(sim, flags), self.cfg)
         at_fault = faults(classified)
         for node in at_fault:
             job = sim.jobs[sim.node_job[node]]
@@ -168,6 +186,8 @@ class Guardctl(FailStop):
         if (sorted(last.nodes) if last else []) != at_fault:
             # record.record_pass's note, without the findings' evidence (read by no decision)
             self.ops.record("control pass", at_fault, reason=f"{len(at_fault)} node(s) at fault")
+        if self.topology:
+            record_fabric(self.ops, entries, classified)  # as the loop: its component, opened
         record_fresh_starts(self.ops, ladders, owners, snap.out_for_repair)
         view = self.view(sim, classified, owners, ladders)
         for decision in control.decide(view, self.cfg):
@@ -175,18 +195,23 @@ class Guardctl(FailStop):
                 self.act(sim, decision)
 
     def analysis(self, sim: Cluster, flags: list[Flag]) -> Analysis:
-        """What guardctl's analyzer would say now: a verdict for every node in a job."""
+        """What guardctl's analyzer would say now: a verdict for every node in a job (unknown
+        while its job starts up: no step measured yet, and none of its traffic to judge)."""
         window = sim.p.pass_s
         flagged = {f.node: self.verdict(sim, f, window) for f in flags}
-        verdicts = [flagged.get(n) or self.healthy(n, job) for n, job in sim.node_job.items()]
+        verdicts = [
+            flagged.get(n) or self.unflagged(n, job, sim.now >= sim.jobs[job].ready)
+            for n, job in sim.node_job.items()
+        ]
         return Analysis(sim.now - window, sim.now, tuple(verdicts))
 
-    def healthy(self, node: str, job: int) -> NodeVerdict:
-        key = (node, job)
+    def unflagged(self, node: str, job: int, running: bool) -> NodeVerdict:
+        key = (node, job, running)
         if key not in self._healthy:
             if len(self._healthy) > 100_000:
                 self._healthy.clear()
-            self._healthy[key] = NodeVerdict(node, HEALTHY, 0.0, job=str(job))
+            verdict = HEALTHY if running else UNKNOWN
+            self._healthy[key] = NodeVerdict(node, verdict, 0.0, job=str(job))
         return self._healthy[key]
 
     @staticmethod
@@ -334,7 +359,9 @@ class Guardctl(FailStop):
 
     def on_sweep(self, sim: Cluster, node: str, verdict: str) -> None:
         """As the loop: the sweep releases a passed node (not a lemon's: it stays quarantined)
-        and drains a failed one, its verdict is recorded, and a lemon that passed is drained."""
+        and drains a failed one, its verdict is recorded, and a lemon that passed is drained.
+        A topology-aware sweep's verdict "fabric" (the node's switch at fault, not the node)
+        releases it as a pass does, and is no pass of the node's."""
         lemon = self.lemons.pop(node, False)
         swept = {"sweep": f"{node}@{sim.now - sim.t0:.0f}"}  # as run_sweep's, not "by" control
         if verdict == "fail":
@@ -380,9 +407,9 @@ class TailedLog(ActionLog):
 def make(
     name: str, cfg: ControlSettings | None = None, safety: SafetySettings | None = None
 ) -> Policy:
-    """The policy called *name* (one of :data:`NAMES`)."""
-    if name == "guardctl":
-        return Guardctl(cfg or ControlSettings(requeue=True), safety)
+    """The policy called *name* (one of :data:`CHOICES`)."""
+    if name in ("guardctl", FABRIC):
+        return Guardctl(cfg or ControlSettings(requeue=True), safety, topology=name == FABRIC)
     plain: dict[str, type[NoMitigation]] = {
         "none": NoMitigation,
         "failstop": FailStop,

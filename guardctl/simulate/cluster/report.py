@@ -20,6 +20,22 @@ COLUMNS = [
     ("nodes_out_of_service", "nodes out of service"),
 ]
 
+# What fabric localisation buys, today's node-only controller beside the fabric-aware one.
+FABRIC_COLUMNS = [
+    ("goodput", "goodput"),
+    ("gpu_h_lost", "GPU-h lost"),
+    ("gpu_h_lost_to_fabric", "of them to fabric faults"),
+    ("false_drains", "false drains"),
+    ("false_quarantines", "healthy nodes quarantined"),
+    ("false_sweeps", "healthy nodes swept"),
+    ("healthy_held_gpu_h", "healthy GPU-h held out"),
+    ("localised", "fabric faults named"),
+    ("localise_median_s", "onset to name, median s"),
+    ("misnamed", "components misnamed"),
+    ("drains", "drains"),
+    ("requeues", "requeues"),
+]
+
 
 def _cell(value: Any) -> str:
     if value is None:
@@ -30,11 +46,12 @@ def _cell(value: Any) -> str:
 
 
 def table(result: dict[str, Any]) -> str:
-    """One row per policy: the means over the seeds."""
-    head = "| policy | " + " | ".join(title for _, title in COLUMNS) + " |"
-    rows = [head, "|" + "---|" * (len(COLUMNS) + 1)]
+    """One row per policy: the means over the seeds (the fabric figures for a fabric run)."""
+    columns = FABRIC_COLUMNS if result.get("fabric") else COLUMNS
+    head = "| policy | " + " | ".join(title for _, title in columns) + " |"
+    rows = [head, "|" + "---|" * (len(columns) + 1)]
     for name, data in result["policies"].items():
-        rows.append(f"| {name} | " + " | ".join(_cell(data["mean"][k]) for k, _ in COLUMNS) + " |")
+        rows.append(f"| {name} | " + " | ".join(_cell(data["mean"][k]) for k, _ in columns) + " |")
     return "\n".join(rows)
 
 

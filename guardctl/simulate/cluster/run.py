@@ -2,6 +2,9 @@
 
 Each seed runs once fault-free (same jobs, same confounders, no node faults) to measure the
 work a cluster would do; each policy's run on that seed is judged against it.
+
+With fabric faults (:func:`compare_fabric`) each policy also runs the seed without them (the
+same node faults): the difference in work done is what the fabric faults cost it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from guardctl.sections.control import ControlSettings
 from guardctl.sections.safety import SafetySettings
 from guardctl.simulate.cluster import policies
 from guardctl.simulate.cluster.engine import Cluster
+from guardctl.simulate.cluster.faults import Onset
 from guardctl.simulate.cluster.metrics import Tally
 from guardctl.simulate.cluster.params import Params
 
 Progress = Callable[[str], None]
+# Today's node-only controller and the same controller told the tree, on the same faults.
+FABRIC_POLICIES = ("guardctl", policies.FABRIC)
 
 
 def control_settings(p: Params, **overrides: Any) -> ControlSettings:
@@ -44,11 +50,15 @@ def safety_settings(p: Params) -> SafetySettings:
 
 
 def simulate(
-    p: Params, policy: str, cfg: ControlSettings | None = None, progress: Progress | None = None
+    p: Params,
+    policy: str,
+    cfg: ControlSettings | None = None,
+    progress: Progress | None = None,
+    extra: Sequence[Onset] = (),
 ) -> Tally:
-    """One run of *policy* on the cluster *p*."""
+    """One run of *policy* on the cluster *p* (*extra*: faults beside the drawn ones)."""
     return Cluster(
-        p, policies.make(policy, cfg or control_settings(p), safety_settings(p)), progress
+        p, policies.make(policy, cfg or control_settings(p), safety_settings(p)), progress, extra
     ).run()
 
 
@@ -78,6 +88,43 @@ def compare(
     return {
         "params": dataclasses.asdict(p),
         "seeds": list(seeds),
+        "policies": {n: {"mean": mean(rows), "runs": rows} for n, rows in runs.items()},
+    }
+
+
+def compare_fabric(
+    p: Params,
+    seeds: Sequence[int],
+    names: Sequence[str] = FABRIC_POLICIES,
+    cfg: ControlSettings | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Every policy on every seed with the fabric faults beside the node faults, and again
+    without them: per policy the figures of the first, and the GPU-hours the fabric faults
+    cost it (``gpu_h_lost_to_fabric``: the work the second did that the first did not)."""
+    fab = dataclasses.replace(p, fabric=True)
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for seed in seeds:
+        ps = dataclasses.replace(fab, seed=seed)
+        base = simulate(ps.fault_free(), "none", cfg)
+        for name in names:
+            if progress:
+                progress(f"seed {seed}: {name}, fabric and node faults")
+            tally = simulate(ps, name, cfg, progress)
+            if progress:
+                progress(f"seed {seed}: {name}, the node faults alone")
+            alone = simulate(dataclasses.replace(ps, fabric=False), name, cfg, progress)
+            runs[name].append(
+                {
+                    "seed": seed,
+                    **tally.figures(base.useful_gpu_h),
+                    "gpu_h_lost_to_fabric": round(alone.useful_gpu_h - tally.useful_gpu_h, 1),
+                }
+            )
+    return {
+        "params": dataclasses.asdict(fab),
+        "seeds": list(seeds),
+        "fabric": True,
         "policies": {n: {"mean": mean(rows), "runs": rows} for n, rows in runs.items()},
     }
 
