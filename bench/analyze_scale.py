@@ -387,7 +387,8 @@ def bench(
     load_before = os.getloadavg()[0]  # a shared machine: say how busy it was
     t0 = time.perf_counter()
     made = store / "simulated"  # --store DIR: a store kept from an earlier run of this shape
-    if not keep or not made.exists() or made.read_text() != f"{gpus} {minutes}":
+    shape = f"{gpus} {minutes} {os.environ.get('GUARDCTL_SEGMENT_MINUTES', '60')}"
+    if not keep or not made.exists() or made.read_text() != shape:
         shutil.rmtree(store, ignore_errors=True)
         # In a process of its own: the memory it took (gigabytes at 100k GPUs, not all given
         # back to the system) is not held beside the passes measured.
@@ -395,7 +396,7 @@ def bench(
             [sys.executable, __file__, "--simulate", str(store), str(gpus), str(minutes)],
             check=True,
         )
-        made.write_text(f"{gpus} {minutes}")
+        made.write_text(shape)
     sim_s = time.perf_counter() - t0
     print(f"{label}: simulated {minutes} minutes in {sim_s:.0f} s", file=sys.stderr, flush=True)
     held, mirrors = hold_back(store, passes)  # the store *passes* minutes ago
@@ -548,6 +549,12 @@ def main() -> int:
         "passed over a minute at a time; only reading, cold and incremental passes",
     )
     parser.add_argument(
+        "--segment-minutes",
+        type=int,
+        default=60,
+        help="the writers' segment length ([store] segment_minutes): files cover this long",
+    )
+    parser.add_argument(
         "--minutes",
         type=int,
         default=21,
@@ -576,6 +583,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.simulate:
         from guardctl.simulate import simulate
+        from guardctl.storage.segments import minutes_from_env
 
         store, gpus, minutes = args.simulate
         simulate(
@@ -585,6 +593,7 @@ def main() -> int:
             interval=10.0,
             seed=1,
             faults="none",
+            segment_minutes=minutes_from_env(),  # the parent's --segment-minutes
         )
         return 0
     if args.measure:
@@ -593,6 +602,7 @@ def main() -> int:
         return 0
     sizes = args.sizes.split(",") if args.sizes else (["1k", "10k"] if args.quick else list(SIZES))
     rows = []
+    os.environ["GUARDCTL_SEGMENT_MINUTES"] = str(args.segment_minutes)  # (the simulating child)
     if args.profile:  # (read by the measuring child)
         os.makedirs(args.profile, exist_ok=True)
         os.environ["GUARDCTL_BENCH_PROFILE"] = os.path.abspath(args.profile)

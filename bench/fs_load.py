@@ -14,8 +14,17 @@ the store only: appends (``write``/``pwrite64``/``writev`` calls), fsyncs (``fsy
 ``fdatasync``), opens (``openat``), other metadata calls (``stat`` family, ``mkdir``) and the
 files created (the store's file count after the run, less before); open files: the store's
 descriptors held by the node's processes, read from ``/proc/<pid>/fd`` twice a second (the most
-at once). ``--nfs`` runs the same on an NFS export of a local directory mounted over loopback
-(``nfs-kernel-server``), or says in one line why it cannot here.
+at once). What the page cache hides: the wall time the writers spent inside those appends and
+fsyncs (``strace -T``), in milliseconds per second of the run, all processes together, and the
+longest fsync; strace's own overhead is in each call's time alike, so compare these between
+filesystems, not with an untraced run.
+
+``--dir DIR`` puts the stores on DIR, any mounted filesystem (a site's NFS, or
+``tools/netfs.sh``'s sshfs over loopback), named by its type in the output (from
+``/proc/mounts``); the default is ``/var/tmp``. The node-local files (the agent's socket and
+status file, strace's logs) stay in the local temp directory. ``--nfs`` runs the same on an NFS
+export of a local directory mounted over loopback (``nfs-kernel-server``), or says in one line
+why it cannot here.
 
     python bench/fs_load.py [--seconds 65] [--dir DIR] [--nfs] [--json]
 """
@@ -67,6 +76,11 @@ probe.flush()
 open(sys.argv[5], "w").write(repr(cost))
 """
 _CALL = re.compile(r"^(\d+)\s+(\d+\.\d+)\s+(\w+)\((.*)$")
+# A call another thread's interrupted, finished on a line of its own: its time is there.
+_RESUMED = re.compile(r"^(\d+)\s+\d+\.\d+\s+<\.\.\. (\w+) resumed>")
+_DURATION = re.compile(r"<(\d+\.\d+)>$")
+APPENDS = ("write", "pwrite64", "writev")
+FSYNCS = ("fsync", "fdatasync")
 
 
 def _env(store: Path) -> dict[str, str]:
@@ -77,7 +91,7 @@ def _env(store: Path) -> dict[str, str]:
 
 
 def _traced(log: Path, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    strace = ["strace", "-f", "-y", "-qq", "-ttt", "-e", f"trace={TRACED}", "-o", str(log)]
+    strace = ["strace", "-f", "-y", "-qq", "-ttt", "-T", "-e", f"trace={TRACED}", "-o", str(log)]
     return subprocess.Popen(
         [*strace, *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
@@ -118,7 +132,7 @@ def _files(store: Path) -> int:
 def step_cost(layout: str, top: Path, steps: int = 300_000) -> float:
     """Microseconds an empty step costs one rank's loop (nothing traced), its flush thread
     writing the store or handing over to a running agent meanwhile: the worst case."""
-    from guardctl import store as shared_store
+    from guardctl.storage import store as shared_store
 
     store = top / f"cost-{layout}"
     local = Path(tempfile.mkdtemp(prefix="fs-load-"))
@@ -147,7 +161,7 @@ def step_cost(layout: str, top: Path, steps: int = 300_000) -> float:
 
 
 def run_layout(layout: str, top: Path, seconds: float) -> dict[str, Any]:
-    from guardctl import store as shared_store
+    from guardctl.storage import store as shared_store
 
     store = top / f"store-{layout}"
     local = Path(tempfile.mkdtemp(prefix="fs-load-"))  # node-local: status file, socket, logs
@@ -191,7 +205,7 @@ def run_layout(layout: str, top: Path, seconds: float) -> dict[str, Any]:
     for pid in agent[:1]:
         os.kill(pid, signal.SIGTERM)
     procs[0].wait(timeout=60)
-    counts = _count(local, str(store), window)
+    counts, times = _count(local, str(store), window)
     status = json.loads((local / "status.json").read_text())
     steps = _steps(store)
     shutil.rmtree(local, ignore_errors=True)
@@ -203,6 +217,9 @@ def run_layout(layout: str, top: Path, seconds: float) -> dict[str, Any]:
         "fsyncs_per_s": round(counts["fsync"] / span, 3),
         "opens_per_s": round(counts["open"] / span, 3),
         "metadata_per_s": round(counts["meta"] / span, 3),
+        "append_ms_per_s": round(times["append"] * 1e3 / span, 3),
+        "fsync_ms_per_s": round(times["fsync"] * 1e3 / span, 3),
+        "fsync_ms_max": round(times["fsync_max"] * 1e3, 3),
         "files_created": _files(store) - before,
         "open_files_most": most_open,
         "step_records": steps,
@@ -216,28 +233,68 @@ def _steps(store: Path) -> int:
     return sum(1 for r in read_path(store).records if r["kind"] == "step")
 
 
-def _count(local: Path, store: str, window: tuple[float, float]) -> Counter[str]:
+def _count(
+    local: Path, store: str, window: tuple[float, float]
+) -> tuple[Counter[str], dict[str, float]]:
+    """The calls on the store's files in *window*, by sort, from strace's logs in *local*;
+    and the seconds spent in its appends and fsyncs (all together, and the longest fsync)."""
     counts: Counter[str] = Counter()
+    times = {"append": 0.0, "fsync": 0.0, "fsync_max": 0.0}
     for log in local.glob("strace.*"):
+        pending: dict[str, str] = {}  # thread: the timed sort of its unfinished call
         for line in log.read_text(errors="replace").splitlines():
+            resumed = _RESUMED.match(line)
+            if resumed:
+                sort = pending.pop(resumed.group(1), "")
+                if sort:
+                    _add_time(times, sort, line)
+                continue
             match = _CALL.match(line)
             if not match or not window[0] <= float(match.group(2)) < window[1]:
                 continue
             call, fields = match.group(3), match.group(4).split(", ", 2)
             # The file is the first argument (a descriptor, -y names its file), or the second
             # of the *at calls; a write's second is its data, which may name the store.
-            named = fields[:1] if call in ("write", "pwrite64", "writev") else fields[:2]
+            named = fields[:1] if call in APPENDS else fields[:2]
             if not any(store + "/" in f or f.endswith(store + ">") for f in named):
                 continue
-            if call in ("write", "pwrite64", "writev"):
-                counts["append"] += 1
-            elif call in ("fsync", "fdatasync"):
-                counts["fsync"] += 1
-            elif call in ("openat", "open", "creat"):
-                counts["open"] += 1
-            elif call != "ftruncate":
-                counts["meta"] += 1
-    return counts
+            sort = _sort(call)
+            if sort:
+                counts[sort] += 1
+            if sort in ("append", "fsync"):
+                if line.endswith("<unfinished ...>"):
+                    pending[match.group(1)] = sort
+                else:
+                    _add_time(times, sort, line)
+    return counts, times
+
+
+def _sort(call: str) -> str:
+    if call in APPENDS:
+        return "append"
+    if call in FSYNCS:
+        return "fsync"
+    if call in ("openat", "open", "creat"):
+        return "open"
+    return "" if call == "ftruncate" else "meta"
+
+
+def _add_time(times: dict[str, float], sort: str, line: str) -> None:
+    """Add the call's time (``strace -T``: ``<seconds>`` ending its line) to *sort*'s."""
+    found = _DURATION.search(line)
+    if found is None:
+        return
+    seconds = float(found.group(1))
+    times[sort] += seconds
+    if sort == "fsync":
+        times["fsync_max"] = max(times["fsync_max"], seconds)
+
+
+def filesystem_type(path: Path) -> str:
+    """The type of the filesystem *path* is on (``ext4``, ``nfs4``, ``fuse.sshfs``...)."""
+    from segment_format import filesystem  # beside this script: one reading of /proc/mounts
+
+    return filesystem(path).split(" ", 1)[0]
 
 
 def nfs_dir() -> tuple[Path | None, str]:
@@ -267,7 +324,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=65.0, help="each run's length")
     parser.add_argument(
-        "--dir", type=Path, help="local directory for the stores (default /var/tmp)"
+        "--dir",
+        type=Path,
+        help="directory for the stores, on any mounted filesystem (default /var/tmp)",
     )
     parser.add_argument("--nfs", action="store_true", help="also on an NFS mount over loopback")
     parser.add_argument("--json", action="store_true")
@@ -275,9 +334,12 @@ def main() -> int:
     if shutil.which("strace") is None:
         print("fs_load: needs strace (apt-get install strace)", file=sys.stderr)
         return 2
+    if args.dir is not None and not args.dir.is_dir():
+        print(f"fs_load: no directory {args.dir}", file=sys.stderr)
+        return 2
     places: list[tuple[str, Path | None, str]] = []
     local = Path(tempfile.mkdtemp(prefix="fs-load-", dir=args.dir or "/var/tmp"))
-    places.append(("local disk", local, ""))
+    places.append((filesystem_type(local), local, ""))
     if args.nfs:
         mount, why = nfs_dir()
         places.append(("NFS over loopback", mount, why))
@@ -303,7 +365,9 @@ def main() -> int:
             f"fsyncs/s {row['fsyncs_per_s']:6.2f}  opens/s {row['opens_per_s']:5.2f}  "
             f"metadata/s {row['metadata_per_s']:5.2f}  files created {row['files_created']:3}  "
             f"open files {row['open_files_most']:3}  step records {row['step_records']}  "
-            f"probe us/step {row['probe_us_per_step']}"
+            f"probe us/step {row['probe_us_per_step']}  "
+            f"in appends ms/s {row['append_ms_per_s']:.2f}  "
+            f"in fsyncs ms/s {row['fsync_ms_per_s']:.2f} (longest {row['fsync_ms_max']:.1f} ms)"
         )
     return 0
 

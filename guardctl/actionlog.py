@@ -36,8 +36,8 @@ from typing import Any, BinaryIO
 
 from guardctl.errors import StoreError
 from guardctl.fileio import locked
-from guardctl.layout import actions_log
 from guardctl.runner import Writer, this_writer
+from guardctl.storage.layout import actions_log
 
 OUTCOMES = frozenset({"done", "failed", "reconciled", "abandoned"})
 

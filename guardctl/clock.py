@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from guardctl import layout
 from guardctl.errors import StoreError
 from guardctl.fileio import atomic_write
 from guardctl.runner import this_writer
+from guardctl.storage import layout
 
 # A heartbeat older than this (by the file server's clock) is from a host that no longer
 # writes: its clock is not judged.

@@ -38,11 +38,10 @@ from prometheus_client.registry import Collector
 
 from guardctl.actionlog import ActionLog, Entry, pending_intents
 from guardctl.analyze import SUSPECT, UNKNOWN, WATCH, Analysis, analyze_frame, health
-from guardctl.analyze.engine import load_recent, steps_needed
 from guardctl.errors import StoreError
 from guardctl.fileio import atomic_write
 from guardctl.nodeops.ownership import REQUEUE
-from guardctl.sources import Source, prometheus_frame
+from guardctl.storage.source import Source
 
 Family = GaugeMetricFamily | CounterMetricFamily
 
@@ -73,10 +72,7 @@ class StoreState:
 def collect(source: Source) -> Export:
     """One analysis pass over *source*, the collectors' health it read, and the store's."""
     settings = source.settings
-    if source.url:
-        frame = prometheus_frame(source)
-    else:
-        frame = load_recent(source.store, settings, steps_needed(settings.analyze))
+    frame = source.frame()
     return Export(
         analyze_frame(frame, settings.analyze),
         health.latest(frame),

@@ -40,7 +40,9 @@ loses none (up to the queue's size; more are dropped and counted, and the
 count goes to the agent's status). Where no agent socket is there (a laptop, a
 CI job), or the agent stays unreachable for ``AGENT_WAIT_S``, or it writes
 another store, the probe says so once on stderr and writes
-``<store>/steps/<job>/`` itself. When the store does not take them (a
+``<store>/steps/<job>/`` itself, one file per segment of
+``$GUARDCTL_SEGMENT_MINUTES`` minutes (10 when unset or not a divisor of 60;
+:mod:`guardctl.storage.segments`). When the store does not take them (a
 ``steps/`` directory the job's user cannot write, a full disk), the probe says
 so once on stderr, keeps them in memory (up to the queue's size) and retries,
 and says so again once they are written.
@@ -76,11 +78,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from guardctl import identity, layout
+from guardctl import identity
 from guardctl.agent.handoff import AgentLink, Refused, socket_path, store_id
+from guardctl.storage import layout, segments
+from guardctl.storage.writer import BufferedStore, LineWriter
 from guardctl.telemetry.mirror import Mirror
 from guardctl.telemetry.schema import dumps, make_record, parse_line
-from guardctl.telemetry.writer import BufferedStore, LineWriter
 
 log = logging.getLogger("guardctl.probe")
 # The store writer's own outage lines would reach stderr through logging's last resort, or not
@@ -221,7 +224,9 @@ class Probe:
         self._spans: list[tuple[Any, Any]] = []
         self._last: tuple[Any, ...] | None = None
         self._store: BufferedStore | None = None
-        self._hour = -1
+        # No settings file here: the length comes with the job's environment.
+        self._segment_minutes = segments.minutes_from_env()
+        self._segment = -1
         self._path = Path()
         self._head = ""
         self._head_ok = False
@@ -401,11 +406,12 @@ class Probe:
 
     def _file_of(self, ts: float) -> Path:
         """This rank's own step file for *ts* (written directly, without an agent)."""
-        hour = int(ts // 3600)
-        if hour != self._hour:
+        minutes = self._segment_minutes
+        segment = int(ts // (minutes * 60))
+        if segment != self._segment:
             who = self.who
-            self._hour = hour
-            self._path = layout.step_file(self.root, self.job, who.node, who.rank, ts)
+            self._segment = segment
+            self._path = layout.step_file(self.root, self.job, who.node, who.rank, ts, minutes)
             _make_job_dir(self._path.parent)
         return self._path
 

@@ -2,12 +2,13 @@
 # Install everything guardctl's demo and tests need on a fresh Debian 12 machine (run as root):
 # Slurm and munge from the distribution, mmdebstrap (the lab builds Debian roots with it to run
 # the Slurm-facing tests on Slurm 24.11 and 26.05 too), man, Chromium (the HTML report test),
-# Prometheus (the Prometheus-source tests start their own server), and guardctl itself with its
+# Prometheus (the Prometheus-source tests start their own server), strace (the filesystem-load
+# benchmark counts the writers' calls with it), and guardctl itself with its
 # development extras. Idempotent: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(slurm-wlm munge mmdebstrap man-db chromium prometheus)
+apt_packages=(slurm-wlm munge mmdebstrap man-db chromium prometheus strace)
 missing=()
 for pkg in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -32,7 +32,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from guardctl import clock, collectors, layout, store
+from guardctl import clock, collectors
 from guardctl.agent.handoff import Inbox, socket_path
 from guardctl.agent.slot import CollectorSlot
 from guardctl.collectors import Collector, Record
@@ -40,9 +40,10 @@ from guardctl.errors import StoreError
 from guardctl.fileio import atomic_write
 from guardctl.nodes import validate_name
 from guardctl.sections.agent import AgentSettings
+from guardctl.storage import layout, segments, store
+from guardctl.storage.writer import BufferedStore, LineWriter
 from guardctl.telemetry.mirror import Mirror
 from guardctl.telemetry.schema import dumps
-from guardctl.telemetry.writer import BufferedStore, LineWriter
 
 log = logging.getLogger("guardctl.agent")
 BEAT_EVERY_S = 60.0  # the clock heartbeat's period (well inside guardctl.clock.FRESH_S)
@@ -64,9 +65,12 @@ class Agent:
         *,
         writer: LineWriter | None = None,
         make_collector: Callable[[str, AgentSettings], Collector] = collectors.create,
+        segment_minutes: int = segments.DEFAULT_MINUTES,
     ) -> None:
         self.settings = settings
         self.root = store_root
+        # [store] segment_minutes: how long each of this node's files covers
+        self.segment_minutes = segments.check_minutes(segment_minutes)
         self.node = validate_name(node)
         if writer is None:
             writer = LineWriter(mirror=Mirror() if settings.column_files else None)
@@ -127,7 +131,7 @@ class Agent:
         the next write, or buffered by an outage).
         """
         ts = time.time() if ts is None else ts
-        path = layout.node_telemetry_file(self.root, self.node, ts)
+        path = layout.node_telemetry_file(self.root, self.node, ts, self.segment_minutes)
         self._queued.extend((path, dumps(record)) for record in self.collect(ts))
         now = time.monotonic() if at is None else at
         if write_now or now - self._written_at >= self.settings.write_interval_s:
@@ -147,13 +151,16 @@ class Agent:
         """Append the queued records and the ranks' step records as one batch; True if taken."""
         items, self._queued = self._queued, []
         if self.inbox is not None:
-            hours: dict[int, Path] = {}
+            length = self.segment_minutes * 60
+            files: dict[int, Path] = {}  # a file's name is made once per segment, not per record
             for ts, raw in self.inbox.take():
-                hour = int(ts // 3600)
-                if hour not in hours:
-                    hours[hour] = layout.node_telemetry_file(self.root, self.node, ts)
-                items.append((hours[hour], raw.decode().rstrip("\n")))
-        # One file per hour: sorting by it (stably) keeps the batch one append per file.
+                segment = int(ts // length)
+                if segment not in files:
+                    files[segment] = layout.node_telemetry_file(
+                        self.root, self.node, ts, self.segment_minutes
+                    )
+                items.append((files[segment], raw.decode().rstrip("\n")))
+        # One file per segment: sorting by it (stably) keeps the batch one append per file.
         items.sort(key=lambda item: item[0])
         written = self.store.write(items)
         if written:

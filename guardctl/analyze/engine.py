@@ -18,7 +18,6 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,24 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from guardctl import layout
 from guardctl.analyze import features as feat
 from guardctl.analyze import health, slowdown, stages
 from guardctl.analyze.detectors import Flags, load_all
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.impact import job_impact
-from guardctl.analyze.load import (
-    group_by_hour,
-    hour_start,
-    hours_needed,
-    is_store,
-    latest_hour_end,
-    read_frame,
-    source_files,
-)
+from guardctl.analyze.load import read_frame, source_files
 from guardctl.config import Settings
-from guardctl.errors import ConfigError, InputError
+from guardctl.errors import ConfigError
 from guardctl.sections.analyze import AnalyzeSettings
+from guardctl.storage import segments
 
 HEALTHY, SUSPECT, UNKNOWN, WATCH = "healthy", "suspect", "unknown", "watch"
 VERDICTS = (SUSPECT, WATCH, UNKNOWN, HEALTHY)  # the order summaries count them in
@@ -608,15 +599,12 @@ def load(
     """Read the telemetry under *path* (default: the configured store) for [since, until]."""
     cfg = settings.analyze
     root = path if path is not None else settings.store.root
-    cache_root = None
-    if cfg.cache and is_store(root):
-        cache_root = layout.cache_dir(root) / "analyze"
     return read_frame(
         root,
         files=files,
         since=since,
         until=until,
-        cache_root=cache_root,
+        closed_segments=cfg.cache,
         workers=_workers(cfg),
         column_files=cfg.column_files,
     )
@@ -659,39 +647,18 @@ def analyze(
 def load_recent(
     path: Path | None, settings: Settings, span: float, until: float | None = None
 ) -> Frame:
-    """Read only the newest hours' files that can hold the last *span* seconds (the newest
-    before *until*: an hour's file of a clock ahead does not count; it is read, though, so
+    """Read only the newest segments' files that can hold the last *span* seconds (the newest
+    before *until*: a segment's file of a clock ahead does not count; it is read, though, so
     that the analysis can name its nodes)."""
     root = path if path is not None else settings.store.root
-    groups = group_by_hour(source_files(root))
-    end = latest_hour_end(list(groups), until)
-    if end is None:
+    groups = segments.group_files(source_files(root))
+    wanted = segments.recent(groups, span, until)
+    if wanted is None:
         return load(path, settings, files=[f for g in groups.values() for f in g])
-    wanted = hours_needed(list(groups), end - 3600 - span, None)
-    # only the wanted hours' files are handed on: older hours are never even stat'ed
-    files = [f for h in wanted for f in groups[h]]
-    return load(path, settings, since=_hour_floor(wanted), files=files)
-
-
-def _hour_floor(hours: Iterable[str]) -> float | None:
-    starts = [s for s in map(hour_start, hours) if s is not None]
-    return min(starts) if starts else None
+    # only the wanted segments' files are handed on: older ones are never even stat'ed
+    files = [f for name in wanted for f in groups[name]]
+    return load(path, settings, since=segments.earliest_start(wanted), files=files)
 
 
 def bad_summary(bad: Counter[str] | dict[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(bad.items())) or "none"
-
-
-def build_cache(path: Path | None, settings: Settings) -> dict[str, Any]:
-    """Parse every file under the store (or *path*) into the columnar cache."""
-    root = path if path is not None else settings.store.root
-    if not is_store(root):
-        raise InputError(f"{root}: not a store (no telemetry/ or steps/ directory) to cache")
-    frame = load(path, settings)
-    return {
-        "cache": str(layout.cache_dir(root) / "analyze"),
-        "files": frame.files,
-        "records": frame.records,
-        "bad": dict(frame.bad),
-        "bad_total": sum(frame.bad.values()),
-    }

@@ -83,20 +83,14 @@ from guardctl.analyze.features import (
     step_ends,
 )
 from guardctl.analyze.frame import Columns, Frame
-from guardctl.analyze.load import (
-    Listing,
-    _Tail,
-    group_by_hour,
-    hours_needed,
-    latest_hour_end,
-    parse_tails,
-)
+from guardctl.analyze.load import Listing, _Tail, parse_tails
 from guardctl.analyze.mirrors import RowBuffer, decode, row_dtype
 from guardctl.analyze.packing import PackedColumns, Packing, choose
 from guardctl.analyze.ring import PAGE as _PAGE
 from guardctl.analyze.ring import Ring
 from guardctl.config import Settings
 from guardctl.runner import CommandError
+from guardctl.storage import segments
 from guardctl.tails import NO_MIRROR, VANISHED, Found, Helper, HelperGone, Item
 from guardctl.telemetry import mirror, schema
 from guardctl.telemetry.columns import TABLE_OF, TABLES
@@ -851,22 +845,17 @@ class Analyzer:
         return True
 
     def _wanted(self, at: float | None, span: float, until: float) -> dict[str, list[str]]:
-        """The hourly buckets (and their files) a cold pass at *at* (or before *until*) would
-        read."""
+        """The segments (and their files) a cold pass at *at* (or before *until*) would read."""
         files = self._listing.files(self.root)
         if self._groups[0] != self._listing.version:
-            self._groups = (self._listing.version, group_by_hour(files))
+            self._groups = (self._listing.version, segments.group_files(files))
         groups = self._groups[1]
         if at is not None:
-            hours = hours_needed(list(groups), at - span, at)
+            names = segments.needed(groups, at - span, at)
         else:
-            end = latest_hour_end(list(groups), until)
-            hours = (
-                sorted(groups)
-                if end is None
-                else hours_needed(list(groups), end - 3600 - span, None)
-            )
-        return {h: groups[h] for h in hours}
+            recent = segments.recent(groups, span, until)
+            names = sorted(groups) if recent is None else recent
+        return {name: groups[name] for name in names}
 
     def _hour_id(self, hour: str) -> int:
         found = self._hours.get(hour)

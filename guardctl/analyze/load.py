@@ -1,67 +1,27 @@
-"""Reading telemetry for the analyzer: which files, and a columnar cache that parses each byte once.
+"""Reading telemetry for the analyzer: which files, and where each segment's records are read from.
 
-Schema-v1 JSON Lines stays the interchange format. Parsing it is what costs
-(about 3 us a record), so the analyzer keeps a derived, rebuildable journal
-under ``<store>/cache/analyze/``: per hourly bucket, a manifest of how many
-bytes of each source file were consumed, and segments of raw numpy columns
-holding the records parsed from them, read straight into the joined arrays.
-The writers only append, so a later pass parses just the new tails and adds
-one segment; a file that shrank or was rewritten invalidates its hour, which is
-then rebuilt. Deleting the cache is always safe.
+A closed segment (:mod:`guardctl.storage.closed`) is read from its Parquet files. The
+files of an open segment are read from their column mirrors where usable, and parsed
+where not (JSON Lines costs about 3 us a record to parse). The writers only append, so
+bytes a file gained after its segment was closed are read past what the segment holds.
 """
 
 from __future__ import annotations
 
-import calendar
-import json
 import os
-import re
 import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from guardctl import layout
 from guardctl.analyze import mirrors
-from guardctl.analyze.frame import Frame, Parser, assemble, concat
-from guardctl.errors import InputError, StoreError
-from guardctl.fileio import atomic_write, atomic_writer
-from guardctl.telemetry.columns import TABLES
+from guardctl.analyze.frame import Frame, Parser, concat
+from guardctl.errors import InputError
+from guardctl.storage import layout, segments
 from guardctl.telemetry.mirror import read_range
 
-try:  # the manifests are large JSON: the faster codec where it is installed
-    import orjson
-
-    _fast_dumps: Any = orjson.dumps
-    _loads: Any = orjson.loads
-except ImportError:  # pragma: no cover - depends on the installation
-    _fast_dumps = None
-    _loads = json.loads
-
-
-def _dumps(obj: Any) -> bytes:
-    if _fast_dumps is not None:
-        try:
-            return bytes(_fast_dumps(obj))
-        except TypeError:  # a file name that is not UTF-8 (surrogate escapes): json copes
-            pass
-    return json.dumps(obj).encode()
-
-
-# 2: segments are raw columns (.cols), not .npz; 3: agent records; 4: step samples, pp_stage
-CACHE_VERSION = 4
-_HOUR = re.compile(r"(?:^|[/.])(\d{8}T\d{2})\.jsonl$")
-_NO_HOUR = "other"
-_TAIL = len("20250101T00.jsonl")
-_HOUR_TAILS: dict[str, str] = {}
-# Clock skew between nodes: a record may sit in the neighbouring hour's file.
-_SKEW_S = 900.0
-_CACHE_ERRORS = (OSError, StoreError, ValueError, KeyError, TypeError)
 # Below this many new bytes, worker processes cost more than they save.
 _PARALLEL_BYTES = 16 << 20
 
@@ -215,53 +175,6 @@ def source_files(path: Path) -> list[str]:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def hour_of(path: str | Path) -> str:
-    """The hourly bucket of a store file (from its name), or "other"."""
-    text = os.fspath(path)
-    # Most files of a store share a few name endings ("<hour>.jsonl"): remembered, they
-    # spare a regular expression per file.
-    hour = _HOUR_TAILS.get(text[-_TAIL:])
-    if hour is not None and (len(text) == _TAIL or text[-_TAIL - 1] in "/."):
-        return hour
-    match = _HOUR.search(text)
-    if match is None:
-        return _NO_HOUR
-    if match.end() == len(text) and len(_HOUR_TAILS) < 10_000:
-        _HOUR_TAILS[text[-_TAIL:]] = match.group(1)
-    return match.group(1)
-
-
-def hour_start(hour: str) -> float | None:
-    """When an hourly bucket begins (Unix seconds); None for files without a date."""
-    if hour == _NO_HOUR:
-        return None
-    return float(calendar.timegm(time.strptime(hour, "%Y%m%dT%H")))
-
-
-def hours_needed(hours: Sequence[str], since: float | None, until: float | None) -> list[str]:
-    """The buckets that can hold records between *since* and *until* (None: open)."""
-    keep = []
-    for hour in sorted(set(hours)):
-        start = hour_start(hour)
-        if start is None:
-            keep.append(hour)
-            continue
-        if since is not None and start + 3600 + _SKEW_S < since:
-            continue
-        if until is not None and start - _SKEW_S > until:
-            continue
-        keep.append(hour)
-    return keep
-
-
-def latest_hour_end(hours: Sequence[str], until: float | None = None) -> float | None:
-    """The end of the newest dated bucket (to pick files before reading any), leaving out the
-    buckets that start after *until* (now plus the tolerance): one record from a clock hours
-    ahead must not move the window hours into the future, past everyone's data."""
-    starts = [s for s in map(hour_start, hours) if s is not None and (until is None or s <= until)]
-    return max(starts) + 3600 if starts else None
-
-
 @dataclass
 class _Tail:
     """The bytes of one file not parsed yet."""
@@ -314,235 +227,7 @@ def parse_tails(
     return concat([r[0] for r in results]), offsets, pending
 
 
-# --- the columnar journal -------------------------------------------------------------------
-
-
-_SEG_MAGIC = b"guardctl-segment\n"
-
-
-def _save_segment(path: Path, frame: Frame) -> None:
-    """Write *frame* as one file: a JSON header (string tables, column layout), then raw columns.
-
-    Raw columns, not a zip of .npy files: a pass reads every column of every
-    segment straight into its place in the joined arrays, with no copy in between.
-    """
-    layout_: dict[str, Any] = {}
-    arrays = []
-    offset = 0
-    for kind, cols in frame.cols.items():
-        rows = int(cols["ts"].size)
-        entry: dict[str, Any] = {"rows": rows, "cols": []}
-        for name, col in cols.items():
-            col = np.ascontiguousarray(col)
-            entry["cols"].append([name, col.dtype.str, offset])
-            offset += col.nbytes
-            arrays.append(col)
-        layout_[kind] = entry
-    tables = {t: getattr(frame, t) for t in TABLES}
-    header = json.dumps({"tables": tables, "kinds": layout_, "bytes": offset}).encode()
-    # A cache: rebuilt from the raw files if a crash leaves it empty, so no fsync.
-    with atomic_writer(path, fsync=False) as fh:
-        fh.write(_SEG_MAGIC + len(header).to_bytes(8, "little") + header)
-        for col in arrays:
-            fh.write(col.data.cast("B"))
-
-
-class Segment:
-    """A stored segment, header read and size checked; its columns are read on demand."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        with open(path, "rb") as fh:
-            if fh.read(len(_SEG_MAGIC)) != _SEG_MAGIC:
-                raise ValueError(f"{path}: not a segment")
-            size = int.from_bytes(fh.read(8), "little")
-            header = json.loads(fh.read(size))
-            self.start = len(_SEG_MAGIC) + 8 + size
-            if os.fstat(fh.fileno()).st_size != self.start + header["bytes"]:
-                raise ValueError(f"{path}: cut short")
-        tables = header["tables"]
-        self.nodes: list[str] = tables["nodes"]
-        self.jobs: list[str] = tables["jobs"]
-        self.ports: list[str] = tables["ports"]
-        self.states: list[str] = tables["states"]
-        self.collectors: list[str] = tables["collectors"]
-        self.errors: list[str] = tables["errors"]
-        self.kinds: dict[str, Any] = header["kinds"]
-
-    def count(self, kind: str) -> int:
-        entry = self.kinds.get(kind)
-        return int(entry["rows"]) if entry else 0
-
-    def fill(self, kind: str, dests: dict[str, np.ndarray]) -> None:
-        """Read this segment's columns of *kind* into *dests* (arrays of its row count)."""
-        with open(self.path, "rb") as fh:
-            for name, dtype, offset in self.kinds[kind]["cols"]:
-                dest = dests[name]
-                if np.dtype(dtype) != dest.dtype:
-                    raise ValueError(f"{self.path}: {kind}.{name} is {dtype}")
-                fh.seek(self.start + offset)
-                view = dest.data.cast("B")
-                if fh.readinto(view) != view.nbytes:
-                    raise ValueError(f"{self.path}: cut short")
-
-
-def _load_segment(path: Path) -> Frame:
-    """One segment as a frame of its own."""
-    return assemble([Segment(path)])
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    # A manifest lists every file of its hour (100k entries); a cache, so no fsync.
-    atomic_write(path, _dumps(obj), fsync=False)
-
-
-class HourCache:
-    """The cached segments and consumption manifest of one hourly bucket."""
-
-    def __init__(self, root: Path, hour: str) -> None:
-        self.dir = root / hour
-        self.manifest_path = self.dir / "manifest.json"
-        self._stale = False
-        self.manifest = self._read_manifest()
-        if self._stale:
-            self.reset()
-
-    def _read_manifest(self) -> dict[str, Any]:
-        empty = {"version": CACHE_VERSION, "files": {}, "segments": [], "bad": {}, "lines": 0}
-        try:
-            manifest = _loads(self.manifest_path.read_bytes())
-        except (OSError, ValueError):
-            return empty
-        if not isinstance(manifest, dict) or manifest.get("version") != CACHE_VERSION:
-            self._stale = True  # written by another version: its segments go too
-            return empty
-        return manifest
-
-    def tails(self, files: Sequence[str], base: Path) -> list[_Tail] | None:
-        """What is new in *files*; None when a file shrank or was rewritten (rebuild)."""
-        known = self.manifest["files"]
-        out = []
-        for name in files:
-            key = _key(name, base)
-            try:
-                st = os.stat(name)
-            except OSError:
-                continue
-            entry = known.get(key)
-            if entry is None:
-                out.append(_Tail(name, key, 0, st.st_size, st.st_mtime_ns))
-                continue
-            if st.st_size < entry["offset"] or (
-                st.st_size == entry["size"] and st.st_mtime_ns != entry["mtime_ns"]
-            ):
-                return None
-            if st.st_size > entry["offset"] and (
-                st.st_size != entry["size"] or st.st_mtime_ns != entry["mtime_ns"]
-            ):
-                out.append(_Tail(name, key, entry["offset"], st.st_size, st.st_mtime_ns))
-        return out
-
-    def pending(self) -> int:
-        return sum(1 for e in self.manifest["files"].values() if e.get("pending"))
-
-    def reset(self) -> None:
-        for seg in self.dir.glob("seg*") if self.dir.is_dir() else ():
-            seg.unlink(missing_ok=True)
-        self.manifest = {
-            "version": CACHE_VERSION,
-            "files": {},
-            "segments": [],
-            "bad": {},
-            "lines": 0,
-        }
-
-    def add(
-        self,
-        frame: Frame,
-        tails: Sequence[_Tail],
-        offsets: dict[str, int],
-        pending: dict[str, bool],
-    ) -> None:
-        """Store the newly parsed *frame* as a segment and record what was consumed."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        if frame.records:
-            span = frame.span()
-            assert span is not None
-            name = f"seg{len(self.manifest['segments']):05d}.cols"
-            _save_segment(self.dir / name, frame)
-            self.manifest["segments"].append(
-                {"name": name, "ts_min": span[0], "ts_max": span[1], "records": frame.records}
-            )
-        for tail in tails:
-            self.manifest["files"][tail.key] = {
-                "offset": offsets.get(tail.key, tail.offset),
-                "size": tail.size,
-                "mtime_ns": tail.mtime_ns,
-                "pending": pending.get(tail.key, False),
-            }
-        bad = Counter(self.manifest["bad"])
-        bad.update(frame.bad)
-        self.manifest["bad"] = dict(bad)
-        self.manifest["lines"] += frame.lines
-        _write_json(self.manifest_path, self.manifest)
-
-    def load(self, since: float | None, until: float | None) -> Stored:
-        """The segments that may hold records in [since, until], headers checked, and the counts."""
-        segments = []
-        for seg in self.manifest["segments"]:
-            if since is not None and seg["ts_max"] < since:
-                continue
-            if until is not None and seg["ts_min"] > until:
-                continue
-            segments.append(Segment(self.dir / seg["name"]))
-        bad = Counter(self.manifest["bad"])
-        bad["truncated"] += self.pending()
-        bad += Counter()  # drop zero counts
-        return Stored(
-            segments, bad, self.manifest["lines"] + self.pending(), len(self.manifest["files"])
-        )
-
-
-@dataclass
-class Stored:
-    """One hour's cached segments (not read yet) and its input counts."""
-
-    segments: list[Segment]
-    bad: Counter[str]
-    lines: int
-    files: int
-
-
-def _join(parts: Sequence[Frame | Stored]) -> Frame:
-    """One frame from every part: cached columns are read straight into the joined arrays."""
-    bad: Counter[str] = Counter()
-    files = lines = 0
-    for part in parts:
-        bad.update(part.bad)
-        files += part.files
-        lines += part.lines
-    stored = [p for p in parts if isinstance(p, Stored)]
-    frames = [p for p in parts if isinstance(p, Frame) and p.records]
-    if frames and not any(s.segments for s in stored):
-        frame = concat(frames)  # one frame (say, every column mirror at once): no copy
-    elif len(stored) == len(parts):
-        frame = assemble([seg for h in stored for seg in h.segments])
-    else:
-        frame = concat([_materialise(p) for p in parts])
-    frame.bad, frame.files, frame.lines = bad, files, lines
-    return frame
-
-
-def _materialise(part: Frame | Stored) -> Frame:
-    return part if isinstance(part, Frame) else assemble(part.segments)
-
-
-def group_by_hour(files: Sequence[str]) -> dict[str, list[str]]:
-    """Source files by their hourly bucket."""
-    groups: dict[str, list[str]] = {}
-    for path in files:
-        groups.setdefault(hour_of(path), []).append(path)
-    return groups
+# --- closed segments and the files of open ones -----------------------------------------------
 
 
 def read_frame(
@@ -551,70 +236,120 @@ def read_frame(
     files: Sequence[str] | None = None,
     since: float | None = None,
     until: float | None = None,
-    cache_root: Path | None = None,
+    closed_segments: bool = True,
     workers: int = 1,
     column_files: bool = True,
 ) -> Frame:
     """Read the records under *path* that may fall in [since, until] into one frame.
 
-    Files with a column mirror (:mod:`guardctl.telemetry.mirror`) are read from it, and
-    only the bytes it does not cover yet are parsed. The others are parsed;
-    with *cache_root*, their parsed bytes are kept there and only new bytes are
-    parsed next time. An unwritable cache is silently skipped (reading must
-    never fail for it).
+    In a store, a closed segment (:mod:`guardctl.storage.closed`) is read from its Parquet
+    files, plus whatever its JSON Lines gained since it was closed. The files of open
+    segments (and of a closed one that no longer matches them) are read from their column
+    mirrors (:mod:`guardctl.telemetry.mirror`) where usable, and only the bytes a mirror
+    does not cover yet are parsed; files without one are parsed.
     """
-    groups = group_by_hour(source_files(path) if files is None else files)
-    base = path if path.is_dir() else path.parent
+    groups = segments.group_files(source_files(path) if files is None else files)
     if since is None and until is None:
         wanted = sorted(groups)
     else:
-        wanted = hours_needed(list(groups), since, until)
-    caches = {hour: _open_cache(cache_root, hour) for hour in wanted}
-    parts: list[Frame | Stored] = []
+        wanted = segments.needed(groups, since, until)
+    # pyarrow loads only where a segment was closed (a command on another store never pays it)
+    root = path if closed_segments and layout.manifests_dir(path).is_dir() else None
+    parts: list[Frame] = []
+    tails: list[_Tail] = []
+    todo: list[str] = []
+    for name in wanted:
+        done = _read_closed(root, name, groups[name]) if root is not None else None
+        if done is None:
+            todo += groups[name]
+        else:
+            parts.append(done[0])
+            tails += done[1]
+    if tails:  # bytes appended to a closed segment's files since it was closed
+        late, _, pending = parse_tails(tails, workers)
+        late.files = 0  # counted with the segment
+        _count_pending(late, pending)
+        parts.append(late)
+    if todo:
+        parts.append(_read_files(todo, workers, column_files))
+    return _join(parts)
+
+
+def _read_closed(root: Path, name: str, files: Sequence[str]) -> tuple[Frame, list[_Tail]] | None:
+    """A closed segment's records and its files' bytes past what it holds; None when the
+    segment is not closed or no longer matches its files (they are read instead)."""
+    from pyarrow import ArrowException
+
+    from guardctl.storage import closed
+
+    manifest = closed.read_manifest(root, name)
+    if manifest is None:
+        return None
+    held = closed.covered(root, manifest, files)
+    if held is None:
+        return None
+    try:
+        frame = closed.read(root, manifest)
+    except (OSError, ValueError, KeyError, ArrowException):
+        return None  # a segment half removed by retention, or damaged: read the files
+    tails = []
+    for name_ in files:
+        size = _size(name_)
+        if size > held[name_]:
+            tails.append(_Tail(name_, name_, held[name_], size, 0))
+    frame.files += sum(1 for f in files if held[f] == 0)  # files it was not made from
+    return frame, tails
+
+
+def _join(parts: Sequence[Frame]) -> Frame:
+    """One frame from every part, input counts summed."""
+    bad: Counter[str] = Counter()
+    files = lines = 0
+    for part in parts:
+        bad.update(part.bad)
+        files += part.files
+        lines += part.lines
+    frame = concat([p for p in parts if p.records]) if parts else Frame()
+    if not frame.records and parts:
+        frame = Frame()
+    frame.bad, frame.files, frame.lines = bad, files, lines
+    return frame
+
+
+def _read_files(files: Sequence[str], workers: int, column_files: bool) -> Frame:
+    """Records of *files*, whole: from their column mirrors where usable, else parsed."""
+    parts: list[Frame] = []
+    todo = list(files)
     if column_files:
-        # A file the cache has parsed stays with the cache for its hour: never counted twice.
-        todo = [f for hour in wanted for f in groups[hour] if not _cached(caches[hour], f, base)]
-        mirrored, unmirrored = _read_mirrored(todo, workers)
+        mirrored, todo = _read_mirrored(todo, workers)
         parts += mirrored
-        done = set(todo).difference(unmirrored)
-        groups = {hour: [f for f in groups[hour] if f not in done] for hour in wanted}
-    for hour in wanted:
-        if groups[hour]:
-            parts.append(_read_hour(groups[hour], base, caches[hour], since, until, workers))
-    try:
-        return _join(parts)
-    except _CACHE_ERRORS:  # a segment went away since its header was read: parse afresh
-        if cache_root is None:
-            raise
-        return read_frame(
-            path, files=files, since=since, until=until, workers=workers, column_files=column_files
-        )
+    if todo:
+        parts.append(_parse_whole(todo, workers))
+    return _join(parts)
 
 
-def _key(name: str, base: Path) -> str:
-    """A file's name in the cache manifest: relative to the input path."""
-    prefix = os.fspath(base) + os.sep
-    return name[len(prefix) :] if name.startswith(prefix) else name
+def read_consumed(files: Sequence[str], workers: int) -> tuple[Frame, dict[str, tuple[int, int]]]:
+    """Records of *files* (mirrors where usable), and per file how much was read: the bytes up
+    to its last whole line, and its size then. A last line still being written is neither
+    read nor counted (whoever reads past the bytes read finds it)."""
+    paths, sizes, inodes = _stat_all(files)
+    found = mirrors.read_many(paths, sizes, inodes)
+    consumed: dict[str, tuple[int, int]] = {}
+    tails = []
+    for p, ok, covered, size in zip(paths, found.usable, found.covered, sizes, strict=True):
+        start = covered if ok else 0
+        consumed[p] = (start, size)
+        if start < size:
+            tails.append(_Tail(p, p, start, size, 0))
+    rest, offsets, _ = parse_tails(tails, workers)
+    for p, offset in offsets.items():
+        consumed[p] = (offset, consumed[p][1])
+    frame = _join([found.frame, rest])
+    frame.files = len(paths)
+    return frame, consumed
 
 
-def _cached(cache: HourCache | None, name: str, base: Path) -> bool:
-    return cache is not None and _key(name, base) in cache.manifest["files"]
-
-
-def _open_cache(cache_root: Path | None, hour: str) -> HourCache | None:
-    if cache_root is None:
-        return None
-    try:
-        return HourCache(cache_root, hour)
-    except _CACHE_ERRORS:
-        return None
-
-
-def _read_mirrored(files: Sequence[str], workers: int) -> tuple[list[Frame | Stored], list[str]]:
-    """Records of *files* from their column mirrors, plus the bytes past what those cover.
-
-    Returns the frames and the files without a usable mirror (to be parsed).
-    """
+def _stat_all(files: Sequence[str]) -> tuple[list[str], list[int], list[int]]:
     paths, sizes, inodes = [], [], []
     for name in files:
         try:
@@ -624,6 +359,15 @@ def _read_mirrored(files: Sequence[str], workers: int) -> tuple[list[Frame | Sto
         paths.append(name)
         sizes.append(st.st_size)
         inodes.append(st.st_ino)
+    return paths, sizes, inodes
+
+
+def _read_mirrored(files: Sequence[str], workers: int) -> tuple[list[Frame], list[str]]:
+    """Records of *files* from their column mirrors, plus the bytes past what those cover.
+
+    Returns the frames and the files without a usable mirror (to be parsed).
+    """
+    paths, sizes, inodes = _stat_all(files)
     found = mirrors.read_many(paths, sizes, inodes)
     tails = [
         _Tail(p, p, covered, size, 0)
@@ -635,29 +379,6 @@ def _read_mirrored(files: Sequence[str], workers: int) -> tuple[list[Frame | Sto
     _count_pending(rest, pending)
     unmirrored = [p for p, ok in zip(paths, found.usable, strict=True) if not ok]
     return [found.frame, rest], unmirrored
-
-
-def _read_hour(
-    files: Sequence[str],
-    base: Path,
-    cache: HourCache | None,
-    since: float | None,
-    until: float | None,
-    workers: int,
-) -> Frame | Stored:
-    """Parse *files* of one hourly bucket, through its cache where there is one."""
-    if cache is None:
-        return _parse_whole(files, workers)
-    for attempt in range(2):
-        try:
-            if attempt:
-                cache.reset()  # a damaged or vanished segment: rebuild this hour once
-            _refresh(cache, files, base, workers)
-            return cache.load(since, until)
-        except _CACHE_ERRORS:
-            continue
-    # no usable cache (read-only or full store): parse without it
-    return _parse_whole(files, workers)
 
 
 def _parse_whole(files: Sequence[str], workers: int) -> Frame:
@@ -674,17 +395,6 @@ def _count_pending(frame: Frame, pending: dict[str, bool]) -> None:
     if waiting:
         frame.bad["truncated"] += waiting
         frame.lines += waiting
-
-
-def _refresh(cache: HourCache, files: Sequence[str], base: Path, workers: int) -> None:
-    """Parse what is new in *files* into *cache*."""
-    tails = cache.tails(files, base)
-    if tails is None:
-        cache.reset()
-        tails = cache.tails(files, base) or []
-    if tails:
-        frame, offsets, pending = parse_tails(tails, workers)
-        cache.add(frame, tails, offsets, pending)
 
 
 def _size(path: str) -> int:

@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 
 import click
 
-from guardctl import store
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -18,6 +17,7 @@ from guardctl.cli.base import (
 )
 from guardctl.nodeops import Action, NodeOps
 from guardctl.nodes import expand_all
+from guardctl.storage import store
 
 
 def _show(actions: Sequence[Action], as_json: bool, dry_run: bool) -> None:

@@ -9,11 +9,11 @@ from typing import Any
 
 import click
 
-from guardctl import store
 from guardctl.agent.daemon import Agent, node_name, run_forever
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
 from guardctl.errors import StoreError, UsageError
 from guardctl.sections.agent import AgentSettings
+from guardctl.storage import store
 
 
 def _agent_settings(app: AppContext, interval: float | None, node: str | None) -> AgentSettings:
@@ -84,7 +84,9 @@ def agent_command(
     # shows the unit failed; later it buffers while the marker is missing (a mount gone away).
     store.require_marked(root)
     logging.basicConfig(level=logging.INFO, format="guardctl agent: %(message)s")
-    agent = Agent(settings, root, node_name(settings.node))
+    agent = Agent(
+        settings, root, node_name(settings.node), segment_minutes=app.settings.store.segment_minutes
+    )
     if not once:
         run_forever(agent)
         return

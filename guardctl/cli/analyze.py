@@ -14,7 +14,6 @@ from guardctl.analyze.engine import (
     OWN_HISTORY,
     ahead_line,
     bad_summary,
-    build_cache,
     out_of_date,
 )
 from guardctl.analyze.impact import describe
@@ -22,7 +21,8 @@ from guardctl.analyze.timespec import iso, parse_duration, parse_time
 from guardctl.cli.base import AppContext, echo_json, echo_table, json_option, main, pass_app
 from guardctl.errors import ExitCode, InputError
 from guardctl.nodes import fold
-from guardctl.sources import Source, analyze_source, open_source
+from guardctl.sources import open_source
+from guardctl.storage.source import Source
 
 
 @main.command("analyze")
@@ -52,11 +52,6 @@ from guardctl.sources import Source, analyze_source, open_source
     metavar="TIME",
     help="End of the newest window: Unix seconds or ISO time (default: the newest record).",
 )
-@click.option(
-    "--build-cache",
-    is_flag=True,
-    help="Parse every file into the columnar cache and exit (no verdicts).",
-)
 @json_option
 @pass_app
 def analyze_cmd(
@@ -64,7 +59,6 @@ def analyze_cmd(
     input_path: Path | None,
     window: str | None,
     at: str | None,
-    build_cache: bool,
     as_json: bool,
     from_opt: tuple[str, str] | None = None,
 ) -> None:
@@ -81,17 +75,10 @@ def analyze_cmd(
     verdicts are reported all the same.
     """
     settings = app.settings
-    if build_cache:
-        stats = _build_cache(input_path, settings)
-        echo_json(stats) if as_json else click.echo(
-            f"cached {stats['records']} records from {stats['files']} files "
-            f"({stats['bad_total']} bad lines) in {stats['cache']}"
-        )
-        return
     window_s = parse_duration(window, "--window") if window else None
     at_ts = parse_time(at, "--at") if at else None
     source = open_source(settings, from_opt, input_path)
-    result = analyze_source(source, at_ts, window_s=window_s)
+    result = source.analyze(at_ts, window_s=window_s)
     missing = source.coverage.store_warning() if source.coverage is not None else None
     if missing:  # loud: the busy-time signal is the one no exporter has
         click.echo(f"guardctl: warning: {missing}", err=True)
@@ -123,10 +110,6 @@ def _with_source(out: dict[str, object], source: Source) -> dict[str, object]:
     if source.coverage is not None:  # what the Prometheus source could and could not give
         out["source"] = source.coverage.to_dict()
     return out
-
-
-def _build_cache(input_path: Path | None, settings: object) -> dict[str, object]:
-    return build_cache(input_path, settings)  # type: ignore[arg-type]
 
 
 def _print_table(result: object) -> None:

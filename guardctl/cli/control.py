@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from guardctl import store
 from guardctl.analyze.impact import describe
 from guardctl.cli.base import (
     AppContext,
@@ -25,6 +24,7 @@ from guardctl.controller.fabric import fabric_text
 from guardctl.controller.loop import Controller, PassReport, holder_line, serve
 from guardctl.errors import ExitCode, UsageError
 from guardctl.nodes import validate_name
+from guardctl.storage import store
 
 
 def _warn(message: str) -> None:

@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from guardctl import store
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -17,6 +16,7 @@ from guardctl.cli.base import (
     pass_app,
 )
 from guardctl.errors import ExitCode
+from guardctl.storage import store
 from guardctl.sweep.qualify import QualifyReport, qualify
 
 

@@ -70,13 +70,13 @@ def report_cmd(
         extras.need("report", "report --format html")
     source = open_source(app.settings, from_opt, input_path)
     report = make_report(
-        source.store,
+        None,
         app.settings,
         period_s=parse_duration(period, "--period"),
         fmt=fmt,
         end=parse_time(end, "--end") if end else None,
         step_s=parse_duration(step, "--step") if step else None,
-        source=source if source.url else None,
+        source=source,
     )
     if output is None:
         click.echo(report.text, nl=False)

@@ -1,14 +1,15 @@
-"""``guardctl store init|check|prune``: mark the shared store, validate telemetry files, and
-apply retention."""
+"""``guardctl store init|check|prune|compact|migrate``: mark the shared store, validate telemetry
+files, apply retention, close ended segments, bring an older store up to date."""
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 
 import click
 
-from guardctl import store
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -19,6 +20,14 @@ from guardctl.cli.base import (
     pass_app,
 )
 from guardctl.errors import ExitCode
+from guardctl.storage import store
+
+store_option = click.option(
+    "--store",
+    "store_root",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Store directory (default: store.root).",
+)
 
 
 @main.group("store")
@@ -74,14 +83,9 @@ def check_command(path: Path, as_json: bool) -> None:
     "--older-than",
     "older_than",
     metavar="DURATION",
-    help="Delete hourly files older than this, e.g. 7d, 12h (default: store.retention_days).",
+    help="Delete segment files older than this, e.g. 7d, 12h (default: store.retention_days).",
 )
-@click.option(
-    "--store",
-    "store_root",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Store directory (default: store.root).",
-)
+@store_option
 @dry_run_option
 @json_option
 @pass_app
@@ -101,3 +105,67 @@ def prune_command(
     for name in report.files:
         click.echo(f"{verb} {name}")
     click.echo(f"{verb} {len(report.files)} files, {report.bytes} bytes")
+
+
+@store_group.command("compact")
+@store_option
+@json_option
+@pass_app
+def compact_command(app: AppContext, store_root: Path | None, as_json: bool) -> None:
+    """Close every telemetry segment that has ended: its JSON Lines of every node written once
+    as Parquet under segments/kind=/date=/hour=/, which the analyzer (and any engine that reads
+    Parquet) reads instead. The controller's leader does this after each pass; run it from
+    cron where no controller runs. Segments already closed and unchanged are left alone."""
+    from guardctl.storage import compact  # the analyzer and pyarrow: only for this command
+
+    root = store_root or app.settings.store.root
+    report = compact.compact(
+        root, time.time(), workers=_workers(app), progress=None if as_json else _progress
+    )
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    click.echo(
+        f"{root}: closed {len(report.closed)} segments ({report.records} records); "
+        f"{report.current} already closed, {report.open} still open"
+    )
+
+
+@store_group.command("migrate")
+@store_option
+@dry_run_option
+@json_option
+@pass_app
+def migrate_command(app: AppContext, store_root: Path | None, dry_run: bool, as_json: bool) -> None:
+    """Bring a store written by an earlier guardctl up to this version, once after an upgrade:
+    close every segment that has ended (as `store compact`), and remove the analyzer's old
+    cache of parsed telemetry (cache/analyze/), which nothing reads any more. The JSON Lines
+    files stay. Until it runs, this version reads the old store as it is, only slower."""
+    from guardctl.storage import compact  # the analyzer and pyarrow: only for this command
+
+    root = store_root or app.settings.store.root
+    report = compact.migrate(
+        root,
+        time.time(),
+        dry_run=dry_run,
+        workers=_workers(app),
+        progress=None if as_json else _progress,
+    )
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    verb = "would close" if dry_run else "closed"
+    gone = "would remove" if dry_run else "removed"
+    click.echo(
+        f"{root}: {verb} {len(report.compacted.closed)} segments "
+        f"({report.compacted.current} already closed); {gone} the old analyzer cache: "
+        f"{len(report.removed)} files, {report.bytes} bytes"
+    )
+
+
+def _progress(segment: str) -> None:
+    click.echo(f"closing segment {segment}", err=True)
+
+
+def _workers(app: AppContext) -> int:
+    return app.settings.analyze.workers or os.cpu_count() or 1

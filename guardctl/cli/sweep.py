@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from guardctl import store
 from guardctl.cli.base import (
     AppContext,
     dry_run_option,
@@ -19,6 +18,7 @@ from guardctl.cli.base import (
 from guardctl.controller.fabric import fabric_text
 from guardctl.errors import ExitCode
 from guardctl.nodes import expand_all
+from guardctl.storage import store
 from guardctl.sweep.engine import SweepOptions, SweepReport, run_sweep
 
 

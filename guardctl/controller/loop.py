@@ -52,12 +52,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardctl import layout
 from guardctl.actionlog import Entry
 from guardctl.analyze.allocator import keep_freed_memory
 from guardctl.analyze.engine import Analysis, ahead_line, out_of_date
 from guardctl.analyze.impact import describe
 from guardctl.analyze.incremental import Analyzer
+from guardctl.analyze.load import is_store
 from guardctl.clock import Clock, skew_refusal
 from guardctl.config import Settings, check_lease
 from guardctl.controller import policy, record, rehearsal
@@ -67,12 +67,21 @@ from guardctl.controller.fence import FencedLog, FencedSlurm
 from guardctl.controller.ladder import BY, FABRIC, SWEEPING, NodeLadder, derive
 from guardctl.controller.lease import Holder, Lease, LeaseLost
 from guardctl.controller.sweeps import InFlight, Sweeps, record_sweep_fabric
-from guardctl.errors import RefusedError, SlurmError, SlurmUnavailable, SourceError, UsageError
+from guardctl.errors import (
+    GuardctlError,
+    RefusedError,
+    SlurmError,
+    SlurmUnavailable,
+    SourceError,
+    UsageError,
+)
 from guardctl.nodeops import NodeOps
 from guardctl.nodeops.ownership import NODE_ACTIONS, REQUEUE
 from guardctl.slurm import make_client
 from guardctl.slurm.types import JobInfo, SlurmClient
-from guardctl.sources import Source, analyze_source, open_source
+from guardctl.sources import open_source
+from guardctl.storage import layout
+from guardctl.storage.source import Source
 from guardctl.sweep.engine import SweepOptions, SweepReport, run_sweep
 from guardctl.topology import Topology, split_component
 
@@ -93,9 +102,7 @@ def newest_analysis(source: Source, analyzer: Analyzer) -> Analysis:
     Prometheus has no cursor to tail, so each pass asks for the whole span again. A source that
     fails raises :class:`SourceError`, never an analysis of what it did give.
     """
-    if source.url:
-        return analyze_source(source)
-    return analyzer.analyze()
+    return source.newest(analyzer)
 
 
 @dataclass
@@ -291,7 +298,7 @@ class Controller:
 
     def _source_seen(self) -> dict[str, Any] | None:
         cov = self.source.coverage
-        return cov.to_dict() if self.source.url and cov is not None else None
+        return cov.to_dict() if cov is not None else None  # the store has none
 
     # -- the lease -------------------------------------------------------------------------
     def lead(self) -> tuple[bool, Holder | None]:
@@ -369,7 +376,35 @@ class Controller:
             self._note_pass(started, None, " ".join(f"{type(exc).__name__}: {exc}".split()))
             raise
         self._note_pass(started, report, "")
+        if report.leader:
+            self._close_segments()
         return report
+
+    def _close_segments(self) -> None:
+        """Close the store's ended segments (:mod:`guardctl.storage.compact`), which every later
+        reader reads instead of the nodes' files: the leader's chore, after the pass so that it
+        never delays a decision. It changes nothing in Slurm; a failure is said in one line and
+        the next pass tries again."""
+        root = self.settings.store.root
+        if not is_store(root):
+            return  # a Prometheus-only site, or a store not mounted: the pass has said so
+        from pyarrow import ArrowException  # the controller's host reads telemetry: it has it
+
+        from guardctl.storage.compact import compact
+
+        workers = self.settings.analyze.workers or os.cpu_count() or 1
+        try:
+            # A pass's share: the lease (renewed by the next pass) must never wait on it.
+            budget = min(self.interval_s, self.cfg.lease_s / 4)
+            done = compact(root, self.clock.wall(), workers=workers, budget_s=budget)
+        except (OSError, ValueError, GuardctlError, ArrowException) as exc:
+            self.progress(f"control: closing segments: {' '.join(str(exc).split())}")
+            return
+        if done.closed:
+            later = f"; {done.deferred} left for the next pass" if done.deferred else ""
+            self.progress(
+                f"control: closed segments {', '.join(done.closed)} ({done.records} records){later}"
+            )
 
     def _note_pass(self, started: float, report: PassReport | None, error: str) -> None:
         why = record.write_pass(
@@ -838,8 +873,8 @@ def serve(
     decided and did nothing).
     The lease is given up on the way out, so another controller need not wait for it to expire.
     """
-    from guardctl import store
     from guardctl.errors import GuardctlError, StoreError
+    from guardctl.storage import store
 
     controller.as_daemon(interval_s)
     # A pass after pass in this process: the memory one frees serves the next, rather than

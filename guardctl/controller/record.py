@@ -34,7 +34,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guardctl import layout
 from guardctl.actionlog import Entry
 from guardctl.controller.classify import Classified
 from guardctl.controller.fabric import open_fabric
@@ -43,6 +42,7 @@ from guardctl.controller.policy import Decision, fabric_findings
 from guardctl.errors import StoreError
 from guardctl.fileio import atomic_write
 from guardctl.nodeops import NodeOps
+from guardctl.storage import layout
 
 
 def _last(entries: Sequence[Entry], action: str) -> Entry | None:

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from guardctl import layout
 from guardctl.config import Settings
 from guardctl.errors import RefusedError, StoreError, UsageError
 from guardctl.fileio import atomic_write, open_locked
 from guardctl.runner import process_alive
+from guardctl.storage import layout
 
 LOCK_WAIT_S = 5.0  # how long a restart waits for a dead service's commit process
 LOCK_FILE = "service.lock"

@@ -16,7 +16,6 @@ daemon) as well as to stderr: Slurm keeps a hook's output only when the hook fai
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import re
@@ -32,17 +31,20 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from guardctl import layout, runner, store
+from guardctl import runner
 from guardctl.actionlog import Entry
 from guardctl.config import Settings
 from guardctl.errors import GuardctlError
 from guardctl.hooks.registry import CheckResult, Hook, HookContext, checks, guarded
 from guardctl.nodeops import NodeOps
-from guardctl.nodes import expand, fold
+from guardctl.nodes import expand, fold, validate_name
 from guardctl.sections.hooks import HooksSettings
+from guardctl.storage import layout, segments, store
 from guardctl.telemetry import schema
 
 STRAGGLER_RATIO = 1.10  # a node's median compute time this far above the job's median
+# The epilog's straggler line reads the node files of the job's last hour.
+LAST_HOUR_S = 3600.0
 HOOK_FAILED = "hook failed"  # the action log's note of every failing hook run and its outcome
 # Drain outcomes after which the node is guardctl's: the hook may fail the job.
 _HELD = ("done", "no change")
@@ -370,11 +372,22 @@ def _job_nodes(env: Mapping[str, str]) -> list[str]:
         return []
 
 
+def _node_files(root: Path, node: str, since: float, until: float) -> list[Path]:
+    """The node agent's record files whose segment overlaps [since, until]."""
+    try:
+        directory = layout.telemetry_dir(root) / validate_name(node)
+        names = [n for n in os.listdir(directory) if n.endswith(".jsonl")]  # not the mirrors
+    except (ValueError, OSError):  # not a node name, or no agent wrote there
+        return []
+    return [directory / name for name in sorted(segments.overlapping(names, since, until))]
+
+
 def straggler_summary(root: Path, job: str, nodes: Sequence[str] = ()) -> str:
     """One line on the finished job's slowest node, from its probe step records.
 
     Ranks without an agent wrote them under ``steps/<job>/``; ranks that handed them to their
-    node's agent are in the node files of the job's *nodes* (this hour's and the last).
+    node's agent are in the node files of the job's *nodes* (the segments of its last hour,
+    whatever their length).
     """
     try:
         directory = layout.steps_dir(root) / job
@@ -383,11 +396,7 @@ def straggler_summary(root: Path, job: str, nodes: Sequence[str] = ()) -> str:
     paths = [directory] if directory.is_dir() else []
     now = time.time()
     for node in nodes:
-        for ts in (now - 3600, now):
-            with contextlib.suppress(ValueError):  # not a node name
-                path = layout.node_telemetry_file(root, node, ts)
-                if path.is_file():
-                    paths.append(path)
+        paths += _node_files(root, node, now - LAST_HOUR_S, now)
     if not paths:
         return ""
     per_node: dict[str, list[float]] = defaultdict(list)

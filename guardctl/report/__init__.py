@@ -11,15 +11,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from guardctl.config import Settings
 from guardctl.errors import UsageError
 from guardctl.report.actions import Actions, read_actions
 from guardctl.report.timeline import Timeline, build_timeline
-
-if TYPE_CHECKING:
-    from guardctl.sources import Source
+from guardctl.storage.source import Source, StoreSource
 
 FORMATS = ("md", "html", "json")
 
@@ -43,11 +41,15 @@ def make_report(
     step_s: float | None = None,
     source: Source | None = None,
 ) -> Report:
-    """Analyse the *period_s* before *end* (default: the newest data) and render it as *fmt*."""
+    """Analyse the *period_s* before *end* (default: the newest data) and render it as *fmt*.
+
+    Telemetry comes from *source*, else from the store at *path* (default: the configured one).
+    """
     if fmt not in FORMATS:
         raise UsageError(f"--format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
-    tl = build_timeline(path, settings, period_s, end=end, step_s=step_s, source=source)
-    where = source.describe() if source else str(path if path is not None else settings.store.root)
+    source = source if source is not None else StoreSource(settings, path)
+    tl = build_timeline(source, period_s, end=end, step_s=step_s)
+    where = source.describe()
     acts = read_actions(settings.store.root, tl.start)
     if fmt == "html":
         from guardctl.report.html import render_html

@@ -8,27 +8,13 @@ passes costs about as much as reading the day, in the memory of one hour.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from guardctl.analyze import (
-    SUSPECT,
-    UNKNOWN,
-    WATCH,
-    Analysis,
-    analyze_frame,
-    history_needed,
-    load,
-    steps_needed,
-)
-from guardctl.analyze.engine import default_at, load_recent
+from guardctl.analyze import SUSPECT, UNKNOWN, WATCH, Analysis, analyze_frame
+from guardctl.analyze.engine import default_at
 from guardctl.analyze.frame import Frame, slice_sorted, sort_by_time
-from guardctl.config import Settings
-
-if TYPE_CHECKING:
-    from guardctl.sources import Source
+from guardctl.storage.source import Source
 
 CHUNK_S = 3600.0  # telemetry read per step of a long report
 VERDICT_CODE = {"healthy": 0, UNKNOWN: 1, SUSPECT: 2, WATCH: 3}
@@ -59,25 +45,19 @@ class Timeline:
 
 
 def build_timeline(
-    path: Path | None,
-    settings: Settings,
+    source: Source,
     period_s: float,
     *,
     end: float | None = None,
     step_s: float | None = None,
-    source: Source | None = None,
 ) -> Timeline:
-    """Run the analyzer every *step_s* (default: one window) over the *period_s* before *end*.
-
-    Telemetry comes from *path* (default: the store) unless *source* (Prometheus) is given.
-    """
-    cfg = settings.analyze
+    """Run the analyzer every *step_s* (default: one window) over the *period_s* before *end*
+    (default: the newest data *source* holds)."""
+    cfg = source.settings.analyze
     step = step_s or cfg.window_s
-    # From the store, step records of the ranks' own history too (a Prometheus source
-    # reads one span for every kind: the judged windows).
-    span = history_needed(cfg) if source else steps_needed(cfg)
+    span = source.span()
     if end is None:
-        recent = source.recent(span) if source else load_recent(path, settings, span)
+        recent = source.recent(span)
         end = default_at(recent, cfg.window_s) if recent.records else None
         if end is None:
             return Timeline(
@@ -104,10 +84,7 @@ def build_timeline(
         if not chunk.size:
             continue
         since, until = float(chunk[0]) - span, float(chunk[-1])
-        frame = (
-            source.load(since, until) if source else load(path, settings, since=since, until=until)
-        )
-        frame = sort_by_time(frame)
+        frame = sort_by_time(source.load(since, until))
         acc.read(frame, lo, hi)
         for t in chunk:
             latest = analyze_frame(slice_sorted(frame, t - span, t), cfg, at=float(t))

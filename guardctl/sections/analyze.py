@@ -1,4 +1,4 @@
-"""[analyze]: the detection window, persistence, peer rules, the cache and detector thresholds."""
+"""[analyze]: the detection window, persistence, peer rules, closed segments, thresholds."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class AnalyzeSettings:
     job_slowdown_windows: int = 0  # 0: persist_k
     low_quantile: float = 0.3  # a fault must hold in this share of a window to show
     hardware_xids: tuple[int, ...] = DEFAULT_HARDWARE_XIDS
-    cache: bool = True  # keep parsed telemetry in <store>/cache/analyze
+    cache: bool = True  # read closed segments from <store>/segments (false: every file)
     workers: int = 0  # processes parsing JSON Lines; 2 or more: a reading helper (0: per CPU)
     # Read the writers' column mirrors (<hour>.cols) instead of parsing where present.
     column_files: bool = True

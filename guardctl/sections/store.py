@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from guardctl.storage.segments import DEFAULT_MINUTES, check_minutes
+
 
 @dataclass(frozen=True)
 class StoreSettings:
@@ -15,7 +17,11 @@ class StoreSettings:
     root: Path = Path("/var/lib/guardctl")  # set it to the shared store (guardctl store init)
     # What `guardctl store prune` keeps when --older-than is not given.
     retention_days: float = 14.0
+    # Shorter segments let the closed ones be compacted sooner; readers need no setting, as each
+    # file's name says the span it covers.
+    segment_minutes: int = DEFAULT_MINUTES  # minutes per telemetry file; must divide 60
 
     def __post_init__(self) -> None:
         if self.retention_days <= 0:
             raise ValueError("retention_days: must be positive")
+        check_minutes(self.segment_minutes)

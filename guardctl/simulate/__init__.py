@@ -226,12 +226,14 @@ def simulate(
     names: Sequence[str] = (),
     column_files: bool = True,
     leaf_size: int = LEAF,
+    segment_minutes: int = 60,
 ) -> Truth:
     """Write a simulated fleet's trace under *out* (store layout) and its truth.json.
 
     With *dry_run*, plan the fleet and its injections but write nothing. *names* replaces
     the generated node names (node0001...), e.g. to match a real cluster's nodes.
     *column_files*: keep each file's column mirror, as the agent and the probe do.
+    *segment_minutes*: how long each file covers, as ``[store] segment_minutes`` says.
     """
     if names and len(names) != nodes:
         raise UsageError(f"simulate: {len(names)} names given for {nodes} nodes")
@@ -265,7 +267,9 @@ def simulate(
         return truth
     try:
         out.mkdir(parents=True, exist_ok=True)
-        truth.records = write_fleet(fleet, out, rng, start + duration, column_files)
+        truth.records = write_fleet(
+            fleet, out, rng, start + duration, column_files, segment_minutes
+        )
         atomic_write(out / "truth.json", json.dumps(truth.to_dict(), indent=1) + "\n")
         atomic_write(out / "topology.conf", topology_conf(fleet))
     except OSError as exc:

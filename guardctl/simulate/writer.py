@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from guardctl import layout
 from guardctl.simulate.fleet import GPUS, PORTS, Fleet, Job
+from guardctl.storage import layout
+from guardctl.storage.segments import HOUR_MINUTES, check_minutes
 from guardctl.telemetry.mirror import Mirror
 
 GPU_LINE = (
@@ -172,12 +173,12 @@ def job_steps(
     return out
 
 
-def write_hourly(
+def write_segments(
     lines: Iterable[tuple[float, str]],
     path_of: Callable[[float], Path],
     mirror: Mirror | None = None,
 ) -> int:
-    """Append lines to the hourly file each belongs to; return how many were written.
+    """Append lines to the segment's file each belongs to; return how many were written.
 
     With *mirror*, each file's column mirror is kept as the agent and the probe keep it.
     """
@@ -199,24 +200,32 @@ def write_hourly(
 
 
 def write_fleet(
-    f: Fleet, root: Path, rng: np.random.Generator, end: float, column_files: bool = True
+    f: Fleet,
+    root: Path,
+    rng: np.random.Generator,
+    end: float,
+    column_files: bool = True,
+    segment_minutes: int = HOUR_MINUTES,
 ) -> int:
-    """Write every record of the fleet under the store *root*; return the record count."""
+    """Write every record of the fleet under the store *root*, one file per *segment_minutes*
+    as the agents and probes would; return the record count."""
     total = 0
     mirror = Mirror() if column_files else None
+    minutes = check_minutes(segment_minutes)
     for node, lines in telemetry_lines(f, rng):
         name = f.names[node]
-        total += write_hourly(lines, partial(_telemetry_path, root, name), mirror)
+        path_of = partial(_telemetry_path, root, name, minutes)
+        total += write_segments(lines, path_of, mirror)
     for job in f.jobs:
         for (node, rank), lines in job_steps(f, job, rng, end).items():
-            path_of = partial(_step_path, root, job.name, f.names[node], rank)
-            total += write_hourly(lines, path_of, mirror)
+            path_of = partial(_step_path, root, job.name, f.names[node], rank, minutes)
+            total += write_segments(lines, path_of, mirror)
     return total
 
 
-def _telemetry_path(root: Path, node: str, ts: float) -> Path:
-    return layout.node_telemetry_file(root, node, ts)
+def _telemetry_path(root: Path, node: str, minutes: int, ts: float) -> Path:
+    return layout.node_telemetry_file(root, node, ts, minutes)
 
 
-def _step_path(root: Path, job: str, node: str, rank: int, ts: float) -> Path:
-    return layout.step_file(root, job, node, rank, ts)
+def _step_path(root: Path, job: str, node: str, rank: int, minutes: int, ts: float) -> Path:
+    return layout.step_file(root, job, node, rank, ts, minutes)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guardctl import layout
 from guardctl.errors import StoreError
 from guardctl.fileio import atomic_write, locked
+from guardctl.storage import layout
 from guardctl.sweep.registry import Measurement
 
 RESULTS_FILE = "results.json"  # written by the sweep engine in each sweep's directory

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import guardctl
-from guardctl import layout, testhooks
+from guardctl import testhooks
 from guardctl.actionlog import Entry
 from guardctl.analyze.fabric import FabricFinding
 from guardctl.config import Settings
@@ -57,6 +57,7 @@ from guardctl.errors import RefusedError, SlurmError, StoreError, UsageError
 from guardctl.fileio import atomic_write
 from guardctl.nodeops import NodeOps
 from guardctl.slurm.job import Job, wait_all
+from guardctl.storage import layout
 from guardctl.sweep import backend, baseline, fabric, pairing
 from guardctl.sweep.judge import (
     Judgement,

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardctl import layout
 from guardctl.config import Settings
 from guardctl.errors import StoreError
 from guardctl.fileio import atomic_write
 from guardctl.nodeops import NodeOps, NodeStatus
 from guardctl.nodeops.rules import out_limit
+from guardctl.storage import layout
 from guardctl.sweep.engine import Kind, Progress, SweepOptions, SweepReport, run_sweep
 
 STATE_FILE = "qualify.json"

@@ -9,7 +9,7 @@ nor numpy (a test keeps it so):
 - :mod:`guardctl.telemetry.columns`: the column layout derived from that list,
   and its fingerprint;
 - :mod:`guardctl.telemetry.mirror`: the column-mirror format and its writer;
-- :mod:`guardctl.telemetry.writer`: the append-only store writer of the agent
+- :mod:`guardctl.storage.writer`: the append-only store writer of the agent
   and the probe.
 
 Reading mirrors into the analyzer's columns is :mod:`guardctl.analyze.mirrors`.

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from agent_helpers import Disk, FakeNvml, settings
 
-from guardctl import layout, store
 from guardctl.agent.daemon import Agent
 from guardctl.analyze.load import read_frame
+from guardctl.storage import layout, store
+from guardctl.storage.writer import LineWriter
 from guardctl.telemetry.schema import read_path
-from guardctl.telemetry.writer import LineWriter
 
 TS = 1_796_040_000.0  # 2026-11-30T12:00:00Z
 
@@ -37,7 +37,8 @@ def test_one_sample_writes_every_collector(tmp_path: Path, fake_nvml: FakeNvml) 
     assert agent.sample(TS)
     agent.close()
     path = layout.node_telemetry_file(tmp_path, "gpu01", TS)
-    assert path == tmp_path / "telemetry" / "gpu01" / "20261130T12.jsonl"
+    # TS is 12:00:00: the default segment, ten minutes from then
+    assert path == tmp_path / "telemetry" / "gpu01" / "20261130T1200_10m.jsonl"
     result = read_path(path)
     kinds = [r["kind"] for r in result.records]
     assert kinds == ["gpu"] * 8 + ["host"] + ["nic"] * 2 + ["agent"] * 3
@@ -57,18 +58,18 @@ def test_one_sample_writes_every_collector(tmp_path: Path, fake_nvml: FakeNvml) 
     assert status["store"]["written"] == 14
 
 
-def test_hourly_rotation(tmp_path: Path, fake_nvml: FakeNvml) -> None:
+def test_segment_rotation(tmp_path: Path, fake_nvml: FakeNvml) -> None:
     agent = Agent(settings(collectors=("host",)), tmp_path, "n1")
     agent.sample(TS + 3599.5)
     agent.sample(TS + 3600.5)
     agent.close()
     files = sorted(p.name for p in (tmp_path / "telemetry" / "n1").iterdir())
-    # each hour's file with its column mirror (guardctl.telemetry.mirror)
+    # each segment's file (ten minutes by default) with its column mirror
     assert files == [
-        "20261130T12.cols",
-        "20261130T12.jsonl",
-        "20261130T13.cols",
-        "20261130T13.jsonl",
+        "20261130T1250_10m.cols",
+        "20261130T1250_10m.jsonl",
+        "20261130T1300_10m.cols",
+        "20261130T1300_10m.jsonl",
     ]
     frame = read_frame(tmp_path / "telemetry")
     assert frame.count("host") == 2 and frame.files == 2

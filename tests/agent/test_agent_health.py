@@ -16,11 +16,11 @@ from agent_helpers import FakeNvml, settings
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
-from guardctl import store as shared_store
 from guardctl.agent.daemon import Agent
 from guardctl.analyze import analyze
 from guardctl.cli import main
 from guardctl.config import Settings, load_settings
+from guardctl.storage import store as shared_store
 from guardctl.telemetry.schema import read_path
 
 TS = 1_796_040_000.0  # 2026-11-30T12:00:00Z

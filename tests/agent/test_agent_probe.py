@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from agent_helpers import Disk
 
-from guardctl import identity, layout, probe
+from guardctl import identity, probe
 from guardctl.analyze.load import read_frame
+from guardctl.storage import layout
+from guardctl.storage.writer import BufferedStore, LineWriter
 from guardctl.telemetry.schema import read_path
-from guardctl.telemetry.writer import BufferedStore, LineWriter
 
 
 @pytest.fixture(autouse=True)

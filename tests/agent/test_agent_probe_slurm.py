@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from labtools import JOB_USER, job_python, job_user_ids
 
-from guardctl import store as store_layout
 from guardctl.nodes import expand
+from guardctl.storage import store as store_layout
 from guardctl.telemetry.schema import read_path
 
 pytestmark = pytest.mark.slurm

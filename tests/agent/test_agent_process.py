@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from agent_helpers import SYSFS_IB2, SYSFS_IB8
 
-from guardctl import layout
-from guardctl import store as shared_store
+from guardctl.storage import layout
+from guardctl.storage import store as shared_store
 from guardctl.telemetry.schema import read_path
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guardctl import store
+from guardctl.storage import store
 from guardctl.telemetry.schema import FIELDS, REQUIRED, dumps, make_record, read_path
 
 NODES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from guardctl import layout, store
 from guardctl.errors import UsageError
+from guardctl.storage import layout, store
 from guardctl.telemetry.schema import dumps, make_record
 
 NOW = 1_796_043_600.0  # 2026-11-30T13:00:00Z

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from agent_helpers import Disk
 
+from guardctl.storage.writer import BufferedStore, LineWriter
 from guardctl.telemetry.schema import read_path
-from guardctl.telemetry.writer import BufferedStore, LineWriter
 
 
 def line(i: int, ts: float = 1_800_000_000.0) -> str:

@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 from agent_helpers import settings
 
-from guardctl import identity, layout, probe, store
+from guardctl import identity, probe
 from guardctl.agent import handoff
 from guardctl.agent.daemon import Agent
 from guardctl.agent.handoff import AgentLink, Inbox, slurm_job_of, store_id
+from guardctl.storage import layout, store
 from guardctl.telemetry.schema import dumps, make_record, read_path
 
 NOBODY = 65534

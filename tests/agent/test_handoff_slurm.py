@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from labtools import job_python
 
-from guardctl import store as store_layout
 from guardctl.nodes import expand
+from guardctl.storage import store as store_layout
 from guardctl.telemetry.schema import read_path
 
 pytestmark = pytest.mark.slurm

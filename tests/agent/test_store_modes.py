@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from guardctl import identity, probe, store
+from guardctl import identity, probe
+from guardctl.storage import store
 from guardctl.telemetry.schema import read_path
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
@@ -76,6 +77,7 @@ def test_init_lays_out_the_directories_with_their_modes(shared: Path) -> None:
         "steps": 0o1777,
         "dds": 0o1777,
         "telemetry": 0o755,
+        "segments": 0o755,
         "actions": 0o755,
         "control": 0o755,
         "clocks": 0o755,

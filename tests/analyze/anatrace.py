@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from guardctl import layout
 from guardctl.analyze import Analysis, analyze
 from guardctl.config import load_settings
+from guardctl.storage import layout
 from guardctl.telemetry import schema
 
 T0 = 1_764_547_200.0

@@ -21,17 +21,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_fast_paths import _corrupt, _good_records
 
-from guardctl import store
 from guardctl.analyze import analyze, mirrors
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.load import read_frame
 from guardctl.config import load_settings
 from guardctl.simulate import simulate
+from guardctl.storage import store
+from guardctl.storage.writer import LineWriter
 from guardctl.telemetry import mirror as mirror_format
 from guardctl.telemetry import schema
 from guardctl.telemetry.columns import LAYOUT, Layout
 from guardctl.telemetry.mirror import Encoder
-from guardctl.telemetry.writer import LineWriter
 
 T0 = 1_764_547_200.0
 
@@ -250,22 +250,6 @@ def test_foreign_files_and_missing_mirrors_mix(tmp_path: Path) -> None:
     Path(mirror_format.mirror_path(_agent_file(tmp_path, "gn01"))).unlink()
     Path(mirror_format.mirror_path(_agent_file(tmp_path, "gn02"))).write_bytes(b"not a mirror")
     assert _same_as_parsed(tmp_path).nodes.__len__() == 3
-
-
-def test_a_file_the_cache_parsed_is_not_read_twice(tmp_path: Path) -> None:
-    """A mirror that appears after the analyzer cached its file: the cache keeps that file."""
-    root = tmp_path / "store"
-    path = _agent_file(root)
-    plain = LineWriter()
-    _write_samples(plain, path, "gn01", 3)
-    plain.close()
-    settings = load_settings(environ={})
-    first = analyze(root, settings).to_dict()
-    mirror = mirror_format.Mirror()
-    mirror.sync(path)
-    mirror.close()
-    assert analyze(root, settings).to_dict() == first
-    assert analyze(root, settings).records == 3 * 10
 
 
 def test_failing_mirror_never_fails_the_write(tmp_path: Path) -> None:

@@ -16,12 +16,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from anatrace import Trace
 
-from guardctl.analyze import Frame, analyze
+from guardctl.analyze import Frame
 from guardctl.analyze.frame import _BATCH, parse_lines
-from guardctl.analyze.load import Segment, _load_segment, _save_segment, _walk_jsonl, hour_of
-from guardctl.config import Settings
+from guardctl.analyze.load import _walk_jsonl
 from guardctl.telemetry import schema
 
 T0 = 1_764_547_200.0
@@ -247,54 +245,6 @@ def test_many_small_files_equal_one_big_feed() -> None:
     whole = parse_lines([*lines, b"not json", *lines[:5]])
     _assert_same_frame(parser.frame(), whole)
     assert dict(parser.bad) == dict(whole.bad)
-
-
-def test_segment_round_trip_and_damage(tmp_path: Path) -> None:
-    rng = random.Random(2)
-    frame = parse_lines(_lines(_good_records(rng, 500)))
-    path = tmp_path / "seg00000.cols"
-    _save_segment(path, frame)
-    _assert_same_frame(_load_segment(path), frame)
-    assert sum(Segment(path).count(k) for k in schema.KINDS) == frame.records
-    data = path.read_bytes()
-    path.write_bytes(data[:-8])  # cut short
-    with pytest.raises(ValueError, match="cut short"):
-        Segment(path)
-    path.write_bytes(b"PK\x03\x04" + data[4:])  # not ours
-    with pytest.raises(ValueError, match="not a segment"):
-        Segment(path)
-
-
-def test_cut_segments_and_old_caches_are_rebuilt_with_the_same_answer(tmp_path: Path) -> None:
-    tr = Trace(tmp_path / "store", nodes=4, minutes=12)
-    tr.gpu["sm_clock_mhz"][tr.at(3) :, tr.node("gn02"), 0] = 1100
-    tr.write()
-    good = analyze(tr.root, Settings()).to_dict()
-    for seg in (tr.root / "cache").rglob("seg*.cols"):
-        seg.write_bytes(seg.read_bytes()[:-100])
-    assert analyze(tr.root, Settings()).to_dict() == good
-    for manifest in (tr.root / "cache").rglob("manifest.json"):  # a cache of an older version
-        manifest.write_text('{"version": 1, "files": {}, "segments": [], "bad": {}, "lines": 0}')
-        (manifest.parent / "seg00000.npz").write_bytes(b"old")
-    assert analyze(tr.root, Settings()).to_dict() == good
-    assert not list((tr.root / "cache").rglob("*.npz"))  # the old segments went
-
-
-def test_hour_of_shortcut_agrees_with_the_pattern() -> None:
-    names = [
-        "telemetry/n1/20251201T00.jsonl",
-        "steps/j1/n1.r0.20251201T00.jsonl",
-        "20251201T00.jsonl",
-        "steps/j1/n1.r020251201T00.jsonl",  # no separator before the hour
-        "x20251201T00.jsonl",
-        "telemetry/n1/20251201T0.jsonl",
-        "telemetry/n1/20251201T00.json",
-        "telemetry/n1/notes.jsonl",
-        "telemetry/n1/20251201T00.jsonl\n",  # "$" matches before a final newline
-    ]
-    expected = ["20251201T00"] * 3 + ["other"] * 5 + ["20251201T00"]
-    for _ in range(2):  # the second round answers from the remembered name endings
-        assert [hour_of(n) for n in names] == expected
 
 
 def test_walk_finds_what_os_walk_finds(tmp_path: Path) -> None:

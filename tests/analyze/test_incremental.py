@@ -465,7 +465,7 @@ def _two_rank_job(tmp_path: Path) -> Path:
     """45 minutes of a two-rank job, rank 1 twice as slow in the last 15, with its nodes'
     host records: too few ranks for peers, so only the ranks' own history judges them (its
     fastest window: each has a pace of its own, so a window missed shows)."""
-    from guardctl import layout
+    from guardctl.storage import layout
 
     src = tmp_path / "src"
     files: dict[Path, list[str]] = {}
@@ -890,7 +890,7 @@ def test_steps_whose_time_moves_to_another_minute_are_kept_in_minute_order(
     a pass places those steps by it alone, the next by the job's median, a minute on. The
     kept records that moved are put in their new minute (a window stays one run of records,
     read in place), and every pass equals a cold one."""
-    from guardctl import layout
+    from guardctl.storage import layout
 
     src, store = tmp_path / "src", tmp_path / "store"
     files: dict[Path, list[str]] = {}
@@ -939,7 +939,7 @@ def test_gpu_records_that_name_their_job_give_a_kept_windows_peers_as_a_cold_pas
     peer groups: a node whose records arrive late, into windows judged before, and name
     the other job there, moves to that job's peers as a cold pass moves it (a window's
     jobs are figured again when its GPU records change)."""
-    from guardctl import layout
+    from guardctl.storage import layout
 
     src, store = tmp_path / "src", tmp_path / "store"
     files: dict[Path, list[str]] = {}

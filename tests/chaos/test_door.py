@@ -385,7 +385,7 @@ def test_read_commands_and_observe_only_leave_the_lab_as_it_was(
 ) -> None:
     import sys
 
-    from guardctl import store
+    from guardctl.storage import store
 
     root = tmp_path / "store"
     store.init(root)

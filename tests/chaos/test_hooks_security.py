@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from guardctl import store
 from guardctl.actionlog import ActionLog, Entry
 from guardctl.config import Layer, Settings, build_settings
 from guardctl.hooks.run import HOOK_FAILED, HookReport, expand_path, run_hook
 from guardctl.nodeops import NodeOps
 from guardctl.slurm.memory import MemorySlurm
+from guardctl.storage import store
 
 REPO = Path(__file__).resolve().parents[2]
 SYSFS = REPO / "tests" / "fixtures" / "sysfs" / "ib8"

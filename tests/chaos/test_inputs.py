@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from controltools import Trace, fleet_trace
 
-from guardctl import layout
 from guardctl.analyze.engine import Analysis, analyze
 from guardctl.analyze.incremental import Analyzer
 from guardctl.config import load_settings
@@ -26,6 +25,7 @@ from guardctl.controller.loop import Controller
 from guardctl.errors import SlurmError, SlurmUnavailable, UsageError
 from guardctl.slurm.memory import MemorySlurm
 from guardctl.slurm.types import SubmitRequest
+from guardctl.storage import layout
 from guardctl.telemetry import schema
 
 NODES = ["node1", "node2", "node3", "node4", "node5", "node6"]

@@ -16,12 +16,12 @@ import pytest
 from controltools import fleet_trace
 from sweepchaos import NODES, quarantined, settings
 
-from guardctl import store
 from guardctl.agent.daemon import Agent
 from guardctl.controller.loop import Controller
 from guardctl.sections.agent import AgentSettings
 from guardctl.slurm.memory import MemorySlurm
 from guardctl.slurm.types import SubmitRequest
+from guardctl.storage import store
 
 
 def controller(tmp_path: Path, slurm: MemorySlurm) -> Controller:

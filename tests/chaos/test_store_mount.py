@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from guardctl import layout, store
 from guardctl.agent.daemon import Agent
+from guardctl.storage import layout, store
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "agent"))

@@ -31,13 +31,13 @@ from sweepchaos import (
     verdicts,
 )
 
-from guardctl import layout
 from guardctl.analyze.incremental import Analyzer
 from guardctl.controller import loop
 from guardctl.controller.loop import Controller
 from guardctl.nodeops import NodeOps
 from guardctl.slurm.memory import MemorySlurm
 from guardctl.slurm.types import JobInfo, SubmitRequest
+from guardctl.storage import layout
 from guardctl.sweep.engine import SweepOptions, run_sweep
 from guardctl.sweep.qualify import load_state, qualify
 

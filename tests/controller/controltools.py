@@ -17,8 +17,8 @@ for sub in ("analyze", "sweep"):
 from anatrace import Trace  # noqa: E402
 from sweeptools import Guardctl, make_guardctl  # noqa: E402
 
-from guardctl import layout  # noqa: E402
 from guardctl.fileio import atomic_write  # noqa: E402
+from guardctl.storage import layout  # noqa: E402
 from guardctl.telemetry import schema  # noqa: E402
 
 __all__ = ["Guardctl", "ShardedTrace", "Trace", "control_guardctl", "fleet_trace"]

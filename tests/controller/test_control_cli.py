@@ -10,8 +10,8 @@ from pathlib import Path
 
 from controltools import fleet_trace
 
-from guardctl import store as shared_store
 from guardctl.actionlog import ActionLog
+from guardctl.storage import store as shared_store
 
 
 def guardctl(store: Path, *args: str) -> subprocess.CompletedProcess[str]:

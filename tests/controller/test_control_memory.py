@@ -8,11 +8,11 @@ from pathlib import Path
 
 from controltools import ShardedTrace, fleet_trace
 
-from guardctl import layout
 from guardctl.config import load_settings
 from guardctl.controller.loop import Controller
 from guardctl.slurm.memory import MemorySlurm
 from guardctl.slurm.types import SubmitRequest
+from guardctl.storage import layout
 
 NODES = ["node1", "node2", "node3", "node4"]
 

@@ -18,13 +18,13 @@ from click.testing import CliRunner
 from controltools import Trace
 from prometheus_client.parser import text_string_to_metric_families
 
-from guardctl import store as shared_store
 from guardctl.cli import main
 from guardctl.clock import Clock
 from guardctl.config import Layer, Settings, build_settings
 from guardctl.controller.loop import Controller
 from guardctl.errors import SlurmUnavailable
 from guardctl.slurm.memory import MemorySlurm
+from guardctl.storage import store as shared_store
 from guardctl.topology import Switch, Topology
 
 NODES = [f"node{i}" for i in range(1, 9)]

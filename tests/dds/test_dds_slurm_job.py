@@ -13,7 +13,7 @@ from pathlib import Path
 from dds_helpers import REPO
 from labtools import JOB_USER, Lab, job_python, job_user_ids
 
-from guardctl import store as store_layout
+from guardctl.storage import store as store_layout
 
 SBATCH = REPO / "examples" / "dds_job.sbatch"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from guardctl import store as shared_store
+from guardctl.storage import store as shared_store
 
 
 @dataclass

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from guardctl import store as shared_store
 from guardctl.config import Settings, load_settings
 from guardctl.controller.lease import Lease
 from guardctl.errors import ExitCode, RefusedError
 from guardctl.nodeops import NodeOps
 from guardctl.nodeops.cleanup import give_back, held, refuse_while_leading
 from guardctl.slurm.memory import MemorySlurm
+from guardctl.storage import store as shared_store
 
 NODES = [f"node{i}" for i in range(1, 7)]
 

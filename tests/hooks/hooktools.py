@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guardctl import layout
+from guardctl.storage import layout
 from guardctl.telemetry import schema
 
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from hooktools import write_straggler_job
 
-from guardctl import layout
 from guardctl.config import Settings, load_settings
 from guardctl.hooks.registry import HookContext, checks, guarded
 from guardctl.hooks.run import straggler_summary
+from guardctl.storage import layout
 from guardctl.telemetry import schema
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

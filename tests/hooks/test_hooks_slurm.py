@@ -12,7 +12,7 @@ from typing import Any
 
 from labtools import job_guardctl
 
-from guardctl import store as shared_store
+from guardctl.storage import store as shared_store
 
 REPO = Path(__file__).resolve().parents[2]
 SYSFS = REPO / "tests" / "fixtures" / "sysfs" / "ib8"

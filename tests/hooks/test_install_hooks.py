@@ -16,11 +16,11 @@ import pytest
 from hooktools import write_straggler_job
 from labtools import job_guardctl
 
-from guardctl import store as shared_store
 from guardctl.config import load_settings
 from guardctl.errors import ExitCode
 from guardctl.hooks.install import SCRIPTS, conf_lines, merged_flags, read_conf
 from guardctl.hooks.run import run_hook
+from guardctl.storage import store as shared_store
 
 REPO = Path(__file__).resolve().parents[2]
 GUARDCTL = str(Path(sys.executable).parent / "guardctl")

@@ -11,7 +11,7 @@ from typing import Any
 
 from labtools import job_python
 
-from guardctl import store as shared_store
+from guardctl.storage import store as shared_store
 
 FAST_SWEEPS = """
 [sweep]

@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 
 from labtools import JOB_USER, Lab, in_root, job_user_ids
 
-from guardctl import store as store_layout
+from guardctl.storage import store as store_layout
 
 pytestmark = pytest.mark.skipif(
     in_root(), reason="torch is installed for the host's Python only, not in the lab's roots"

@@ -7,15 +7,26 @@ cannot. Application XIDs (13, 31, 43, 45: a program's fault) are not node faults
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from pathlib import Path
 
-from guardctl import layout
 from guardctl.hooks.registry import CheckResult, Hook, HookContext, register
+from guardctl.storage import layout, segments
 from guardctl.telemetry import schema
 
 # Hardware / driver XIDs: memory (48, 63, 64, 92, 94, 95), NVLink (74), bus (79),
 # GSP/firmware (119, 120), fatal (61, 62, 140).
 HARDWARE_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140})
+
+
+def _window_files(directory: Path, since: float, until: float) -> list[Path]:
+    """The node's record files whose time segment overlaps the window, whatever its length."""
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(".jsonl")]  # not the mirrors
+    except OSError:  # no agent telemetry for this node
+        return []
+    return [directory / n for n in sorted(segments.overlapping(names, since, until))]
 
 
 class Xid:
@@ -26,15 +37,9 @@ class Xid:
         window = ctx.settings.sweep.hook_xid_window_s
         since = ctx.now - window
         directory = layout.telemetry_dir(ctx.settings.store.root) / ctx.node
-        files = [
-            layout.node_telemetry_file(ctx.settings.store.root, ctx.node, t)
-            for t in (since, ctx.now)
-        ]
         seen: Counter[str] = Counter()
         bad = Counter[str]()
-        for path in dict.fromkeys(files):  # the hour files the window touches
-            if not path.is_file():
-                continue
+        for path in _window_files(directory, since, ctx.now):
             for rec in schema.iter_file(path, bad):
                 if rec.get("kind") != "gpu" or rec.get("xid") is None or rec["ts"] < since:
                     continue

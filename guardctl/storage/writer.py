@@ -96,7 +96,7 @@ class LineWriter:
         except OSError:
             os.close(fd)
             raise
-        # Hourly files: a descriptor for an older hour is not needed again.
+        # One file per time segment: a descriptor for an older segment is not needed again.
         for old in [p for p in self._fds if p.parent == path.parent]:
             os.close(self._fds.pop(old))
             if self.mirror is not None:

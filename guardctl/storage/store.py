@@ -7,14 +7,12 @@ that drains) checks before it writes, so that a store that is not mounted is ref
 silently replaced by a directory on local disk.
 :func:`check` tells an operator what a file or directory of records holds
 (good records per kind, bad lines per reason); :func:`prune` deletes the
-hourly telemetry and step files that are older than the retention. Writing
-lives in :mod:`guardctl.telemetry.writer`; the layout in :mod:`guardctl.layout`.
+telemetry and step files whose time segment ended before the retention. Writing
+lives in :mod:`guardctl.storage.writer`; the layout in :mod:`guardctl.storage.layout`.
 """
 
 from __future__ import annotations
 
-import calendar
-import contextlib
 import errno
 import os
 import re
@@ -25,15 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardctl import layout
 from guardctl.errors import InputError, StoreError, UsageError
 from guardctl.fileio import atomic_write
 from guardctl.sections.store import StoreSettings
+from guardctl.storage import layout, segments
 from guardctl.telemetry.schema import input_files, iter_file
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_HOURLY = re.compile(r"(\d{8}T\d{2})\.(?:jsonl|cols)$")  # a file and its column mirror
 
 
 def parse_duration(text: str) -> float:
@@ -65,6 +62,7 @@ TOP_DIRS: dict[str, int] = {
     "steps": SHARED_MODE,
     "dds": SHARED_MODE,
     "telemetry": DAEMON_MODE,
+    "segments": DAEMON_MODE,
     "actions": DAEMON_MODE,
     "control": DAEMON_MODE,
     "clocks": DAEMON_MODE,
@@ -229,37 +227,41 @@ class PruneReport:
         }
 
 
-def hour_end(path: Path) -> float | None:
-    """When the hour an hourly file covers ends (Unix seconds); None for other files."""
-    match = _HOURLY.search(path.name)
-    if not match:
-        return None
-    try:
-        start = calendar.timegm(time.strptime(match.group(1), "%Y%m%dT%H"))
-    except ValueError:
-        return None
-    return float(start + 3600)
-
-
 def expired_files(root: Path, cutoff: float) -> list[Path]:
-    """Hourly telemetry and step files (and their column mirrors) whose hour ended by *cutoff*."""
+    """Telemetry and step files (and their column mirrors) whose segment ended by *cutoff*."""
     found = []
     for top in layout.telemetry_inputs(root):
         if not top.is_dir():
             continue
         # A mirror sorts before its JSON Lines file: never left without it by an interrupted prune.
         for path in sorted(p for p in top.rglob("*") if p.suffix in (".jsonl", ".cols")):
-            end = hour_end(path)
+            bounds = segments.file_span(path.name)
             # Files not named by the layout are not ours to delete.
-            if end is not None and end <= cutoff and path.is_file():
+            if bounds is not None and bounds[1] <= cutoff and path.is_file():
                 found.append(path)
-    return found
+    return found + expired_segments(root, cutoff)
+
+
+def expired_segments(root: Path, cutoff: float) -> list[Path]:
+    """Closed segments (their manifest first, then their Parquet files) that ended by *cutoff*:
+    without its manifest a segment is no longer read, so an interrupted prune leaves none half
+    read."""
+    manifests: list[Path] = []
+    parquet: list[Path] = []
+    top = layout.segments_dir(root)
+    for path in sorted(top.rglob("*")) if top.is_dir() else []:
+        if path.suffix not in (".json", ".parquet") or not path.is_file():
+            continue
+        bounds = segments.span(path.stem)
+        if bounds is not None and bounds[1] <= cutoff:
+            (manifests if path.suffix == ".json" else parquet).append(path)
+    return manifests + parquet
 
 
 def prune(
     root: Path, older_than_s: float, *, now: float | None = None, dry_run: bool = False
 ) -> PruneReport:
-    """Delete hourly files older than *older_than_s*, and node/job directories left empty."""
+    """Delete segment files older than *older_than_s*, and node/job directories left empty."""
     cutoff = (time.time() if now is None else now) - older_than_s
     report = PruneReport(str(root), cutoff, dry_run)
     if not root.is_dir():
@@ -281,8 +283,12 @@ def prune(
 
 
 def _remove_if_empty(directory: Path, root: Path) -> None:
-    # A node's or a job's directory goes with its last file; the top-level ones stay.
-    if directory in layout.telemetry_inputs(root):
-        return
-    with contextlib.suppress(OSError):  # not empty, or already gone: fine
-        directory.rmdir()
+    # A node's or a job's directory goes with its last file, a closed segment's partitions
+    # with theirs; the top-level ones stay.
+    keep = {*layout.telemetry_inputs(root), layout.segments_dir(root), layout.manifests_dir(root)}
+    while directory not in keep and directory != root and root in directory.parents:
+        try:
+            directory.rmdir()
+        except OSError:  # not empty, or already gone: fine
+            return
+        directory = directory.parent

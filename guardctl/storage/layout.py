@@ -2,20 +2,25 @@
 
 ::
 
-    <root>/telemetry/<node>/<YYYYmmddTHH>.jsonl   node agent records (gpu, host, nic);
+    <root>/telemetry/<node>/<segment>.jsonl       node agent records (gpu, host, nic);
                                                   one writer: that node's agent
-    <root>/steps/<job>/<node>.r<rank>.<hour>.jsonl probe step records; one writer: that rank
+    <root>/steps/<job>/<node>.r<rank>.<segment>.jsonl  probe step records; one writer: that rank
+    <root>/segments/kind=<kind>/date=<YYYY-MM-DD>/hour=<HH>/<segment>.parquet
+                                                     closed segments: every node's records of
+                                                     one kind (guardctl.storage.closed)
+    <root>/segments/_manifests/<segment>.json        what each closed segment was made from
     <root>/actions/actions.jsonl                     guardctl's append-only action log
     <root>/sweeps/<sweep id>/                        sweep jobs' outputs and judged results
     <root>/baselines/                                learnt sweep baselines
     <root>/dds/<job>/                                the data-sharding service of one job
-    <root>/cache/                                    derived, rebuildable data (analyzer summaries)
+    <root>/cache/                                    derived, rebuildable data
     <root>/control/lease.json                        the controller's leader lease
     <root>/control/passes/<host>.json                each controller's last pass (its liveness)
     <root>/clocks/<role>.<name>.json                 each writer's clock heartbeat (guardctl.clock)
 
-Hourly files (UTC) keep each file small, make retention a matter of deleting
-whole files, and keep one writer per file so that no locking is needed.
+One file per time segment (UTC; an hour, ``20261130T14``, or ``[store] segment_minutes``,
+``20261130T1410_10m``: :mod:`guardctl.storage.segments`) keeps each file small, makes retention
+a matter of deleting whole files, and keeps one writer per file so that no locking is needed.
 """
 
 from __future__ import annotations
@@ -24,11 +29,7 @@ import time
 from pathlib import Path
 
 from guardctl.nodes import validate_name
-
-
-def hour_stamp(ts: float) -> str:
-    """The UTC hour a timestamp falls in, as used in file names: ``20261130T14``."""
-    return time.strftime("%Y%m%dT%H", time.gmtime(ts))
+from guardctl.storage.segments import DEFAULT_MINUTES, segment_name
 
 
 def _safe_component(text: str, what: str) -> str:
@@ -42,17 +43,21 @@ def telemetry_dir(root: Path) -> Path:
     return root / "telemetry"
 
 
-def node_telemetry_file(root: Path, node: str, ts: float) -> Path:
-    return telemetry_dir(root) / validate_name(node) / f"{hour_stamp(ts)}.jsonl"
+def node_telemetry_file(root: Path, node: str, ts: float, minutes: int = DEFAULT_MINUTES) -> Path:
+    """The node agent's file for the *minutes*-long segment holding *ts*."""
+    return telemetry_dir(root) / validate_name(node) / f"{segment_name(ts, minutes)}.jsonl"
 
 
 def steps_dir(root: Path) -> Path:
     return root / "steps"
 
 
-def step_file(root: Path, job: str, node: str, rank: int, ts: float) -> Path:
+def step_file(
+    root: Path, job: str, node: str, rank: int, ts: float, minutes: int = DEFAULT_MINUTES
+) -> Path:
+    """A rank's own step file (no agent on its node) for the *minutes*-long segment of *ts*."""
     job_dir = steps_dir(root) / _safe_component(job, "job id")
-    return job_dir / f"{validate_name(node)}.r{int(rank)}.{hour_stamp(ts)}.jsonl"
+    return job_dir / f"{validate_name(node)}.r{int(rank)}.{segment_name(ts, minutes)}.jsonl"
 
 
 def actions_log(root: Path) -> Path:
@@ -90,3 +95,25 @@ def control_passes_dir(root: Path) -> Path:
 def telemetry_inputs(root: Path) -> list[Path]:
     """The directories holding schema-v1 records (what ``analyze`` reads by default)."""
     return [telemetry_dir(root), steps_dir(root)]
+
+
+def segments_dir(root: Path) -> Path:
+    return root / "segments"
+
+
+def manifests_dir(root: Path) -> Path:
+    return segments_dir(root) / "_manifests"
+
+
+def manifest_path(root: Path, segment: str) -> Path:
+    return manifests_dir(root) / f"{segment}.json"
+
+
+def partition(root: Path, kind: str, start: float) -> Path:
+    """The hive-style directory of a kind's records of the segment starting at *start*."""
+    day, hour = time.strftime("%Y-%m-%d %H", time.gmtime(start)).split()
+    return segments_dir(root) / f"kind={kind}" / f"date={day}" / f"hour={hour}"
+
+
+def parquet_path(root: Path, kind: str, segment: str, start: float) -> Path:
+    return partition(root, kind, start) / f"{segment}.parquet"

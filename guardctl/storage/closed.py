@@ -1,0 +1,295 @@
+"""Closed segments: a segment's records of every node, once nobody writes it, as Apache Parquet.
+
+The node agents write each segment as JSON Lines, one file per node (the open form,
+appended every few seconds). Once a segment has ended, :func:`compact` reads all of its
+files once and writes its records as one Parquet file per record kind, laid out in
+hive-style partitions::
+
+    <root>/segments/kind=<kind>/date=<YYYY-MM-DD>/hour=<HH>/<segment>.parquet
+    <root>/segments/_manifests/<segment>.json
+
+so that any engine (DuckDB, polars, pandas, Spark, Trino) reads the store without
+guardctl and skips what a query's time and kind exclude without opening it. Columns
+are the schema's fields as the analyzer holds them (``ts`` in Unix seconds, names as
+strings, a NIC port as ``"<device>:<port>"``; an absent field is null). Rows keep the
+order the segment's files were read in, so a node's rows lie together and row-group
+statistics skip the other nodes.
+
+The manifest is written last: a segment is closed when its manifest exists. It records
+how much of each file the segment was made from was read, and its size then; bytes
+appended to a file afterwards (an agent writing out its backlog after an outage) are
+read from that file past the recorded size, and a file that shrank makes the reader
+fall back to the JSON Lines. Parquet files are written to a temporary name, fsynced and
+renamed: after retention removes the JSON Lines, they are the only copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from guardctl.analyze.frame import Frame, concat
+from guardctl.fileio import atomic_write
+from guardctl.storage import layout
+from guardctl.telemetry import schema
+from guardctl.telemetry.columns import FLOATS, INT_MISSING, INTS, STRINGS, TABLE_OF
+
+MANIFEST_VERSION = 1
+# Rows per row group: small enough that a query for a few nodes skips most of a segment.
+ROW_GROUP = 1 << 17
+COMPRESSION = "zstd"
+
+
+@dataclass
+class Manifest:
+    """What one closed segment was made from, and what its files held besides good records."""
+
+    segment: str
+    start: float
+    end: float
+    # store-relative path -> (bytes read: up to the last whole line, size) when it was read
+    files: dict[str, tuple[int, int]]
+    kinds: dict[str, int]  # rows per kind written
+    bad: Counter[str] = field(default_factory=Counter)
+    lines: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": MANIFEST_VERSION,
+            "segment": self.segment,
+            "start": self.start,
+            "end": self.end,
+            "files": {k: list(v) for k, v in self.files.items()},
+            "kinds": self.kinds,
+            "bad": dict(self.bad),
+            "lines": self.lines,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> Manifest:
+        if obj.get("version") != MANIFEST_VERSION:
+            raise ValueError(f"manifest version {obj.get('version')!r}")
+        return cls(
+            segment=str(obj["segment"]),
+            start=float(obj["start"]),
+            end=float(obj["end"]),
+            files={str(k): (int(v[0]), int(v[1])) for k, v in obj["files"].items()},
+            kinds={str(k): int(v) for k, v in obj["kinds"].items()},
+            bad=Counter({str(k): int(v) for k, v in obj["bad"].items()}),
+            lines=int(obj["lines"]),
+        )
+
+
+def read_manifest(root: Path, segment: str) -> Manifest | None:
+    """The manifest of a closed segment; None when the segment is not closed (or unreadable)."""
+    try:
+        return Manifest.from_dict(json.loads(layout.manifest_path(root, segment).read_bytes()))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+# --- a frame's kind as an Arrow table, and back ----------------------------------------------
+
+
+def _strings(indices: np.ndarray, names: list[str]) -> pa.Array:
+    """Table indices as a string column (-1: null). Plain strings, not an Arrow dictionary:
+    Parquet dictionary-encodes the pages all the same (same size), and readers (pyarrow among
+    them) skip row groups by the column's statistics only for a plain string column."""
+    mask = indices < 0
+    encoded = pa.DictionaryArray.from_arrays(
+        pa.array(indices, pa.int32(), mask=mask if mask.any() else None),
+        pa.array(names, pa.string()),
+    )
+    return encoded.dictionary_decode()
+
+
+def table_of(frame: Frame, kind: str) -> pa.Table:
+    """The records of one *kind* of *frame* as an Arrow table (absent values null)."""
+    cols = frame.cols[kind]
+    arrays: dict[str, pa.Array] = {
+        "ts": pa.array(cols["ts"], pa.float64()),
+        "node": _strings(np.asarray(cols["node"]), frame.nodes),
+    }
+    for name in FLOATS[kind]:
+        arrays[name] = pa.array(cols[name], pa.float64(), from_pandas=True)  # NaN: null
+    for name in INTS[kind]:
+        values = np.asarray(cols[name])
+        missing = values == INT_MISSING
+        arrays[name] = pa.array(values, pa.int64(), mask=missing if missing.any() else None)
+    for name in STRINGS[kind]:
+        arrays[name] = _strings(np.asarray(cols[name]), getattr(frame, TABLE_OF[name]))
+    return pa.table(arrays)
+
+
+def _indices(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """A dictionary-encoded (or plain string) column as table indices and the table."""
+    if not pa.types.is_dictionary(column.type):
+        column = column.dictionary_encode()
+    column = column.unify_dictionaries()
+    if column.num_chunks == 0:
+        return np.empty(0, np.int32), []
+    names = column.chunk(0).dictionary.to_pylist()
+    parts = [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in column.chunks]
+    return np.concatenate(parts).astype(np.int32, copy=False), names
+
+
+def frame_of(kind: str, table: pa.Table) -> Frame:
+    """A frame holding one *kind*'s records from an Arrow table written by :func:`table_of`."""
+    frame = Frame()
+    cols: dict[str, np.ndarray] = {
+        "ts": table.column("ts").to_numpy().astype(np.float64, copy=False)
+    }
+    for name in ("node", *STRINGS[kind]):
+        indices, names = _indices(table.column(name))
+        cols[name] = indices
+        setattr(frame, TABLE_OF[name], names)
+    for name in FLOATS[kind]:
+        cols[name] = table.column(name).to_numpy().astype(np.float64, copy=False)
+    for name in INTS[kind]:
+        column = table.column(name).fill_null(INT_MISSING)
+        cols[name] = column.to_numpy().astype(np.int64, copy=False)
+    frame.cols[kind] = cols
+    return frame
+
+
+# --- writing and reading closed segments -----------------------------------------------------
+
+
+class SegmentWriter:
+    """Writes one closed segment a part at a time (memory bounded by the part), per kind one
+    Parquet file under a temporary name; :meth:`finish` puts them in place, manifest last."""
+
+    def __init__(self, root: Path, segment: str, start: float) -> None:
+        self.root, self.segment, self.start = root, segment, start
+        self.rows: Counter[str] = Counter()
+        self._writers: dict[str, tuple[pq.ParquetWriter, Path]] = {}
+
+    def add(self, frame: Frame) -> None:
+        for kind in schema.KINDS:
+            if frame.count(kind):
+                table = table_of(frame, kind)
+                self._writer(kind, table.schema).write_table(table, row_group_size=ROW_GROUP)
+                self.rows[kind] += frame.count(kind)
+
+    def _writer(self, kind: str, table_schema: pa.Schema) -> pq.ParquetWriter:
+        if kind not in self._writers:
+            path = layout.parquet_path(self.root, kind, self.segment, self.start)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            writer = pq.ParquetWriter(tmp, table_schema, compression=COMPRESSION)
+            self._writers[kind] = (writer, tmp)
+        return self._writers[kind][0]
+
+    def finish(self, manifest: Manifest) -> None:
+        """Close, sync and rename every kind's file, drop kinds no longer found, then write
+        the manifest: until it is written, readers read the JSON Lines."""
+        for kind in schema.KINDS:
+            path = layout.parquet_path(self.root, kind, self.segment, self.start)
+            if kind not in self._writers:
+                path.unlink(missing_ok=True)  # a kind a rewrite no longer finds
+                continue
+            writer, tmp = self._writers.pop(kind)
+            writer.close()
+            _fsync(tmp)
+            os.replace(tmp, path)
+        manifest.kinds = dict(self.rows)
+        layout.manifests_dir(self.root).mkdir(parents=True, exist_ok=True)
+        body = json.dumps(manifest.to_dict()).encode()
+        atomic_write(layout.manifest_path(self.root, self.segment), body, fsync=True)
+
+    def abort(self) -> None:
+        for writer, tmp in self._writers.values():
+            with contextlib.suppress(Exception):
+                writer.close()
+            tmp.unlink(missing_ok=True)
+        self._writers.clear()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(
+    root: Path, manifest: Manifest, since: float | None = None, until: float | None = None
+) -> Frame:
+    """The records of a closed segment, those in [since, until] where given (input counts
+    included, as the JSON Lines' own reading would count them)."""
+    frames = []
+    for kind, rows in manifest.kinds.items():
+        if not rows or kind not in schema.KINDS:
+            continue
+        filters = _time_filter(since, until)
+        table = pq.read_table(
+            layout.parquet_path(root, kind, manifest.segment, manifest.start),
+            filters=filters,
+            # straight from the pages' dictionaries into the frame's tables: no re-encoding
+            read_dictionary=["node", *STRINGS[kind]],
+        )
+        frames.append(frame_of(kind, table))
+    frame = concat(frames) if frames else Frame()
+    frame.bad = Counter(manifest.bad)
+    frame.lines = manifest.lines
+    frame.files = len(manifest.files)
+    return frame
+
+
+def _time_filter(since: float | None, until: float | None) -> list[tuple[str, str, float]] | None:
+    clauses = []
+    if since is not None:
+        clauses.append(("ts", ">=", since))
+    if until is not None:
+        clauses.append(("ts", "<=", until))
+    return clauses or None
+
+
+def covered(root: Path, manifest: Manifest, files: Sequence[str]) -> dict[str, int] | None:
+    """How many bytes of each of *files* (paths of this segment) the closed segment holds: 0
+    for a file it was not made from. None when a file it was made from is shorter now than
+    what was read of it: the segment no longer matches its JSON Lines."""
+    out: dict[str, int] = {}
+    for name in files:
+        recorded = manifest.files.get(relative(root, name))
+        if recorded is None:
+            out[name] = 0
+            continue
+        try:
+            size = os.stat(name).st_size
+        except OSError:
+            size = recorded[1]  # removed by retention: the segment holds it all
+        if size < recorded[0]:
+            return None
+        out[name] = recorded[0]
+    return out
+
+
+def is_current(root: Path, manifest: Manifest, files: Sequence[str]) -> bool:
+    """Whether the closed segment was made from exactly *files* as they are now."""
+    if len(files) != len(manifest.files):
+        return False
+    for name in files:
+        recorded = manifest.files.get(relative(root, name))
+        try:
+            if recorded is None or os.stat(name).st_size != recorded[1]:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def relative(root: Path, name: str) -> str:
+    prefix = os.fspath(root) + os.sep
+    return name[len(prefix) :] if name.startswith(prefix) else name

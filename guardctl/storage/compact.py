@@ -1,0 +1,154 @@
+"""Closing ended segments: their JSON Lines, of every node, read once and written as Parquet.
+
+Run by the controller's leader after each pass and by ``guardctl store compact`` (a cron
+job where no controller runs). A segment is closed once it ended ``grace_s`` ago (the
+agents' last batch of it written, clocks a little apart); a closed segment whose files
+have grown since (an agent writing its backlog after an outage) or gained a file is
+written again. Two compactions at once write the same files, each by rename: no lock.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guardctl.analyze.load import read_consumed, source_files
+from guardctl.errors import StoreError
+from guardctl.storage import closed, layout, segments
+
+# A segment is left open this long after it ends: the agents' last batch (every 10 s by
+# default) and their clocks' differences.
+GRACE_S = 120.0
+# Files read and written at a time: bounds the memory of closing a segment of a large fleet
+# (an hour of 1,000 nodes is about 2 GiB of JSON Lines).
+FILES_AT_ONCE = 500
+
+
+@dataclass
+class CompactReport:
+    """What one compaction did."""
+
+    closed: list[str] = field(default_factory=list)  # segments written (new or grown)
+    current: int = 0  # segments already closed and unchanged
+    open: int = 0  # segments not ended yet (or within the grace)
+    deferred: int = 0  # ended, left for the next compaction (out of time)
+    records: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "closed": self.closed,
+            "current": self.current,
+            "open": self.open,
+            "deferred": self.deferred,
+            "records": self.records,
+        }
+
+
+def compact(
+    root: Path,
+    now: float,
+    *,
+    grace_s: float = GRACE_S,
+    workers: int = 1,
+    progress: Callable[[str], None] | None = None,
+    budget_s: float | None = None,
+    dry_run: bool = False,
+) -> CompactReport:
+    """Close every segment of the store at *root* that ended *grace_s* before *now*. With
+    *budget_s*, no segment is begun after that many seconds: the rest wait for the next call
+    (a segment is written whole or not at all). A dry run lists what it would close."""
+    report = CompactReport()
+    started = time.monotonic()
+    groups = segments.group_files(source_files(root))
+    for name in sorted(groups):
+        bounds = segments.span(name)
+        if bounds is None:
+            continue  # files named by hand: never closed
+        if bounds[1] + grace_s > now:
+            report.open += 1
+            continue
+        if is_current(root, name, groups[name]):
+            report.current += 1
+            continue
+        if budget_s is not None and time.monotonic() - started >= budget_s:
+            report.deferred += 1
+            continue
+        if dry_run:
+            report.closed.append(name)
+            continue
+        if progress is not None:
+            progress(name)
+        report.records += close(root, name, bounds, groups[name], workers)
+        report.closed.append(name)
+    return report
+
+
+def is_current(root: Path, name: str, files: Sequence[str]) -> bool:
+    """Whether segment *name* is closed and was made from *files* as they are now."""
+    manifest = closed.read_manifest(root, name)
+    return manifest is not None and closed.is_current(root, manifest, files)
+
+
+def close(
+    root: Path, name: str, bounds: tuple[float, float], files: Sequence[str], workers: int
+) -> int:
+    """Write segment *name* from *files*, :data:`FILES_AT_ONCE` at a time; the records written."""
+    writer = closed.SegmentWriter(root, name, bounds[0])
+    manifest = closed.Manifest(name, bounds[0], bounds[1], files={}, kinds={})
+    try:
+        for lo in range(0, len(files), FILES_AT_ONCE):
+            frame, consumed = read_consumed(files[lo : lo + FILES_AT_ONCE], workers)
+            writer.add(frame)
+            manifest.files.update({closed.relative(root, f): n for f, n in consumed.items()})
+            manifest.bad.update(frame.bad)
+            manifest.lines += frame.lines
+        writer.finish(manifest)
+    except OSError as exc:  # full, read-only, not a directory: the files stay the records
+        writer.abort()
+        why = exc.strerror or str(exc)
+        raise StoreError(f"{root}: cannot write closed segment {name}: {why}") from None
+    except BaseException:
+        writer.abort()
+        raise
+    return sum(manifest.kinds.values())
+
+
+@dataclass
+class MigrateReport:
+    """What bringing a store written by an earlier guardctl up to date did."""
+
+    compacted: CompactReport
+    removed: list[str] = field(default_factory=list)  # store-relative paths
+    bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.compacted.to_dict(), "removed": self.removed, "removed_bytes": self.bytes}
+
+
+def migrate(
+    root: Path,
+    now: float,
+    *,
+    dry_run: bool = False,
+    workers: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> MigrateReport:
+    """Bring a store that earlier versions wrote up to this one: close every segment that has
+    ended, then remove the analyzer's old cache of parsed telemetry (``cache/analyze``),
+    which nothing reads any more. The JSON Lines stay: the record of truth until retention.
+    A dry run closes nothing and removes nothing, and says what it would."""
+    report = compact(root, now, workers=workers, progress=progress, dry_run=dry_run)
+    out = MigrateReport(report)
+    old = layout.cache_dir(root) / "analyze"
+    for path in sorted(old.rglob("*")) if old.is_dir() else []:
+        if path.is_file():
+            out.removed.append(os.fspath(path.relative_to(root)))
+            out.bytes += path.stat().st_size
+    if not dry_run and old.is_dir():
+        shutil.rmtree(old)
+    return out

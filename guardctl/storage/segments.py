@@ -1,0 +1,190 @@
+"""Telemetry segments: the spans of UTC time each telemetry and step file covers, and their names.
+
+A segment is a span of UTC time whose length divides an hour (``[store] segment_minutes``:
+1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30 or 60 minutes), aligned on the hour. Every file a writer
+appends to belongs to one segment, and carries its name, so that a reader needs no setting to
+know which span a file covers, and a store written with several lengths reads as one:
+
+- an hour: ``20261206T10`` (the name stores have always used);
+- a shorter segment: its start, then its length, e.g. ``20261206T1010_10m``.
+
+Files whose names hold no segment name (inputs made by hand) form one group, ``other``: they
+are always read, and retention never deletes them. Standard library only: the probe that
+training ranks import uses it.
+"""
+
+from __future__ import annotations
+
+import calendar
+import os
+import re
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+ALLOWED_MINUTES = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60)
+HOUR_MINUTES = 60
+# What writers use unless told otherwise: a segment is closed (guardctl.storage.closed) a few
+# minutes after the fact, and small enough at 100k GPUs to close within a controller's pass.
+DEFAULT_MINUTES = 10
+OTHER = "other"
+ENV_MINUTES = "GUARDCTL_SEGMENT_MINUTES"
+# Clock skew between nodes: a record may sit in the neighbouring segment's file.
+SKEW_S = 900.0
+
+_NAME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(?:(\d{2})_(\d{1,2})m)?")
+_SUFFIXES = (".jsonl", ".cols")  # a file and its column mirror
+# A pass over 100k GPUs names ~100k files that share a few segment names: each name is parsed
+# once, then remembered (the table is emptied when it grows past this, to stay bounded).
+_PARSED: dict[str, tuple[str, float, float] | None] = {}
+_PARSED_MAX = 10_000
+
+Span = tuple[float, float]
+
+
+def check_minutes(minutes: object) -> int:
+    """*minutes* as a segment length, or ValueError with a one-line reason."""
+    if isinstance(minutes, bool) or not isinstance(minutes, int) or minutes not in ALLOWED_MINUTES:
+        allowed = ", ".join(map(str, ALLOWED_MINUTES))
+        raise ValueError(f"segment_minutes: must divide an hour ({allowed}), not {minutes!r}")
+    return minutes
+
+
+def minutes_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """The segment length ``$GUARDCTL_SEGMENT_MINUTES`` names, or :data:`DEFAULT_MINUTES` when
+    unset or not an allowed length (a writer without a settings file must still write)."""
+    text = (os.environ if environ is None else environ).get(ENV_MINUTES, "").strip()
+    try:
+        return check_minutes(int(text))
+    except ValueError:
+        return DEFAULT_MINUTES
+
+
+def segment_name(ts: float, minutes: int = HOUR_MINUTES) -> str:
+    """The name of the *minutes*-long segment holding the Unix time *ts*."""
+    length = minutes * 60
+    start = time.gmtime(int(ts // length) * length)
+    if minutes == HOUR_MINUTES:
+        return time.strftime("%Y%m%dT%H", start)
+    return f"{time.strftime('%Y%m%dT%H%M', start)}_{minutes}m"
+
+
+def segment_of(path: str | os.PathLike[str]) -> str:
+    """The segment a file belongs to, from its name; ``other`` for a file without one."""
+    parsed = _parse_file(os.fspath(path))
+    return OTHER if parsed is None else parsed[0]
+
+
+def file_span(path: str | os.PathLike[str]) -> Span | None:
+    """When the segment of a file (``.jsonl`` or its ``.cols`` mirror) starts and ends (Unix
+    seconds); None for a file without a segment name."""
+    parsed = _parse_file(os.fspath(path))
+    return None if parsed is None else (parsed[1], parsed[2])
+
+
+def span(name: str) -> Span | None:
+    """When the segment *name* starts and ends; None for ``other`` (or any non-name)."""
+    parsed = _parse_stem(name)
+    return None if parsed is None else (parsed[1], parsed[2])
+
+
+def group_files(files: Iterable[str]) -> dict[str, list[str]]:
+    """Files by the segment they belong to (``other`` for those without a segment name)."""
+    groups: dict[str, list[str]] = {}
+    for path in files:
+        groups.setdefault(segment_of(path), []).append(path)
+    return groups
+
+
+def needed(names: Iterable[str], since: float | None, until: float | None) -> list[str]:
+    """The segments among *names* that can hold records stamped in [since, until] (None: open),
+    in time order; ``other`` always."""
+    keep = []
+    for name in sorted(set(names)):  # names sort by their start
+        bounds = span(name)
+        if bounds is None:
+            keep.append(name)
+            continue
+        if since is not None and bounds[1] + SKEW_S < since:
+            continue
+        if until is not None and bounds[0] - SKEW_S > until:
+            continue
+        keep.append(name)
+    return keep
+
+
+def newest(names: Iterable[str], until: float | None = None) -> Span | None:
+    """The newest segment among *names* (to pick files before reading any), leaving out those
+    that start after *until* (now plus the tolerance): one record from a clock hours ahead must
+    not move the window hours into the future, past everyone's data."""
+    spans = [s for s in map(span, names) if s is not None and (until is None or s[0] <= until)]
+    return max(spans) if spans else None
+
+
+def recent(names: Collection[str], span: float, until: float | None = None) -> list[str] | None:
+    """The segments among *names* that can hold the *span* seconds before the newest record
+    stamped by *until*; None when no segment is dated (then every file is read)."""
+    found = newest(names, until)
+    if found is None:
+        return None
+    # The newest record is at least the newest segment's start, whatever the segment's length.
+    return needed(names, found[0] - span, None)
+
+
+def earliest_start(names: Iterable[str]) -> float | None:
+    """When the oldest dated segment among *names* starts; None when none is dated."""
+    starts = [s[0] for s in map(span, names) if s is not None]
+    return min(starts) if starts else None
+
+
+def overlapping(files: Sequence[str], since: float, until: float) -> list[str]:
+    """The *files* whose segment overlaps [since, until] (files without a segment name: none)."""
+    out = []
+    for path in files:
+        bounds = file_span(path)
+        if bounds is not None and bounds[0] <= until and bounds[1] > since:
+            out.append(path)
+    return out
+
+
+def _parse_file(text: str) -> tuple[str, float, float] | None:
+    for suffix in _SUFFIXES:
+        if text.endswith(suffix):
+            end = len(text) - len(suffix)
+            break
+    else:
+        return None
+    # The segment name follows the directory, or the node and rank of a step file.
+    start = max(text.rfind("/", 0, end), text.rfind(".", 0, end)) + 1
+    return _parse_stem(text[start:end])
+
+
+def _parse_stem(stem: str) -> tuple[str, float, float] | None:
+    try:
+        return _PARSED[stem]
+    except KeyError:
+        pass
+    parsed = _parse_name(stem)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[stem] = parsed
+    return parsed
+
+
+def _parse_name(stem: str) -> tuple[str, float, float] | None:
+    match = _NAME.fullmatch(stem)
+    if match is None:
+        return None
+    year, month, day, hour, minute, length = match.groups()
+    minutes = HOUR_MINUTES if length is None else int(length)
+    if minutes not in ALLOWED_MINUTES or (length is not None and minutes == HOUR_MINUTES):
+        return None  # an hour is always named the short way
+    fields = (int(year), int(month), int(day), int(hour), int(minute or 0), 0)
+    try:
+        start = float(calendar.timegm(fields))  # a day or hour out of range rolls over: see below
+    except ValueError:  # no such month
+        return None
+    if segment_name(start, minutes) != stem:
+        # Not a name a writer makes: a date that does not exist (20261301), or a start not on
+        # its length (1007_10m).
+        return None
+    return stem, start, start + minutes * 60

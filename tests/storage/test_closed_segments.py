@@ -1,0 +1,217 @@
+"""Closed segments: compaction into hive-partitioned Parquet, and reading through them.
+
+Real files throughout: a simulated fleet written by the same writers the agent and the
+probe use (JSON Lines plus column mirrors), compacted, then read back by the analyzer and
+by pyarrow's own dataset reader, as a site's engine would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from guardctl.analyze import analyze
+from guardctl.analyze.frame import parse_lines
+from guardctl.analyze.load import read_frame, source_files
+from guardctl.analyze.mirrors import records
+from guardctl.config import load_settings
+from guardctl.simulate import simulate
+from guardctl.storage import closed, layout, segments
+from guardctl.storage.compact import compact
+from guardctl.telemetry import schema
+
+START = 1_764_547_200.0  # 2025-12-01T00:00Z
+LATER = START + 86400.0  # long after every segment ended
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fleet")
+    simulate(out, nodes=32, duration=1500.0, seed=3, start=START, segment_minutes=10)
+    return out
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    for path in src.rglob("*"):
+        target = dst / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    return dst
+
+
+def _same_records(a: object, b: object) -> None:
+    ra, rb = records(a), records(b)  # type: ignore[arg-type]
+    for kind in schema.KINDS:
+        assert sorted(map(repr, ra[kind])) == sorted(map(repr, rb[kind])), kind
+
+
+def test_round_trip_keeps_absent_values_and_every_kind() -> None:
+    lines = [
+        b'{"v":1,"kind":"gpu","ts":10.5,"node":"n1","gpu":0,"sm_clock_mhz":1980,"xid":null}',
+        b'{"v":1,"kind":"gpu","ts":11,"node":"n2","gpu":1,"power_w":600.5,"xid":79,"job":"7"}',
+        b'{"v":1,"kind":"nic","ts":12,"node":"n1","device":"mlx5_0","port":1,"state":"ACTIVE",'
+        b'"xmit_wait":5}',
+        b'{"v":1,"kind":"step","ts":13,"node":"n2","job":"7","rank":3,"step":9,"step_s":1.25}',
+        b'{"v":1,"kind":"host","ts":14,"node":"n3","cpu_pct":12.5}',
+    ]
+    frame = parse_lines(lines)
+    back = [closed.frame_of(k, closed.table_of(frame, k)) for k in schema.KINDS]
+    from guardctl.analyze.frame import concat
+
+    _same_records(frame, concat(back))
+    table = closed.table_of(frame, "gpu")
+    assert table.column("power_w").null_count == 1  # absent: null, not NaN
+    assert table.column("job").to_pylist() == [None, "7"]
+
+
+def test_compacted_store_reads_as_its_json_lines(fleet: Path, tmp_path: Path) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    raw = read_frame(root, closed_segments=False)
+    report = compact(root, LATER)
+    names = sorted(segments.group_files(source_files(root)))
+    # 25 minutes in 10-minute segments, and a clock behind that wrote into 23:50
+    assert report.closed == names and len(names) == 4
+    back = read_frame(root)
+    _same_records(raw, back)
+    assert (back.files, back.lines, back.bad) == (raw.files, raw.lines, raw.bad)
+    again = compact(root, LATER)
+    assert again.closed == [] and again.current == 4
+
+
+def test_verdicts_from_closed_segments_equal_those_from_the_files(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    settings = load_settings(environ={})
+    at = START + 1440.0
+    before = analyze(root, settings, at).to_dict()
+    compact(root, LATER)
+    for path in root.rglob("*.cols"):
+        path.unlink()  # nothing but the closed segments holds the records fast now
+    after = analyze(root, settings, at).to_dict()
+    assert after == before
+    assert any(v["verdict"] == "suspect" for v in before["nodes"]), "a fault to agree on"
+
+
+def test_an_open_segment_is_left_alone(fleet: Path, tmp_path: Path) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    last_end = START + 1800.0  # the third segment ends at 00:30
+    report = compact(root, last_end + 60.0)  # within the grace
+    assert len(report.closed) == 3 and report.open == 1
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))
+
+
+def test_bytes_appended_after_closing_are_read_once(fleet: Path, tmp_path: Path) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    compact(root, LATER)
+    node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
+    ts = segments.file_span(node_file)[0] + 5.0  # type: ignore[index]
+    late = {"v": 1, "kind": "host", "ts": ts, "node": node_file.parent.name, "cpu_pct": 1.5}
+    with open(node_file, "ab") as fh:
+        fh.write(json.dumps(late).encode() + b"\n")
+    raw = read_frame(root, closed_segments=False)
+    _same_records(raw, read_frame(root))
+    report = compact(root, LATER)
+    assert report.closed == [segments.segment_of(node_file)]  # it grew: written again
+    _same_records(raw, read_frame(root))
+
+
+def test_a_file_cut_shorter_than_its_segment_is_read_from_the_file(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    compact(root, LATER)
+    node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
+    data = node_file.read_bytes()
+    node_file.write_bytes(data[: data.index(b"\n") + 1])  # an operator cut it down
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))
+
+
+def test_a_partial_last_line_is_counted_once_and_never_closed_in(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
+    with open(node_file, "ab") as fh:
+        fh.write(b'{"v":1,"kind":"host","ts":')  # an agent killed mid-write
+    raw = read_frame(root, closed_segments=False)
+    compact(root, LATER)
+    back = read_frame(root)
+    assert back.bad["truncated"] == raw.bad["truncated"] == 1
+    _same_records(raw, back)
+
+
+def test_a_foreign_reader_prunes_by_kind_and_hour(fleet: Path, tmp_path: Path) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    compact(root, LATER)
+    dataset = ds.dataset(root / "segments" / "kind=gpu", format="parquet", partitioning="hive")
+    table = dataset.to_table(filter=(ds.field("hour") == 0))
+    raw = read_frame(root, closed_segments=False)
+    in_hour = [
+        m
+        for m in map(
+            lambda n: closed.read_manifest(root, n), segments.group_files(source_files(root))
+        )
+        if m is not None and START <= m.start < START + 3600
+    ]
+    assert table.num_rows == sum(m.kinds["gpu"] for m in in_hour) > 0
+    assert set(table.column("node").to_pylist()) == set(raw.nodes)
+    assert table.column("date").unique().to_pylist() == ["2025-12-01"]
+    assert Counter(p.name for p in (root / "segments").iterdir()) == Counter(
+        ["_manifests", *(f"kind={k}" for k in ("gpu", "host", "nic", "step"))]
+    )
+    stamp = os.path.basename(next((root / "segments/kind=gpu").iterdir()))
+    assert stamp == "date=2025-12-01"
+
+
+def test_a_damaged_closed_segment_is_never_fatal(fleet: Path, tmp_path: Path) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    settings = load_settings(environ={})
+    at = START + 1440.0
+    good = analyze(root, settings, at).to_dict()
+    compact(root, LATER)
+    parquet = sorted((root / "segments").rglob("*.parquet"))
+    parquet[0].write_bytes(parquet[0].read_bytes()[:-100])  # cut short
+    manifest = sorted((root / "segments" / "_manifests").iterdir())[-1]
+    manifest.write_text("{oops")
+    parquet[-1].unlink()  # half removed
+    assert analyze(root, settings, at).to_dict() == good
+
+
+def test_retention_removes_closed_segments_with_their_files(fleet: Path, tmp_path: Path) -> None:
+    from guardctl.storage import store as shared_store
+
+    root = _copy(fleet, tmp_path / "store")
+    compact(root, LATER)
+    names = sorted(segments.group_files(source_files(root)))
+    cutoff_end = segments.span(names[1])[1]  # type: ignore[index]
+    report = shared_store.prune(root, 0.0, now=cutoff_end)  # the first two segments ended
+    gone = {Path(f).stem for f in report.files if f.endswith((".parquet", ".json"))}
+    assert gone == set(names[:2])
+    kept = sorted(p.stem for p in layout.manifests_dir(root).iterdir())
+    assert kept == names[2:]
+    assert not any((root / "segments").rglob("*T2350_10m*"))
+    assert not list((root / "segments").glob("kind=*/date=2025-11-30"))  # emptied: removed
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))
+
+
+def test_a_budget_leaves_the_rest_for_the_next_call(
+    fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from guardctl.storage import compact as compacting
+
+    root = _copy(fleet, tmp_path / "store")
+    monkeypatch.setattr(compacting, "FILES_AT_ONCE", 7)  # each segment in several parts
+    first = compact(root, LATER, budget_s=0.0)  # out of time before the first: none begun
+    assert first.closed == [] and first.deferred == 4
+    done = compact(root, LATER)
+    assert len(done.closed) == 4
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))
