@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -504,53 +504,6 @@ def concat(frames: Sequence[Frame]) -> Frame:
             out.cols[kind] = pieces[0]
         elif pieces:
             out.cols[kind] = {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
-    return out
-
-
-class Part(Protocol):
-    """What :func:`assemble` joins: string tables, a row count and columns per kind.
-
-    The cache's stored segments are parts: their columns are read from disk
-    straight into the joined arrays.
-    """
-
-    nodes: list[str]
-    jobs: list[str]
-    ports: list[str]
-    states: list[str]
-    collectors: list[str]
-    errors: list[str]
-
-    def count(self, kind: str) -> int: ...
-
-    def fill(self, kind: str, dests: dict[str, np.ndarray]) -> None: ...
-
-
-def assemble(parts: Sequence[Part]) -> Frame:
-    """Join *parts* into one frame: each column allocated once and filled in place.
-
-    Same rows, order and string tables as :func:`concat`; counts of bad lines,
-    files and lines are the caller's to add.
-    """
-    out = Frame()
-    merged: dict[str, tuple[list[str], dict[str, int]]] = {t: (getattr(out, t), {}) for t in TABLES}
-    maps = [{t: _remap(merged[t][0], getattr(p, t), merged[t][1]) for t in merged} for p in parts]
-    for kind in schema.KINDS:
-        total = sum(p.count(kind) for p in parts)
-        if not total:
-            continue
-        cols = {name: np.empty(total, col.dtype) for name, col in _empty_kind(kind).items()}
-        lo = 0
-        for part, m in zip(parts, maps, strict=True):
-            n = part.count(kind)
-            if not n:
-                continue
-            dests = {name: col[lo : lo + n] for name, col in cols.items()}
-            part.fill(kind, dests)
-            for name, table, optional in _STRING_COLS[kind]:
-                dests[name][...] = _renumber(dests[name], m[table], optional)
-            lo += n
-        out.cols[kind] = cols
     return out
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guardctl.analyze.load import read_consumed, source_files
-from guardctl.errors import StoreError
+from guardctl.analyze.load import is_store, read_consumed, source_files
+from guardctl.errors import InputError, StoreError
 from guardctl.storage import closed, layout, segments
 
 # A segment is left open this long after it ends: the agents' last batch (every 10 s by
@@ -62,6 +62,8 @@ def compact(
     """Close every segment of the store at *root* that ended *grace_s* before *now*. With
     *budget_s*, no segment is begun after that many seconds: the rest wait for the next call
     (a segment is written whole or not at all). A dry run lists what it would close."""
+    if not is_store(root):  # a store not mounted, or a path that is none: nothing to close
+        raise InputError(f"{root}: not a store (no telemetry/ or steps/ directory)")
     report = CompactReport()
     started = time.monotonic()
     groups = segments.group_files(source_files(root))

@@ -964,7 +964,8 @@ def test_gpu_records_that_name_their_job_give_a_kept_windows_peers_as_a_cold_pas
                     util_pct=95.0,
                     job=job,
                 )
-                files.setdefault(layout.node_telemetry_file(src, node, ts), []).append(dumps(rec))
+                hourly = layout.node_telemetry_file(src, node, ts, 60)  # "its second hour"
+                files.setdefault(hourly, []).append(dumps(rec))
     for path, lines in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")

@@ -75,3 +75,14 @@ def test_compact_that_cannot_write_says_so_in_one_line(tmp_path: Path) -> None:
     assert "cannot write closed segment 20251130T23: Not a directory" in line
     assert "Traceback" not in res.output
     assert list(store.rglob("*.tmp")) == []
+
+
+def test_compact_refuses_a_path_that_is_not_a_store(tmp_path: Path) -> None:
+    (tmp_path / "notes" / "20251201T00.jsonl").parent.mkdir()
+    (tmp_path / "notes" / "20251201T00.jsonl").write_text("{}\n")
+    res = CliRunner().invoke(main, ["store", "compact", "--store", str(tmp_path)])
+    assert res.exit_code == 7, res.output
+    assert res.stderr.strip() == (
+        f"guardctl: error: {tmp_path}: not a store (no telemetry/ or steps/ directory)"
+    )
+    assert not (tmp_path / "segments").exists()
