@@ -239,6 +239,10 @@ def read(
             # straight from the pages' dictionaries into the frame's tables: no re-encoding
             read_dictionary=["node", *STRINGS[kind]],
         )
+        if filters is None and table.num_rows != rows:
+            # Not the file this manifest was written with (two compactions of a segment that
+            # grew, their renames interleaved): the segment's files are read instead.
+            raise ValueError(f"{manifest.segment}: {kind} has {table.num_rows} rows, not {rows}")
         frames.append(frame_of(kind, table))
     frame = concat(frames) if frames else Frame()
     frame.bad = Counter(manifest.bad)

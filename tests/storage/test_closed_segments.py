@@ -215,3 +215,29 @@ def test_a_budget_leaves_the_rest_for_the_next_call(
     done = compact(root, LATER)
     assert len(done.closed) == 4
     _same_records(read_frame(root, closed_segments=False), read_frame(root))
+
+
+def test_a_kind_from_another_compaction_is_not_trusted(fleet: Path, tmp_path: Path) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    compact(root, LATER)
+    name = sorted(segments.group_files(source_files(root)))[1]
+    manifest = closed.read_manifest(root, name)
+    assert manifest is not None
+    step = layout.parquet_path(root, "step", name, manifest.start)
+    older = step.read_bytes()
+    node_file = sorted((root / "telemetry").glob(f"*/{name}.jsonl"))[0]
+    late = {
+        "v": 1,
+        "kind": "step",
+        "ts": manifest.start + 5.0,
+        "node": node_file.parent.name,
+        "job": "late",
+        "rank": 0,
+        "step": 1,
+        "step_s": 1.0,
+    }
+    with open(node_file, "ab") as fh:
+        fh.write(json.dumps(late).encode() + b"\n")
+    compact(root, LATER)  # the segment grew: written again, one more step row
+    step.write_bytes(older)  # an earlier compaction's rename landing last
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))
