@@ -87,6 +87,9 @@ from guardctl.topology import Topology, split_component
 
 # How long a network tree read from Slurm serves: it changes when the hardware does.
 TOPOLOGY_TTL_S = 60.0
+# Closed segments the leader looks at again, file by file, after each pass: those that ended
+# this recently (an agent's backlog after an outage lands within its buffer, about 1.6 h).
+RECHECK_S = 3 * 3600.0
 
 Progress = Callable[[str], None]
 LIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
@@ -396,7 +399,11 @@ class Controller:
         try:
             # A pass's share: the lease (renewed by the next pass) must never wait on it.
             budget = min(self.interval_s, self.cfg.lease_s / 4)
-            done = compact(root, self.clock.wall(), workers=workers, budget_s=budget)
+            # Older closed segments are not looked at file by file every pass (a store keeps
+            # weeks of them); bytes they gain later are read past them all the same.
+            done = compact(
+                root, self.clock.wall(), workers=workers, budget_s=budget, recheck_s=RECHECK_S
+            )
         except (OSError, ValueError, GuardctlError, ArrowException) as exc:
             self.progress(f"control: closing segments: {' '.join(str(exc).split())}")
             return

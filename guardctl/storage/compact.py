@@ -57,11 +57,15 @@ def compact(
     workers: int = 1,
     progress: Callable[[str], None] | None = None,
     budget_s: float | None = None,
+    recheck_s: float | None = None,
     dry_run: bool = False,
 ) -> CompactReport:
     """Close every segment of the store at *root* that ended *grace_s* before *now*. With
     *budget_s*, no segment is begun after that many seconds: the rest wait for the next call
-    (a segment is written whole or not at all). A dry run lists what it would close."""
+    (a segment is written whole or not at all). With *recheck_s*, a closed segment that ended
+    longer ago than that is taken as it is, its files not looked at again (bytes they gain
+    later are still read past it; a call without it writes them in). A dry run lists what it
+    would close."""
     if not is_store(root):  # a store not mounted, or a path that is none: nothing to close
         raise InputError(f"{root}: not a store (no telemetry/ or steps/ directory)")
     report = CompactReport()
@@ -73,6 +77,10 @@ def compact(
             continue  # files named by hand: never closed
         if bounds[1] + grace_s > now:
             report.open += 1
+            continue
+        settled = recheck_s is not None and bounds[1] + recheck_s < now
+        if settled and layout.manifest_path(root, name).is_file():
+            report.current += 1
             continue
         if is_current(root, name, groups[name]):
             report.current += 1

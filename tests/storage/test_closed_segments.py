@@ -241,3 +241,19 @@ def test_a_kind_from_another_compaction_is_not_trusted(fleet: Path, tmp_path: Pa
     compact(root, LATER)  # the segment grew: written again, one more step row
     step.write_bytes(older)  # an earlier compaction's rename landing last
     _same_records(read_frame(root, closed_segments=False), read_frame(root))
+
+
+def test_with_a_recheck_window_older_closed_segments_are_taken_as_they_are(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    compact(root, LATER)
+    node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
+    ts = segments.file_span(node_file)[0] + 5.0  # type: ignore[index]
+    late = {"v": 1, "kind": "host", "ts": ts, "node": node_file.parent.name, "cpu_pct": 1.5}
+    with open(node_file, "ab") as fh:
+        fh.write(json.dumps(late).encode() + b"\n")
+    quick = compact(root, LATER, recheck_s=3600.0)  # every segment ended a day before
+    assert quick.closed == [] and quick.current == 4
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))  # still read
+    assert compact(root, LATER).closed == [segments.segment_of(node_file)]
