@@ -29,10 +29,9 @@ two of them nearly empty); the analyzer's first pass is over the first 18
 minutes, then the writers append a minute at a time, as a long-lived agent
 appends its batches to a file and its mirror, and the analyzer passes after
 each (the last of the three is reported: its read buffer and listing are
-carried over, as from then on), keeping the memory a pass frees for the next
-as the daemon does (``guardctl.analyze.allocator``); a cold pass over the 21
-minutes is the baseline. Only reading the mirrors, the cold pass and the incremental passes
-are measured. ``--minutes M --passes P`` make the trace longer and pass over
+carried over, as from then on); a cold pass over the 21 minutes is the baseline.
+Only reading the mirrors, the cold pass and the incremental passes are measured.
+``--minutes M --passes P`` make the trace longer and pass over
 more of it: a long run shows what a pass costs once every kind of record is
 kept for as long as a pass needs (step records: the ranks' own history too,
 35 minutes by default) and whether some passes cost more than the others.
@@ -51,19 +50,17 @@ simulator just wrote them), so ``read`` is memory bandwidth, not disk.
     python bench/analyze_scale.py --sizes 10k --rounds 3
     python bench/analyze_scale.py --steady --sizes 1k,10k,30k
     python bench/analyze_scale.py --steady --sizes 10k --minutes 60 --passes 30
-    python bench/analyze_scale.py --steady --sizes 10k,30k --variants
+    python bench/analyze_scale.py --steady --sizes 10k --segment-minutes 10 --handoff
 
-``--variants`` (with ``--steady``) passes over the same store four times, restoring it
-between: as the daemon does, without the reading helper (``[analyze] workers = 1``),
-without the allocator policy (no ``mallopt``, nothing given back after the first pass,
-the cycle collector left running), and without either; each must match the cold pass.
+``--handoff`` writes the store as where ranks hand their steps to the node agent (one file
+per node and segment, ``guardctl simulate --handoff``) instead of a file per rank; a steady
+pass reports how many files' new rows it read (``mirror_files``).
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -81,13 +78,13 @@ from pathlib import Path
 from typing import Any
 
 SIZES = {"1k": 1_000, "10k": 10_000, "30k": 30_000, "100k": 100_000}
-# --variants: the daemon's own machinery each incremental run leaves out (see the docstring).
-VARIANTS = {
-    "current": (),
-    "no-helper": ("helper",),
-    "no-allocator": ("allocator",),
-    "neither": ("helper", "allocator"),
-}
+
+
+HANDOFF_ENV = "GUARDCTL_BENCH_HANDOFF"  # --handoff, for the simulating child
+
+
+def _handoff() -> bool:
+    return bool(os.environ.get(HANDOFF_ENV))
 
 
 def measure(mode: str, store: str, at: float | None = None) -> dict[str, Any]:
@@ -99,11 +96,8 @@ def measure(mode: str, store: str, at: float | None = None) -> dict[str, Any]:
     from guardctl.telemetry.mirror import mirror_path
 
     root = Path(store)
-    step, _, variant = mode.partition(":")
-    if step in ("incremental", "steady"):
-        return _incremental(
-            root, GRID_S if step == "steady" else 0.0, VARIANTS[variant or "current"]
-        )
+    if mode in ("incremental", "steady"):
+        return _incremental(root, GRID_S if mode == "steady" else 0.0)
     if mode in ("cold", "cold_json", "inc"):  # no cache (not timed: it is not the pass's work)
         shutil.rmtree(root / "cache", ignore_errors=True)
     t0 = time.perf_counter()
@@ -139,55 +133,39 @@ def _digest(analysis: dict[str, Any]) -> str:
 GRID_S = 60.0
 
 
-def _incremental(root: Path, grid_s: float, without: Sequence[str] = ()) -> dict[str, Any]:
+def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
     """The incremental analyzer's first pass, then per held-back minute: the writers append
-    it and the analyzer passes again (one pass a minute). The last pass is the one reported.
-    *without*: the daemon's machinery left out ("helper", "allocator": see VARIANTS)."""
-    from guardctl.analyze import incremental
-    from guardctl.analyze.allocator import keep_freed_memory
+    it and the analyzer passes again (one pass a minute). The last pass is the one reported."""
     from guardctl.analyze.incremental import Analyzer
     from guardctl.config import Settings
 
     shutil.rmtree(root / "cache", ignore_errors=True)
-    settings = Settings()
-    if "helper" in without:  # one processor's worth of workers: no reading helper
-        settings = dataclasses.replace(
-            settings, analyze=dataclasses.replace(settings.analyze, workers=1)
-        )
-    if "allocator" in without:  # glibc's own policy and the collector as they come
-        setattr(incremental, "give_back_freed_memory", lambda keep=0.0: False)  # noqa: B010
-        setattr(incremental, "cycle_collection_paused", contextlib.nullcontext)  # noqa: B010
-    elif grid_s:  # the controller's daemon keeps what a pass frees for the next (as it does)
-        keep_freed_memory()
-    analyzer = Analyzer(settings, root, grid_s=grid_s)
+    analyzer = Analyzer(Settings(), root, grid_s=grid_s)
     t0 = time.perf_counter()
     analyzer.analyze()
     first = time.perf_counter() - t0
     passes: list[float] = []
-    kept, unmapped, helped, helper, groups = [], 0, [], 0, []
+    kept: list[int] = []
+    mirrored: list[int] = []
+    unmapped = 0
     peaks: list[float] = []  # per pass, its own peak resident size (MiB), where it can be told
     first_peak = _peak_mib()  # (before a pass's peak is started over)
-    cpu: list[tuple[float, float]] = []  # per pass: this process's processor time, the helper's
+    cpu: list[float] = []  # per pass: this process's processor time
     while _next_minute():  # the writers append it (in the parent: not timed, not our memory)
-        pid = analyzer.helper_pid
-        c0, h0 = _cpu_s(), _cpu_s(pid)
+        c0 = _cpu_s()
         # (the first pass reads whole hours: each later one's peak is measured apart)
         apart = _reset_peak()
         t0 = time.perf_counter()
         result = _profiled(analyzer.analyze, len(passes))
         passes.append(time.perf_counter() - t0)
         peaks.append(_status_kib("VmHWM") / 1024 if apart else math.nan)
-        since = h0 if analyzer.helper_pid == pid else 0.0  # (a helper started in the pass)
-        cpu.append((_cpu_s() - c0, _cpu_s(analyzer.helper_pid) - since))
+        cpu.append(_cpu_s() - c0)
         kept.append(analyzer.read["tables_kept"])
-        helped.append(analyzer.read["helper_files"])
-        groups.append(analyzer.read["helper_groups"])
+        mirrored.append(analyzer.read["mirror_files"])
         unmapped = max(unmapped, analyzer.held_bytes() - _status_kib("RssShmem") * 1024)
-        helper = max(helper, _private_kib(analyzer.helper_pid))
     # The kept records' rings hold pages let go for the next pass's records without mapping
-    # them: not in the resident size, so added to its peak (an upper bound). So is the
-    # reading helper's own memory (its buffers are in ours already).
-    extra = (unmapped + helper * 1024) / 2**20
+    # them: not in the resident size, so added to its peak (an upper bound).
+    extra = unmapped / 2**20
     passes_peak = max((p for p in peaks if not math.isnan(p)), default=math.nan)
     return {
         "seconds": passes[-1],
@@ -198,12 +176,10 @@ def _incremental(root: Path, grid_s: float, without: Sequence[str] = ()) -> dict
         "passes_peak_mib": passes_peak + extra,
         "passes_mib": peaks,
         "unmapped_mib": unmapped / 2**20,
-        "helper_mib": helper / 1024,
-        "helper_files": helped,
-        "helper_groups": groups,
         "digest": _digest(result.to_dict()),
         "restarts": analyzer.restarts,
         "tables_kept": kept,
+        "mirror_files": mirrored,  # files whose new rows each pass read
         "kept": analyzer.kept_records(),
         "end": result.window_end,
     }
@@ -252,27 +228,12 @@ def _status_kib(field: str, pid: str = "self") -> int:
     return int(re.search(field + r":\s+(\d+)", status).group(1))  # type: ignore[union-attr]
 
 
-def _cpu_s(pid: int | None = -1) -> float:
-    """A process's processor time so far, user and system (-1: this one; None: no process,
-    0). On a shared virtual machine a pass's wall time moves by a fifth from run to run;
-    its processor time, and the helper's beside it, say whether the work itself changed."""
-    if pid is None:
-        return 0.0
-    if pid == -1:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        return usage.ru_utime + usage.ru_stime
-    try:  # (fields 14 and 15 of /proc/PID/stat, after the command's parenthesis)
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:  # it exited (started over, or stopped): what it used is not known
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _private_kib(pid: int | None) -> int:
-    """A process's resident memory less what it shares as memory files (0: no process)."""
-    if pid is None:
-        return 0
-    return _status_kib("RssAnon", str(pid)) + _status_kib("RssFile", str(pid))
+def _cpu_s() -> float:
+    """This process's processor time so far, user and system. On a shared virtual machine a
+    pass's wall time moves by a fifth from run to run; its processor time says whether the
+    work itself changed."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_step(
@@ -405,20 +366,15 @@ def bench(
     passes: int = 1,
     steady: bool = False,
     keep: bool = False,
-    variants: Sequence[str] = ("current",),
 ) -> dict[str, object]:
     """Measure every step on a *minutes*-long trace, the last *passes* minutes held back
     for the incremental analyzer to pass over one by one (*steady*: only the steps of the
-    controller's steady state: reading the mirrors, a cold pass, the incremental passes;
-    *variants*: the incremental passes again per variant after the first, on the same
-    store cut back between them)."""
-    from guardctl.analyze.allocator import give_back_freed_memory
-
+    controller's steady state: reading the mirrors, a cold pass, the incremental passes)."""
     store = workdir / label
     load_before = os.getloadavg()[0]  # a shared machine: say how busy it was
     t0 = time.perf_counter()
     made = store / "simulated"  # --store DIR: a store kept from an earlier run of this shape
-    shape = f"{gpus} {minutes} {os.environ.get('GUARDCTL_SEGMENT_MINUTES', '60')}"
+    shape = f"{gpus} {minutes} {os.environ.get('GUARDCTL_SEGMENT_MINUTES', '60')} {_handoff()}"
     if not keep or not made.exists() or made.read_text() != shape:
         shutil.rmtree(store, ignore_errors=True)
         # In a process of its own: the memory it took (gigabytes at 100k GPUs, not all given
@@ -438,10 +394,7 @@ def bench(
         else ("read", "read_cols", "cold", "warm", "cold_json", "warm_json")
     )
     after = ("inc",) if steady else ("inc_json", "inc")
-    others = [v for v in variants if v != "current"]
-    steps: dict[str, list[dict[str, Any]]] = {
-        m: [] for m in (*modes, "incremental", *others, *after)
-    }
+    steps: dict[str, list[dict[str, Any]]] = {m: [] for m in (*modes, "incremental", *after)}
     for r in range(rounds):  # the machine may be shared: each round measures every step
         if r:
             _cut(held, mirrors)
@@ -452,24 +405,18 @@ def bench(
         steps["incremental"].append(
             run_step("steady" if steady else "incremental", store, held=held)
         )
-        for variant in others:  # the same minutes again, the store cut back first
-            _cut(held, mirrors)
-            os.sync()
-            steps[variant].append(run_step(f"steady:{variant}", store, held=held))
         end = steps["incremental"][-1]["end"] if steady else None
         if r == rounds - 1:  # every minute appended: let them go before the last cold pass
             held = []  # (gigabytes at 100k GPUs, beside that pass's own)
-            give_back_freed_memory()
         # Then the pass a cold analyzer makes over the same files: from the cache the JSON
         # passes left (parsing only the new tails), then from the mirrors (read whole).
         for mode in after:
             steps[mode].append(run_step(mode, store, end))
     if not keep:
         shutil.rmtree(store, ignore_errors=True)
-    for run in ("incremental", *others):
-        for inc, cold in zip(steps[run], steps["inc"], strict=True):
-            if inc["digest"] != cold["digest"]:
-                raise SystemExit(f"{label}: the incremental pass ({run}) differs from the cold")
+    for inc, cold in zip(steps["incremental"], steps["inc"], strict=True):
+        if inc["digest"] != cold["digest"]:
+            raise SystemExit(f"{label}: the incremental pass differs from the cold pass")
 
     def best(mode: str, key: str = "seconds") -> float:
         return min(s[key] for s in steps[mode])
@@ -497,6 +444,7 @@ def bench(
         "incremental_passes_s": steps["incremental"][0]["passes_s"],
         "incremental_passes_cpu_s": steps["incremental"][0]["passes_cpu_s"],
         "tables_kept": steps["incremental"][0]["tables_kept"],
+        "mirror_files": steps["incremental"][0]["mirror_files"],
         "passes_peak_mib": max(s["passes_peak_mib"] for s in steps["incremental"]),
         "passes_mib": steps["incremental"][0]["passes_mib"],
         # after the last pass: per kind, the records kept and how far back (minutes)
@@ -509,45 +457,7 @@ def bench(
         **({"mib": steps["read"][0]["bytes"] / 2**20} if "read" in steps else {}),
         "cols_mib": steps["read_cols"][0]["bytes"] / 2**20,
         "load_1min": (load_before, os.getloadavg()[0]),
-        "variants": {v: _variant(steps["incremental" if v == "current" else v]) for v in variants},
     }
-
-
-def _variant(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One variant's passes after the first (every round's), their peak, processor time."""
-    passes = [p for s in runs for p in s["passes_s"]]
-    cpu = [own + helper for s in runs for own, helper in s["passes_cpu_s"]]
-    return {
-        "passes_s": (min(passes), max(passes)),
-        "median_s": sorted(passes)[len(passes) // 2],
-        "cpu_s": (min(cpu), max(cpu)),
-        "passes_peak_mib": max(s["passes_peak_mib"] for s in runs),
-        "peak_mib": max(s["peak_mib"] for s in runs),
-        "first_s": min(s["first_s"] for s in runs),
-    }
-
-
-def variants_table(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| fleet | variant | passes a minute apart s, min-max (median) | x current (median) "
-        "| processor s a pass, min-max | peak MiB: passes / all (x current) | first pass s "
-        "| load average |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        base = r["variants"]["current"]
-        for name, v in r["variants"].items():
-            low, high = v["passes_s"]
-            lines.append(
-                f"| {r['fleet']} GPUs | {name} | {low:.2f}-{high:.2f} ({v['median_s']:.2f}) "
-                f"| {v['median_s'] / base['median_s']:.2f} "
-                f"| {v['cpu_s'][0]:.2f}-{v['cpu_s'][1]:.2f} "
-                f"| {v['passes_peak_mib']:.0f} / {v['peak_mib']:.0f} "
-                f"({v['passes_peak_mib'] / base['passes_peak_mib']:.2f}) "
-                f"| {v['first_s']:.2f} "
-                f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} |"
-            )
-    return "\n".join(lines)
 
 
 def _range(r: dict[str, Any], mode: str) -> str:
@@ -585,7 +495,7 @@ def steady_table(rows: list[dict[str, Any]]) -> str:
         "| incremental: first s / passes a minute apart s | last pass (x cold) "
         "| peak MiB cold / incremental (passes a minute apart, the last pass resident) "
         "| load average "
-        "| processor s, each pass: analyzer + reading helper "
+        "| processor s, each pass "
         "| kept after the last pass: step records (minutes back) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -593,7 +503,7 @@ def steady_table(rows: list[dict[str, Any]]) -> str:
         times = r["incremental_passes_s"]
         pairs = r["incremental_passes_cpu_s"]
         pairs = pairs if len(pairs) <= 8 else pairs[-1:]  # (a long run: its last pass)
-        cpu = " / ".join(f"{own:.2f}+{helper:.2f}" for own, helper in pairs)
+        cpu = " / ".join(f"{own:.2f}" for own in pairs)
         passes = " / ".join(f"{p:.2f}" for p in times)
         steps, back = r["kept"]["step"]
         if len(times) > 8:  # a long run: its spread
@@ -632,6 +542,12 @@ def main() -> int:
         help="the writers' segment length ([store] segment_minutes): files cover this long",
     )
     parser.add_argument(
+        "--handoff",
+        action="store_true",
+        help="ranks hand their steps to the node agent: one file per node and segment "
+        "(default: a file per rank, as probes with no agent write)",
+    )
+    parser.add_argument(
         "--minutes",
         type=int,
         default=21,
@@ -655,12 +571,6 @@ def main() -> int:
         help="--steady: write each incremental pass's cProfile "
         "statistics to DIR/pass-N.prof (its times then include the profiler's)",
     )
-    parser.add_argument(
-        "--variants",
-        action="store_true",
-        help="--steady: the incremental passes also without the reading helper, without the "
-        "allocator policy, and without either, on the same store (see above)",
-    )
     parser.add_argument("--measure", nargs="+", help=argparse.SUPPRESS)  # MODE STORE [AT]
     parser.add_argument("--simulate", nargs=3, help=argparse.SUPPRESS)  # STORE GPUS MINUTES
     args = parser.parse_args()
@@ -677,6 +587,7 @@ def main() -> int:
             seed=1,
             faults="none",
             segment_minutes=minutes_from_env(),  # the parent's --segment-minutes
+            handoff=_handoff(),
         )
         return 0
     if args.measure:
@@ -686,6 +597,7 @@ def main() -> int:
     sizes = args.sizes.split(",") if args.sizes else (["1k", "10k"] if args.quick else list(SIZES))
     rows = []
     os.environ["GUARDCTL_SEGMENT_MINUTES"] = str(args.segment_minutes)  # (the simulating child)
+    os.environ[HANDOFF_ENV] = "1" if args.handoff else ""
     if args.profile:  # (read by the measuring child)
         os.makedirs(args.profile, exist_ok=True)
         os.environ["GUARDCTL_BENCH_PROFILE"] = os.path.abspath(args.profile)
@@ -693,8 +605,6 @@ def main() -> int:
         for label in sizes:
             steady = {"minutes": args.minutes, "passes": args.passes, "steady": True}
             shape: dict[str, Any] = steady if args.steady else {}
-            if args.steady and args.variants:
-                shape["variants"] = list(VARIANTS)
             where = Path(args.store) if args.store else Path(tmp)
             rows.append(
                 bench(label, SIZES[label], where, args.rounds, keep=bool(args.store), **shape)
@@ -702,9 +612,6 @@ def main() -> int:
             print(f"{label}: {json.dumps(rows[-1])}", file=sys.stderr)
     show = steady_table if args.steady else table
     print(json.dumps(rows, indent=1) if args.json else show(rows))
-    if args.steady and args.variants and not args.json:
-        print()
-        print(variants_table(rows))
     return 0
 
 

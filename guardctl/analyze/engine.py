@@ -15,7 +15,6 @@ rank nodes.
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -188,12 +187,12 @@ def thresholds(cfg: AnalyzeSettings) -> dict[str, dict[str, float]]:
 
 
 def run_detectors(f: feat.Features, cfg: AnalyzeSettings) -> list[Flags]:
-    """Every enabled detector's flags, in the registry's order. Two at a time: they only read
-    the tables, and their sorts let go of the interpreter (a pass a minute at 100k GPUs
-    spends 0.4 s here on one thread)."""
+    """Every enabled detector's flags, in the registry's order. Several at a time
+    (``[analyze] threads``): they only read the tables, and their sorts let go of the
+    interpreter (a pass a minute at 100k GPUs spends 0.4 s here on one thread)."""
     registry = load_all()
     enabled = [(registry[name], th) for name, th in thresholds(cfg).items() if th["enabled"]]
-    with ThreadPoolExecutor(min(2, _workers(cfg))) as pool:
+    with ThreadPoolExecutor(cfg.pass_threads()) as pool:
         found = list(pool.map(lambda item: item[0].detect(f, item[1]), enabled))
     return [fl for flags in found for fl in flags if len(fl)]
 
@@ -358,6 +357,7 @@ def analyze_frame(
         parts=parts,
         keep_history=keep_history,
         job_paces=cfg.job_slowdown > 0,
+        threads=cfg.pass_threads(),
     )
     flags = run_detectors(f, cfg)
     hit = _node_flags(flags, len(f.nodes), n, f.has_data)
@@ -584,10 +584,6 @@ def _reason(e: Evidence) -> str:
 # --- the library entry point ------------------------------------------------------------------
 
 
-def _workers(cfg: AnalyzeSettings) -> int:
-    return cfg.workers or os.cpu_count() or 1
-
-
 def load(
     path: Path | None,
     settings: Settings,
@@ -605,7 +601,8 @@ def load(
         since=since,
         until=until,
         closed_segments=cfg.cache,
-        workers=_workers(cfg),
+        workers=cfg.parsers(),
+        threads=cfg.pass_threads(),
         column_files=cfg.column_files,
     )
 

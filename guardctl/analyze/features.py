@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from guardctl.analyze.frame import INT_MISSING, Columns, Frame
+from guardctl.analyze.groups import Grouping, group_count, group_median, group_quantiles
 from guardctl.analyze.packing import PackedColumns
 
 # NVML clock-event reasons that mean the hardware slowed the GPU (not idle / SW power cap /
@@ -32,87 +33,6 @@ from guardctl.analyze.packing import PackedColumns
 FAULT_REASON_BITS = 0x8 | 0x20 | 0x40 | 0x80
 NO_PEER = -1
 _INT32 = np.iinfo(np.int32)
-
-
-def _key_float(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """One float sort key ordering by group, then by value within the group."""
-    lo = np.nanmin(values) if values.size else 0.0
-    hi = np.nanmax(values) if values.size else 1.0
-    scaled = (values - lo) / ((hi - lo) or 1.0) * 0.5  # in [0, 0.5]
-    return groups.astype(np.float64) + scaled
-
-
-def group_quantiles(
-    groups: np.ndarray, ngroups: int, values: np.ndarray, qs: tuple[float, ...]
-) -> list[np.ndarray]:
-    """The *qs* quantiles (lower element, no interpolation) of *values* in each group.
-
-    NaN values are left out; a group without values gets NaN.
-    """
-    keep = ~np.isnan(values)
-    g, v = groups[keep], values[keep]
-    order = np.argsort(_key_float(g, v), kind="stable")
-    sv = v[order]
-    counts = np.bincount(g, minlength=ngroups)
-    starts = np.cumsum(counts) - counts
-    out = []
-    for q in qs:
-        idx = starts + np.floor(q * np.maximum(counts - 1, 0)).astype(np.int64)
-        res = np.full(ngroups, np.nan)
-        has = counts > 0
-        res[has] = sv[idx[has]]
-        out.append(res)
-    return out
-
-
-def group_median(groups: np.ndarray, ngroups: int, values: np.ndarray) -> np.ndarray:
-    return group_quantiles(groups, ngroups, values, (0.5,))[0]
-
-
-def group_sum(groups: np.ndarray, ngroups: int, values: np.ndarray) -> np.ndarray:
-    return np.bincount(groups, weights=values, minlength=ngroups)
-
-
-def group_count(groups: np.ndarray, ngroups: int) -> np.ndarray:
-    return np.bincount(groups, minlength=ngroups)
-
-
-def peer_stats(
-    peers: np.ndarray, values: np.ndarray, mask: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: median and MAD of *values* over the rows of its peer group where *mask*.
-
-    Also returns how many peers contributed. Rows outside *mask* still get their
-    group's figures (so an idle GPU can be compared with busy ones if wanted).
-    """
-    n, inv = _peer_groups(peers)
-    vals = np.where(mask, values, np.nan)
-    med = group_median(inv, n, vals)
-    mad = group_median(inv, n, np.abs(vals - med[inv]))
-    cnt = group_count(inv[mask & ~np.isnan(values)], n)
-    return med[inv], mad[inv], cnt[inv]
-
-
-# The last peer columns grouped, with a copy to know each again: the detectors group the
-# same few tables' peers a dozen times a pass, and np.unique sorts them every time (a quarter
-# of the detectors' time at 100k GPUs). Two detectors at a time (engine.run_detectors) read
-# two tables' peers in turn: a few are kept, the newest first. One tuple, replaced whole:
-# threads never see half of one.
-_PEERS_KEPT = 4
-_LAST_PEERS: tuple[tuple[np.ndarray, int, np.ndarray], ...] = ()
-
-
-def _peer_groups(peers: np.ndarray) -> tuple[int, np.ndarray]:
-    """(number of groups, each row's group) for a peer column, as ``np.unique`` numbers them."""
-    global _LAST_PEERS
-    kept = _LAST_PEERS
-    for seen, n, inv in kept:
-        if seen.dtype == peers.dtype and np.array_equal(seen, peers):
-            return n, inv
-    uniq, inv = np.unique(peers, return_inverse=True)
-    n, inv = int(uniq.size), inv.reshape(-1)
-    _LAST_PEERS = ((peers.copy(), n, inv), *kept[: _PEERS_KEPT - 1])
-    return n, inv
 
 
 @dataclass
@@ -123,12 +43,28 @@ class Table:
     # Columns of 64-bit integers held in 32 bits (a window's tables kept for later passes:
     # see _narrowed), made 64-bit again where windows are joined.
     narrowed: frozenset[str] = frozenset()
+    # Each column's grouping, once figured, with the column it is of (a column replaced is
+    # grouped afresh). It lives as long as the figures it describes; two detectors reading
+    # the table at once may both figure one, and keep either: they are the same.
+    _groupings: dict[str, tuple[np.ndarray, Grouping]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.cols[name]
 
     def __setitem__(self, name: str, value: np.ndarray) -> None:
         self.cols[name] = value
+
+    def grouping(self, name: str) -> Grouping:
+        """Column *name*'s rows grouped by value (e.g. ``peer``: each row's peer group)."""
+        col = self.cols[name]
+        kept = self._groupings.get(name)
+        if kept is not None and kept[0] is col:
+            return kept[1]
+        grouping = Grouping.of(col)
+        self._groupings[name] = (col, grouping)
+        return grouping
 
     def __len__(self) -> int:
         return int(next(iter(self.cols.values())).size) if self.cols else 0
@@ -803,13 +739,15 @@ def figure_windows(
     hw_xids: tuple[int, ...],
     low_q: float,
     parts: Parts,
+    threads: int = 1,
 ) -> None:
     """Give each of *windows* (end, length) its tables and jobs in *parts*, as a pass that
-    judges it figures them (*ends*: the step records' :func:`step_times`)."""
+    judges it figures them (*ends*: the step records' :func:`step_times`), with *threads*
+    threads."""
     if not windows:
         return
     xids = np.array(hw_xids, np.int64)
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         for end, length in windows:
             wins, counts = _assigned(frame, ends, end, length, 1)
             part = parts.setdefault((end, length), WindowPart())
@@ -1009,8 +947,8 @@ def _figure(
         or (name == "rank" and part.stale)
     ]
     todo.sort(key=lambda item: _LONGEST_FIRST.index(item[1]))
-    # The tables only read the frame: two at a time (numpy's sorts and copies let go of the
-    # interpreter), the longest first.
+    # The tables only read the frame: several at a time, one a thread of the pool (numpy's
+    # sorts and copies let go of the interpreter), the longest first.
     futures = {
         (w, name): pool.submit(
             _window_table,
@@ -1179,6 +1117,7 @@ def extract(
     parts: Parts | None = None,
     keep_history: bool = False,
     job_paces: bool = False,
+    threads: int = 1,
 ) -> Features:
     """Compute every feature table for the *n_windows* windows ending at *at*.
 
@@ -1189,12 +1128,13 @@ def extract(
     changed, is figured and added; with *keep_history*, so are the history windows' rank
     rows (:func:`history_rows`), for a caller that lets go of their records. With
     *job_paces*, each job's step time in the history windows too (:func:`history_steps`).
+    *threads*: the threads that figure the tables (and the sampling interval beside them).
     """
     ends = step_times(frame) if ends is None else ends
     wins, counts = _assigned(frame, ends, at, window_s, n_windows)
     parts = {} if parts is None else parts
     mine = [parts.setdefault((at - w * window_s, window_s), WindowPart()) for w in range(n_windows)]
-    with ThreadPoolExecutor(2) as pool:  # (the sampling interval beside the tables)
+    with ThreadPoolExecutor(threads) as pool:  # (the sampling interval beside the tables)
         interval = pool.submit(_interval, frame, wins)
         _figure(frame, wins, mine, counts, np.array(hw_xids, np.int64), low_q, pool)
     node_job, tables = _join(mine, len(frame.nodes), min_peers, min_rank_peers)

@@ -22,10 +22,6 @@ records. :class:`Analyzer` keeps, from pass to pass:
   (the controller daemon's windows end on a multiple of its interval, so a pass a
   minute apart meets two windows judged before);
 - the column mirrors open, up to a quarter of the open-files limit;
-- where a pass looks at thousands of files and there is a second processor, a
-  reading helper process (``guardctl.tails``) that makes each file's system
-  calls (its ``stat``, its mirror's read) a group of files at a time, while this
-  process decodes the group before; it only reads, and the decisions stay here;
 
 and then judges those records with :func:`~guardctl.analyze.engine.analyze_frame`,
 exactly as a cold pass judges its own. The result is what
@@ -49,21 +45,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import math
 import os
 import resource
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from guardctl.analyze.allocator import cycle_collection_paused, give_back_freed_memory
 from guardctl.analyze.engine import (
     Analysis,
     ahead_of,
@@ -89,13 +82,9 @@ from guardctl.analyze.packing import PackedColumns, Packing, choose
 from guardctl.analyze.ring import PAGE as _PAGE
 from guardctl.analyze.ring import Ring
 from guardctl.config import Settings
-from guardctl.runner import CommandError
 from guardctl.storage import segments
-from guardctl.tails import NO_MIRROR, VANISHED, Found, Helper, HelperGone, Item
 from guardctl.telemetry import mirror, schema
 from guardctl.telemetry.columns import TABLE_OF, TABLES
-
-log = logging.getLogger("guardctl.analyze")
 
 _ROW = row_dtype(mirror.WIDTH)
 # New bytes (of the JSON Lines files) whose mirror rows are read and decoded at once, into
@@ -105,16 +94,6 @@ _ROW = row_dtype(mirror.WIDTH)
 READ_BYTES = 64 << 20
 # A buffer larger than this (one file's tail alone was larger) is not kept for later.
 KEEP_BUFFER = 2 * READ_BYTES + (8 << 20)
-# Files a pass looks at from which their system calls go to a reading helper process
-# (guardctl.tails), where there are two processors or more: below it they are a small part
-# of a pass, and the helper a process more.
-HELPER_FILES = 4096
-# Files in one of the helper's groups at most: it reads one while the analyzer decodes the one
-# before. A group is also cut where the rows its files read last pass fill half a buffer.
-HELPER_GROUP = 8192
-# What a file not read before is taken to hold, for that (a first pass's groups are cut on it;
-# what does not fit the buffer the analyzer reads itself).
-_GUESS_BYTES = 16 << 10
 # A mark row: its kind in byte 0, then behind the row's head four 64-bit slots: start, end,
 # lines, checksum (see guardctl.telemetry.mirror). The end's and the checksum's places, in
 # 8-byte words; a mark put in front of a tail has start 0 and no lines.
@@ -123,23 +102,11 @@ _MARK_END, _MARK_SUM = mirror.HEAD.size // 8 + 1, mirror.HEAD.size // 8 + 3
 _TAIL_FROM = mirror.PREAMBLE_SIZE - mirror.WIDTH
 
 
-# What a first pass keeps of the memory it freed (a daemon's, which keeps freed memory:
-# guardctl.analyze.allocator), for the next pass's temporaries: as much as is in use.
-KEEP_FREED = 1.0
-
 _T = TypeVar("_T")
 # What a pass counts of its reading (Analyzer.read): mirror rows decoded, JSON Lines bytes
-# parsed, step records placed again, window tables taken from earlier passes, files whose
-# mirror rows were decoded and, of those, files the reading helper read.
-_READ = (
-    "mirror_rows",
-    "parsed_bytes",
-    "steps_placed",
-    "tables_kept",
-    "mirror_files",
-    "helper_files",
-    "helper_groups",
-)
+# parsed, step records placed again, window tables taken from earlier passes, and files
+# whose mirror rows were decoded.
+_READ = ("mirror_rows", "parsed_bytes", "steps_placed", "tables_kept", "mirror_files")
 
 
 class _Restart(Exception):
@@ -161,8 +128,6 @@ class _File:
     pending: bool = False  # parsed file: a last line still being written
     cols: str = ""  # its column mirror's path
     fd: int = -1  # the mirror, kept open from pass to pass (within the analyzer's budget)
-    last: int = 0  # bytes of its rows the last read decoded (string rows included; 0: whole)
-    number: int = -1  # the number the reading helper knows it by (-1: not asked yet)
 
 
 @dataclass
@@ -511,23 +476,22 @@ class Analyzer:
         # a quarter of the open-files limit: the process has other files to open.
         self._fd_room = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
         self._files: dict[str, _File] = {}
-        self._helper: Helper | None = None
-        self._helper_failed = False  # a helper that could not start or died is not tried again
-        self._helper_used = 0  # the most of a helper's buffer a group of this pass filled
-        # Two threads for decoding the helper's groups, kept while a pass reads through it
-        # (started per group, they cost the first pass after a daemon's first 0.12 s).
-        self._threads: ThreadPoolExecutor | None = None
         self._reset()
-
-    @property
-    def helper_pid(self) -> int | None:
-        """The reading helper's process, while there is one (for its memory, in benchmarks)."""
-        return self._helper.proc.pid if self._helper is not None else None
 
     def held_bytes(self) -> int:
         """Memory the kept records hold, mapped or not (a ring keeps the pages let go for the
         next records: they are not in the process's resident size until written again)."""
         return sum(cols.held() for cols in self._kept.values())
+
+    def segment_files(self, *, list_again: bool = False) -> dict[str, list[str]]:
+        """The store's files by segment as this analyzer's last pass listed them, without
+        touching the store: the controller's leader closes segments from them rather than
+        walking the store a second time each pass. *list_again* (a caller whose passes do not
+        run this analyzer), or before any pass: listed now. Shared with the next pass: read
+        only."""
+        if list_again or self._groups[0] < 0:
+            return self._grouped()
+        return self._groups[1]
 
     def kept_records(self) -> dict[str, tuple[int, float]]:
         """Per record kind: how many records are kept, and the oldest one's time (NaN: none),
@@ -539,11 +503,7 @@ class Analyzer:
         return out
 
     def close(self) -> None:
-        """Close the mirrors kept open and stop the reading helper (the analyzer reopens and
-        starts them again if it passes again)."""
-        helper, self._helper = self._helper, None
-        if helper is not None:
-            helper.close()
+        """Close the mirrors kept open (the analyzer reopens them if it passes again)."""
         self._close_all()
 
     def _close_all(self) -> None:
@@ -555,8 +515,6 @@ class Analyzer:
             self.close()
 
     def _close(self, state: _File) -> None:
-        if self._helper is not None:
-            self._helper.close_file(state.cols)
         if state.fd >= 0:
             os.close(state.fd)
             state.fd = -1
@@ -564,11 +522,6 @@ class Analyzer:
 
     def _reset(self) -> None:
         self._close_all()
-        if self._helper is not None:
-            try:
-                self._helper.reset()
-            except HelperGone as exc:
-                self._helper_died(exc)
         self._files = {}
         self._hours: dict[str, int] = {}
         self._next_hour = 0
@@ -586,10 +539,6 @@ class Analyzer:
 
     def analyze(self, at: float | None = None, *, window_s: float | None = None) -> Analysis:
         """One analysis pass: the windows ending at *at* (default: the newest records)."""
-        with cycle_collection_paused():  # (a pass's own containers would start full ones)
-            return self._analyze(at, window_s)
-
-    def _analyze(self, at: float | None, window_s: float | None) -> Analysis:
         cfg = self.settings.analyze
         span = steps_needed(cfg, window_s)
         until = until_now(self.settings, self.clock())
@@ -597,11 +546,7 @@ class Analyzer:
             return self._cold(at, window_s, until)
         for attempt in range(2):
             try:
-                first = not any(cols.n for cols in self._kept.values())
-                result = self._pass(at, span, window_s, until)
-                if first:  # (it read whole hours: its temporaries are not the next pass's,
-                    give_back_freed_memory(keep=KEEP_FREED)  # though some are like them)
-                return result
+                return self._pass(at, span, window_s, until)
             except _Restart:
                 if attempt:
                     raise
@@ -831,7 +776,15 @@ class Analyzer:
                     todo.add(key)
             step += 1
         cfg = self.settings.analyze
-        figure_windows(frame, ends, sorted(todo), cfg.hardware_xids, cfg.low_quantile, self._parts)
+        figure_windows(
+            frame,
+            ends,
+            sorted(todo),
+            cfg.hardware_xids,
+            cfg.low_quantile,
+            self._parts,
+            cfg.pass_threads(),
+        )
 
     def _history_ready(self, end: float, length: float) -> bool:
         """Whether each of this pass's history windows has its rank rows kept, or all its
@@ -846,16 +799,21 @@ class Analyzer:
 
     def _wanted(self, at: float | None, span: float, until: float) -> dict[str, list[str]]:
         """The segments (and their files) a cold pass at *at* (or before *until*) would read."""
-        files = self._listing.files(self.root)
-        if self._groups[0] != self._listing.version:
-            self._groups = (self._listing.version, segments.group_files(files))
-        groups = self._groups[1]
+        groups = self._grouped()
         if at is not None:
             names = segments.needed(groups, at - span, at)
         else:
             recent = segments.recent(groups, span, until)
             names = sorted(groups) if recent is None else recent
         return {name: groups[name] for name in names}
+
+    def _grouped(self) -> dict[str, list[str]]:
+        """The store's files by segment, listed now (only directories that changed) and
+        grouped again only when the list changed."""
+        files = self._listing.files(self.root)
+        if self._groups[0] != self._listing.version:
+            self._groups = (self._listing.version, segments.group_files(files))
+        return self._groups[1]
 
     def _hour_id(self, hour: str) -> int:
         found = self._hours.get(hour)
@@ -876,8 +834,6 @@ class Analyzer:
             if state.hour in hours:
                 raise _Restart(name)  # its records cannot be told from its hour's others
             self._close(state)
-            if self._helper is not None:
-                self._helper.drop(state.cols)
             del self._files[name]
         gone = [h for h in self._counts if h not in hours]
         if any(self._counts[h].records for h in gone):
@@ -903,19 +859,9 @@ class Analyzer:
         """
         mirrored: list[tuple[str, _File, int]] = []
         parsed: list[tuple[str, _File, int]] = []
-        helper = self._reading_helper(len(files))
-        column_files = self.settings.analyze.column_files
-        todo: list[tuple[str, int, _File | None]] = []  # the helper's, in the listing's order
         for name, hour in files:
-            state = self._files.get(name)
-            if helper is not None and (state.mirror if state is not None else column_files):
-                todo.append((name, hour, state))
-            else:
-                self._look(name, hour, extra, mirrored, parsed)
-        # (With a helper, every mirrored file is the helper's: no order to keep between both.)
+            self._look(name, hour, extra, mirrored, parsed)
         uncovered = self._read_here(mirrored, parsed)
-        if helper is not None and todo:
-            uncovered += self._read_with(helper, todo, extra, parsed)
         self._parse(parsed, keep=True, extra=extra)
         return uncovered
 
@@ -966,7 +912,7 @@ class Analyzer:
         by_hour: dict[int, list[tuple[str, _File, int]]] = {}
         for item in todo:
             by_hour.setdefault(item[1].hour, []).append(item)
-        workers = self.settings.analyze.workers or os.cpu_count() or 1
+        workers = self.settings.analyze.parsers()
         for hour, items in by_hour.items():
             tails = [_Tail(name, name, st.offset, size, 0) for name, st, size in items]
             self.read["parsed_bytes"] += sum(t.size - t.offset for t in tails)
@@ -979,159 +925,6 @@ class Analyzer:
                 extra.bad.update(frame.bad)
                 extra.bad["truncated"] += sum(pending.values())
             self._add(frame.cols, _tables(frame), np.full(1, hour, np.int32), None, keep, extra)
-
-    # --- reading with the helper -----------------------------------------------------------
-
-    def _reading_helper(self, files: int) -> Helper | None:
-        """The reading helper, started if a pass of *files* files is worth one."""
-        if self._helper is not None or self._helper_failed or files < HELPER_FILES:
-            return self._helper
-        if (self.settings.analyze.workers or os.cpu_count() or 1) < 2:
-            return None
-        try:
-            self._helper = Helper()
-            for state in self._files.values():  # (numbers are a helper's own)
-                state.number = -1
-        except (OSError, CommandError) as exc:
-            self._helper_failed = True
-            log.warning("analyzer: reading without a helper process: %s", exc)
-        return self._helper
-
-    def _helper_died(self, exc: HelperGone) -> None:
-        self._helper_failed = True
-        log.warning("analyzer: the reading helper stopped (%s); reading without it", exc)
-        helper, self._helper = self._helper, None
-        if helper is not None:
-            helper.close()
-
-    def _read_with(
-        self,
-        helper: Helper,
-        todo: list[tuple[str, int, _File | None]],
-        extra: _Pass,
-        parsed: list[tuple[str, _File, int]],
-    ) -> list[tuple[str, _File, int]]:
-        """Read *todo* through the helper, a group at a time: the helper reads one group into
-        one buffer while this decodes the group before from the other."""
-        # (Half a buffer: a file's rows may grow from pass to pass.)
-        # The bytes a file's read brings, by its last (a file not read before: a guess). A
-        # file read whole last (a first pass reads whole hours, which say little of what a
-        # minute brings) is taken to bring its share of a full group: the first pass after
-        # a daemon's first read in 133 groups, not 15, at 100k GPUs; what overflows a group
-        # the analyzer reads itself.
-        width, new, share = mirror.WIDTH, _GUESS_BYTES, helper.room // 2 // HELPER_GROUP
-        guesses = [
-            (state.last + width if state.last else share)
-            if state is not None and state.rows
-            else new
-            for _, _, state in todo
-        ]
-        groups = _groups_of(todo, guesses, helper.room // 2, HELPER_GROUP)
-        self.read["helper_groups"] = len(groups)
-        self._buffer = None  # (this process's read buffer: for what the helper has no room for)
-        self._helper_used = 0
-        uncovered: list[tuple[str, _File, int]] = []
-        done = 0
-        self._threads = ThreadPoolExecutor(2, thread_name_prefix="guardctl-decode")
-        try:
-            for k in range(min(2, len(groups))):
-                helper.send(k, self._items(helper, groups[k]))
-            for k, group in enumerate(groups):
-                buffer, found = helper.collect()
-                done = k + 1
-                uncovered += self._take_found(helper, buffer, group, found, extra, parsed)
-                if k + 2 < len(groups):
-                    helper.send(buffer, self._items(helper, groups[k + 2]))
-        except HelperGone as exc:  # this process reads the rest (not a group half taken)
-            self._helper_died(exc)
-            for group in groups[done:]:
-                uncovered += self._read_rest(group, extra, parsed)
-        finally:
-            self._threads.shutdown()
-            self._threads = None
-            if self._helper is helper:
-                try:
-                    helper.drain()  # a pass stopped half way (a restart) leaves nothing behind
-                    helper.let_go(self._helper_used)
-                except HelperGone as exc:
-                    self._helper_died(exc)
-        return uncovered
-
-    def _items(self, helper: Helper, group: list[tuple[str, int, _File | None]]) -> list[Item]:
-        items: list[Item] = []
-        width = mirror.WIDTH
-        for name, _, state in group:
-            if state is None:  # a new file: its whole mirror, behind its preamble
-                items.append((helper.file_id(name, mirror.mirror_path(name)), 0, -1, 0))
-                continue
-            if state.number < 0:
-                state.number = helper.file_id(name, state.cols)
-            if not state.rows:
-                items.append((state.number, state.offset, -1, 0))
-            else:  # its tail (_tail_at, without a call a file), behind its string rows' room
-                items.append(
-                    (
-                        state.number,
-                        state.offset,
-                        _TAIL_FROM + state.rows * width,
-                        len(state.strings),
-                    )
-                )
-        return items
-
-    def _take_found(
-        self,
-        helper: Helper,
-        buffer: int,
-        group: list[tuple[str, int, _File | None]],
-        found: list[Found],
-        extra: _Pass,
-        parsed: list[tuple[str, _File, int]],
-    ) -> list[tuple[str, _File, int]]:
-        """Decode what the helper read of *group*; read the files it had no room for here."""
-        buf = np.frombuffer(helper.buffers[buffer].map, np.uint8)
-        width = mirror.WIDTH
-        files: list[tuple[str, _File, int, int]] = []
-        counts: list[int] = []
-        behind: list[tuple[int, _File]] = []  # the tails read behind a file's string rows
-        end = 0
-        for (name, hour, _), (status, size, ino, rows) in zip(group, found, strict=False):
-            if status == VANISHED:
-                continue
-            state = self._seen(name, hour, size, ino, extra)
-            if state is None:
-                continue
-            if status == NO_MIRROR:
-                state.mirror = False  # parsed from here on
-                self._close(state)
-                parsed.append((name, state, size))
-                continue
-            prefix = len(state.strings) if state.rows else 0
-            if state.rows:
-                if rows < 1:
-                    raise _Restart("mirror rewritten")
-                behind.append((end, state))
-            files.append((name, state, size, prefix // width))
-            counts.append(prefix // width + rows)
-            end += prefix + rows * width
-        _put_behind(buf[:end], behind)
-        self.read["helper_files"] += len(files)
-        self._helper_used = max(self._helper_used, end)
-        uncovered = self._take([buf[:end]], counts, files, parsed) if files else []
-        del buf
-        return uncovered + self._read_rest(group[len(found) :], extra, parsed)
-
-    def _read_rest(
-        self,
-        group: list[tuple[str, int, _File | None]],
-        extra: _Pass,
-        parsed: list[tuple[str, _File, int]],
-    ) -> list[tuple[str, _File, int]]:
-        """Files of a group the helper did not read: read here, in their order."""
-        mirrored: list[tuple[str, _File, int]] = []
-        for name, hour, _ in group:
-            self._look(name, hour, extra, mirrored, parsed)
-        return self._read_here(mirrored, parsed)
 
     # --- reading here ----------------------------------------------------------------------
 
@@ -1185,7 +978,7 @@ class Analyzer:
         buf = box.pop()
         self.read["mirror_rows"] += sum(counts)
         self.read["mirror_files"] += len(files)
-        decoded = decode(buf, counts, [f[2] for f in files], self._threads)
+        decoded = decode(buf, counts, [f[2] for f in files], self.settings.analyze.pass_threads())
         rows = buf.view(_ROW)
         first = np.zeros(len(files), np.int64)
         np.cumsum(counts[:-1], out=first[1:])
@@ -1228,7 +1021,6 @@ class Analyzer:
                 added = b"".join(raw[r * width : (r + 1) * width] for r in new_strings[j])
                 state.strings += added
                 state.strings_sum = mirror.checksum(state.strings)
-            state.last = (hi - lo) * width if state.rows else 0  # (0: read whole)
             consumed = hi - lo - prefix  # rows of the mirror from where this read began
             if consumed > (1 if state.rows else 0):
                 state.mark = bytes(raw[(hi - 1) * width : hi * width])
@@ -1468,13 +1260,13 @@ def _tags(hours: np.ndarray) -> np.ndarray:
     return (hours & 0xFF).astype(np.uint8)
 
 
-def _groups_of(todo: list[_T], sizes: Sequence[int], limit: int, most: int = 0) -> list[list[_T]]:
-    """*todo* in groups of at most about *limit* bytes each by *sizes* (one item may be more)
-    and at most *most* items (0: any number), in order."""
+def _groups_of(todo: list[_T], sizes: Sequence[int], limit: int) -> list[list[_T]]:
+    """*todo* in groups of at most about *limit* bytes each by *sizes* (one item may be more),
+    in order."""
     groups: list[list[_T]] = [[]]
     size = 0
     for item, new in zip(todo, sizes, strict=True):
-        if groups[-1] and (size + new > limit or len(groups[-1]) == most):
+        if groups[-1] and size + new > limit:
             groups.append([])
             size = 0
         groups[-1].append(item)

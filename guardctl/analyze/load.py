@@ -238,9 +238,11 @@ def read_frame(
     until: float | None = None,
     closed_segments: bool = True,
     workers: int = 1,
+    threads: int = 1,
     column_files: bool = True,
 ) -> Frame:
-    """Read the records under *path* that may fall in [since, until] into one frame.
+    """Read the records under *path* that may fall in [since, until] into one frame
+    (*workers* processes parse, *threads* threads decode the column mirrors).
 
     In a store, a closed segment (:mod:`guardctl.storage.closed`) is read from its Parquet
     files, plus whatever its JSON Lines gained since it was closed. The files of open
@@ -271,7 +273,7 @@ def read_frame(
         _count_pending(late, pending)
         parts.append(late)
     if todo:
-        parts.append(_read_files(todo, workers, column_files))
+        parts.append(_read_files(todo, workers, threads, column_files))
     return _join(parts)
 
 
@@ -316,24 +318,26 @@ def _join(parts: Sequence[Frame]) -> Frame:
     return frame
 
 
-def _read_files(files: Sequence[str], workers: int, column_files: bool) -> Frame:
+def _read_files(files: Sequence[str], workers: int, threads: int, column_files: bool) -> Frame:
     """Records of *files*, whole: from their column mirrors where usable, else parsed."""
     parts: list[Frame] = []
     todo = list(files)
     if column_files:
-        mirrored, todo = _read_mirrored(todo, workers)
+        mirrored, todo = _read_mirrored(todo, workers, threads)
         parts += mirrored
     if todo:
         parts.append(_parse_whole(todo, workers))
     return _join(parts)
 
 
-def read_consumed(files: Sequence[str], workers: int) -> tuple[Frame, dict[str, tuple[int, int]]]:
+def read_consumed(
+    files: Sequence[str], workers: int, threads: int = 1
+) -> tuple[Frame, dict[str, tuple[int, int]]]:
     """Records of *files* (mirrors where usable), and per file how much was read: the bytes up
     to its last whole line, and its size then. A last line still being written is neither
     read nor counted (whoever reads past the bytes read finds it)."""
     paths, sizes, inodes = _stat_all(files)
-    found = mirrors.read_many(paths, sizes, inodes)
+    found = mirrors.read_many(paths, sizes, inodes, threads)
     consumed: dict[str, tuple[int, int]] = {}
     tails = []
     for p, ok, covered, size in zip(paths, found.usable, found.covered, sizes, strict=True):
@@ -362,13 +366,15 @@ def _stat_all(files: Sequence[str]) -> tuple[list[str], list[int], list[int]]:
     return paths, sizes, inodes
 
 
-def _read_mirrored(files: Sequence[str], workers: int) -> tuple[list[Frame], list[str]]:
+def _read_mirrored(
+    files: Sequence[str], workers: int, threads: int
+) -> tuple[list[Frame], list[str]]:
     """Records of *files* from their column mirrors, plus the bytes past what those cover.
 
     Returns the frames and the files without a usable mirror (to be parsed).
     """
     paths, sizes, inodes = _stat_all(files)
-    found = mirrors.read_many(paths, sizes, inodes)
+    found = mirrors.read_many(paths, sizes, inodes, threads)
     tails = [
         _Tail(p, p, covered, size, 0)
         for p, ok, covered, size in zip(paths, found.usable, found.covered, sizes, strict=True)

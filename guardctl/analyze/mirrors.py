@@ -10,7 +10,6 @@ misread: its file is parsed instead.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -79,13 +78,12 @@ def decode(
     buf: np.ndarray,
     counts_per_file: Sequence[int],
     sizes: Sequence[int],
-    threads: ThreadPoolExecutor | None = None,
+    threads: int = 1,
 ) -> Decoded:
     """Decode the rows of several mirrors, laid end to end in *buf* (bytes, preambles left out).
 
     *counts_per_file* gives each file's rows and *sizes* its JSON Lines file's size;
-    *threads*: two threads of the caller's to gather the columns with (None: two started
-    for this call; a caller decoding group after group keeps two for all of them).
+    *threads*: the threads that gather the columns, a record kind each at a time.
     The incremental analyzer hands in, per file, the rows read before (string rows and
     a mark standing for all of them) followed by the rows new since, so that a tail
     is checked and decoded exactly as the whole file would be.
@@ -350,7 +348,7 @@ def _columns(
     used: np.ndarray,
     strings: _Strings,
     usable: np.ndarray,
-    threads: ThreadPoolExecutor | None,
+    threads: int,
 ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, list[str]]]:
     """Columns per kind with string indices into the merged tables."""
     # Rows as 8-byte words: word 0 holds kind and (upper half) the node, 1 the
@@ -376,10 +374,10 @@ def _columns(
             ids[field_name] = _global(local, files, strings, TABLE_OF[field_name], usable)
         return at, block, ids
 
-    # Two kinds at a time: numpy lets go of the interpreter while it copies, and most of
-    # the time is the kernel handing out (zeroing) fresh memory, which both cores can do.
-    # (Marking a file unusable from either thread is the same write: no race to lose.)
-    with contextlib.nullcontext(threads) if threads else ThreadPoolExecutor(2) as pool:
+    # Several kinds at a time: numpy lets go of the interpreter while it copies, and most of
+    # the time is the kernel handing out (zeroing) fresh memory, which every core can do.
+    # (Marking a file unusable from any thread is the same write: no race to lose.)
+    with ThreadPoolExecutor(threads) as pool:
         found = dict(zip(KIND_CODE, pool.map(pick, KIND_CODE), strict=True))
     picked = {name: got for name, got in found.items() if got is not None}
     cols: dict[str, dict[str, np.ndarray]] = {}
@@ -418,8 +416,11 @@ def _global(
     return lut[index].astype(np.int32)
 
 
-def read_many(paths: Sequence[str], sizes: Sequence[int], inodes: Sequence[int]) -> Mirrored:
-    """The records the column files of *paths* (JSON Lines files of those sizes and inodes) hold.
+def read_many(
+    paths: Sequence[str], sizes: Sequence[int], inodes: Sequence[int], threads: int = 1
+) -> Mirrored:
+    """The records the column files of *paths* (JSON Lines files of those sizes and inodes) hold,
+    decoded with *threads* threads.
 
     A file without a usable mirror is marked so (the caller parses it whole).
     """
@@ -430,7 +431,7 @@ def read_many(paths: Sequence[str], sizes: Sequence[int], inodes: Sequence[int])
     covered = [0] * len(paths)
     if not reader.files:
         return Mirrored(Frame(), usable, covered)
-    decoded = decode(reader.rows(), reader.counts, [sizes[i] for i in reader.files])
+    decoded = decode(reader.rows(), reader.counts, [sizes[i] for i in reader.files], threads)
     for j, index in enumerate(reader.files):
         usable[index] = bool(decoded.usable[j])
         covered[index] = int(decoded.covered[j])

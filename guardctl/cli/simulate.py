@@ -69,6 +69,12 @@ from guardctl.simulate.fleet import LEAF
     help="Write only the JSON Lines, no column mirrors (as a foreign or older writer).",
 )
 @click.option(
+    "--handoff",
+    is_flag=True,
+    help="Ranks hand their step records to the node agent: one file per node and segment "
+    "(default: each rank writes its own, as a probe with no agent on its node).",
+)
+@click.option(
     "--start",
     default=None,
     help="Time of the first sample (Unix or ISO; default 2025-12-01T00:00:00Z).",
@@ -88,6 +94,7 @@ def simulate_cmd(
     leaf_size: int,
     no_confounders: bool,
     no_column_files: bool,
+    handoff: bool,
     start: str | None,
     as_json: bool,
     dry_run: bool,
@@ -117,6 +124,7 @@ def simulate_cmd(
         dry_run=dry_run,
         column_files=not no_column_files,
         leaf_size=leaf_size,
+        handoff=handoff,
     )
     summary = truth.to_dict()
     if as_json:

@@ -3,7 +3,6 @@ files, apply retention, close ended segments, bring an older store up to date.""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -119,8 +118,13 @@ def compact_command(app: AppContext, store_root: Path | None, as_json: bool) -> 
     from guardctl.storage import compact  # the analyzer and pyarrow: only for this command
 
     root = store_root or app.settings.store.root
+    cfg = app.settings.analyze
     report = compact.compact(
-        root, time.time(), workers=_workers(app), progress=None if as_json else _progress
+        root,
+        time.time(),
+        workers=cfg.parsers(),
+        threads=cfg.pass_threads(),
+        progress=None if as_json else _progress,
     )
     if as_json:
         echo_json(report.to_dict())
@@ -148,7 +152,8 @@ def migrate_command(app: AppContext, store_root: Path | None, dry_run: bool, as_
         root,
         time.time(),
         dry_run=dry_run,
-        workers=_workers(app),
+        workers=app.settings.analyze.parsers(),
+        threads=app.settings.analyze.pass_threads(),
         progress=None if as_json else _progress,
     )
     if as_json:
@@ -165,7 +170,3 @@ def migrate_command(app: AppContext, store_root: Path | None, dry_run: bool, as_
 
 def _progress(segment: str) -> None:
     click.echo(f"closing segment {segment}", err=True)
-
-
-def _workers(app: AppContext) -> int:
-    return app.settings.analyze.workers or os.cpu_count() or 1

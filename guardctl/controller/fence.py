@@ -22,6 +22,7 @@ from typing import Any
 
 from guardctl.actionlog import ActionLog, Entry
 from guardctl.slurm.types import JobInfo, NodeInfo, ReservationInfo, SlurmClient, SubmitRequest
+from guardctl.topology import Topology
 
 Guard = Callable[[], AbstractContextManager[Any]]
 
@@ -32,9 +33,6 @@ class FencedSlurm:
     def __init__(self, inner: SlurmClient, guard: Guard) -> None:
         self.inner = inner
         self.guard = guard
-
-    def __getattr__(self, name: str) -> Any:  # what a simulated Slurm offers besides
-        return getattr(self.inner, name)
 
     # -- reads ---------------------------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
@@ -51,6 +49,9 @@ class FencedSlurm:
 
     def job(self, job_id: int) -> JobInfo | None:
         return self.inner.job(job_id)
+
+    def topology(self) -> Topology | None:
+        return self.inner.topology()
 
     # -- changes -------------------------------------------------------------------------
     def drain(self, nodes: Sequence[str], reason: str) -> None:

@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any
 
 from guardctl.actionlog import Entry
-from guardctl.analyze.allocator import keep_freed_memory
 from guardctl.analyze.engine import Analysis, ahead_line, out_of_date
 from guardctl.analyze.impact import describe
 from guardctl.analyze.incremental import Analyzer
@@ -395,14 +394,25 @@ class Controller:
 
         from guardctl.storage.compact import compact
 
-        workers = self.settings.analyze.workers or os.cpu_count() or 1
+        cfg = self.settings.analyze
         try:
+            # The files as this pass's analysis listed them: a store keeps weeks of segments,
+            # millions of directory entries that a second walk would list again every pass.
+            # A source that is not the store leaves the analyzer idle: it lists them then,
+            # again only the directories that changed since the previous pass.
+            groups = self.analyzer.segment_files(list_again=self.source.kind != "store")
             # A pass's share: the lease (renewed by the next pass) must never wait on it.
             budget = min(self.interval_s, self.cfg.lease_s / 4)
             # Older closed segments are not looked at file by file every pass (a store keeps
             # weeks of them); bytes they gain later are read past them all the same.
             done = compact(
-                root, self.clock.wall(), workers=workers, budget_s=budget, recheck_s=RECHECK_S
+                root,
+                self.clock.wall(),
+                workers=cfg.parsers(),
+                threads=cfg.pass_threads(),
+                budget_s=budget,
+                recheck_s=RECHECK_S,
+                groups=groups,
             )
         except (OSError, ValueError, GuardctlError, ArrowException) as exc:
             self.progress(f"control: closing segments: {' '.join(str(exc).split())}")
@@ -884,9 +894,6 @@ def serve(
     from guardctl.storage import store
 
     controller.as_daemon(interval_s)
-    # A pass after pass in this process: the memory one frees serves the next, rather than
-    # going back to the kernel and coming back as fresh pages (guardctl.analyze.allocator).
-    keep_freed_memory()
     try:
         while True:
             leader = False

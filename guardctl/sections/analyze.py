@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 # XIDs that point at the hardware (not at the job): 48 DBE, 61/62 internal micro-controller,
@@ -37,7 +38,9 @@ class AnalyzeSettings:
     low_quantile: float = 0.3  # a fault must hold in this share of a window to show
     hardware_xids: tuple[int, ...] = DEFAULT_HARDWARE_XIDS
     cache: bool = True  # read closed segments from <store>/segments (false: every file)
-    workers: int = 0  # processes parsing JSON Lines; 2 or more: a reading helper (0: per CPU)
+    workers: int = 0  # processes parsing JSON Lines (0: one per CPU)
+    # (Decoding column files, figuring window tables, running the detectors.)
+    threads: int = 0  # threads a pass computes with (0: one per processor it may run on)
     # Read the writers' column mirrors (<hour>.cols) instead of parsing where present.
     column_files: bool = True
     evidence_per_node: int = 20  # most evidence entries reported per node
@@ -69,5 +72,22 @@ class AnalyzeSettings:
             raise ValueError("low_quantile: must be in (0, 0.5]")
         if self.workers < 0:
             raise ValueError("workers: must be >= 0")
+        if self.threads < 0:
+            raise ValueError("threads: must be >= 0 (0: one per processor)")
         if self.evidence_per_node < 1:
             raise ValueError("evidence_per_node: must be >= 1")
+
+    def parsers(self) -> int:
+        """Processes parsing JSON Lines: ``workers``, or (0) one per processor."""
+        return self.workers or processors()
+
+    def pass_threads(self) -> int:
+        """Threads a pass computes with: ``threads``, or (0) one per processor."""
+        return self.threads or processors()
+
+
+def processors() -> int:
+    """The processors this process may run on (its affinity: a controller pinned to two cores
+    gets two; where the system cannot say, every processor)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1

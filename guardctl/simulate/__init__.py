@@ -227,6 +227,7 @@ def simulate(
     column_files: bool = True,
     leaf_size: int = LEAF,
     segment_minutes: int = 60,
+    handoff: bool = False,
 ) -> Truth:
     """Write a simulated fleet's trace under *out* (store layout) and its truth.json.
 
@@ -234,6 +235,8 @@ def simulate(
     the generated node names (node0001...), e.g. to match a real cluster's nodes.
     *column_files*: keep each file's column mirror, as the agent and the probe do.
     *segment_minutes*: how long each file covers, as ``[store] segment_minutes`` says.
+    *handoff*: the ranks hand their step records to their node's agent (one file per node
+    per segment) instead of each writing its own file.
     """
     if names and len(names) != nodes:
         raise UsageError(f"simulate: {len(names)} names given for {nodes} nodes")
@@ -268,7 +271,7 @@ def simulate(
     try:
         out.mkdir(parents=True, exist_ok=True)
         truth.records = write_fleet(
-            fleet, out, rng, start + duration, column_files, segment_minutes
+            fleet, out, rng, start + duration, column_files, segment_minutes, handoff
         )
         atomic_write(out / "truth.json", json.dumps(truth.to_dict(), indent=1) + "\n")
         atomic_write(out / "topology.conf", topology_conf(fleet))

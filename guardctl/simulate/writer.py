@@ -206,9 +206,13 @@ def write_fleet(
     end: float,
     column_files: bool = True,
     segment_minutes: int = HOUR_MINUTES,
+    handoff: bool = False,
 ) -> int:
     """Write every record of the fleet under the store *root*, one file per *segment_minutes*
-    as the agents and probes would; return the record count."""
+    as the agents and probes would; return the record count. With *handoff*, the ranks'
+    step records go into their node's file, as where ranks hand them to the node agent
+    (one file per node per segment); without, each rank writes its own, as a probe with no
+    agent does."""
     total = 0
     mirror = Mirror() if column_files else None
     minutes = check_minutes(segment_minutes)
@@ -218,7 +222,10 @@ def write_fleet(
         total += write_segments(lines, path_of, mirror)
     for job in f.jobs:
         for (node, rank), lines in job_steps(f, job, rng, end).items():
-            path_of = partial(_step_path, root, job.name, f.names[node], rank, minutes)
+            if handoff:
+                path_of = partial(_telemetry_path, root, f.names[node], minutes)
+            else:
+                path_of = partial(_step_path, root, job.name, f.names[node], rank, minutes)
             total += write_segments(lines, path_of, mirror)
     return total
 

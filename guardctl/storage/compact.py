@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,8 @@ GRACE_S = 120.0
 # Files read and written at a time: bounds the memory of closing a segment of a large fleet
 # (an hour of 1,000 nodes is about 2 GiB of JSON Lines).
 FILES_AT_ONCE = 500
+# What follows the segment's name in its manifest's (layout.manifest_path).
+_MANIFEST = layout.manifest_path(Path(), "").name
 
 
 @dataclass
@@ -55,22 +57,28 @@ def compact(
     *,
     grace_s: float = GRACE_S,
     workers: int = 1,
+    threads: int = 1,
     progress: Callable[[str], None] | None = None,
     budget_s: float | None = None,
     recheck_s: float | None = None,
     dry_run: bool = False,
+    groups: Mapping[str, Sequence[str]] | None = None,
 ) -> CompactReport:
     """Close every segment of the store at *root* that ended *grace_s* before *now*. With
     *budget_s*, no segment is begun after that many seconds: the rest wait for the next call
     (a segment is written whole or not at all). With *recheck_s*, a closed segment that ended
     longer ago than that is taken as it is, its files not looked at again (bytes they gain
     later are still read past it; a call without it writes them in). A dry run lists what it
-    would close."""
+    would close. *groups*: the store's files by segment (:func:`segments.group_files`) as a
+    caller that lists the store anyway found them (the controller's analyzer, each pass): the
+    store is not walked again; without it, it is."""
     if not is_store(root):  # a store not mounted, or a path that is none: nothing to close
         raise InputError(f"{root}: not a store (no telemetry/ or steps/ directory)")
     report = CompactReport()
     started = time.monotonic()
-    groups = segments.group_files(source_files(root))
+    if groups is None:
+        groups = segments.group_files(source_files(root))
+    closed_names = closed_segments(root) if recheck_s is not None else frozenset()
     for name in sorted(groups):
         bounds = segments.span(name)
         if bounds is None:
@@ -79,7 +87,7 @@ def compact(
             report.open += 1
             continue
         settled = recheck_s is not None and bounds[1] + recheck_s < now
-        if settled and layout.manifest_path(root, name).is_file():
+        if settled and name in closed_names:
             report.current += 1
             continue
         if is_current(root, name, groups[name]):
@@ -93,9 +101,24 @@ def compact(
             continue
         if progress is not None:
             progress(name)
-        report.records += close(root, name, bounds, groups[name], workers)
+        report.records += close(root, name, bounds, groups[name], workers, threads)
         report.closed.append(name)
     return report
+
+
+def closed_segments(root: Path) -> frozenset[str]:
+    """The segments whose manifest exists (closed), from one listing of the manifests'
+    directory: weeks of segments are thousands of names, and on a network filesystem a
+    look at each one's manifest is a round trip each."""
+    try:
+        with os.scandir(layout.manifests_dir(root)) as entries:
+            return frozenset(
+                entry.name[: -len(_MANIFEST)]
+                for entry in entries
+                if entry.name.endswith(_MANIFEST) and entry.is_file()
+            )
+    except OSError:  # none closed yet, or unreadable: each segment is then looked at
+        return frozenset()
 
 
 def is_current(root: Path, name: str, files: Sequence[str]) -> bool:
@@ -105,14 +128,19 @@ def is_current(root: Path, name: str, files: Sequence[str]) -> bool:
 
 
 def close(
-    root: Path, name: str, bounds: tuple[float, float], files: Sequence[str], workers: int
+    root: Path,
+    name: str,
+    bounds: tuple[float, float],
+    files: Sequence[str],
+    workers: int,
+    threads: int = 1,
 ) -> int:
     """Write segment *name* from *files*, :data:`FILES_AT_ONCE` at a time; the records written."""
     writer = closed.SegmentWriter(root, name, bounds[0])
     manifest = closed.Manifest(name, bounds[0], bounds[1], files={}, kinds={})
     try:
         for lo in range(0, len(files), FILES_AT_ONCE):
-            frame, consumed = read_consumed(files[lo : lo + FILES_AT_ONCE], workers)
+            frame, consumed = read_consumed(files[lo : lo + FILES_AT_ONCE], workers, threads)
             writer.add(frame)
             manifest.files.update({closed.relative(root, f): n for f, n in consumed.items()})
             manifest.bad.update(frame.bad)
@@ -146,13 +174,16 @@ def migrate(
     *,
     dry_run: bool = False,
     workers: int = 1,
+    threads: int = 1,
     progress: Callable[[str], None] | None = None,
 ) -> MigrateReport:
     """Bring a store that earlier versions wrote up to this one: close every segment that has
     ended, then remove the analyzer's old cache of parsed telemetry (``cache/analyze``),
     which nothing reads any more. The JSON Lines stay: the record of truth until retention.
     A dry run closes nothing and removes nothing, and says what it would."""
-    report = compact(root, now, workers=workers, progress=progress, dry_run=dry_run)
+    report = compact(
+        root, now, workers=workers, threads=threads, progress=progress, dry_run=dry_run
+    )
     out = MigrateReport(report)
     old = layout.cache_dir(root) / "analyze"
     for path in sorted(old.rglob("*")) if old.is_dir() else []:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +17,9 @@ from guardctl.analyze.features import (
     _interval,
     _rows,
     assign_windows,
-    group_quantiles,
-    peer_stats,
 )
 from guardctl.analyze.frame import INT_MISSING, Frame
+from guardctl.analyze.groups import group_quantiles, peer_stats
 from guardctl.config import Settings
 from guardctl.simulate import simulate
 
@@ -166,6 +166,31 @@ def test_windows_are_assigned_chunk_by_chunk_as_at_once(monkeypatch: pytest.Monk
     assert whole.tolist() == want.astype(int).tolist()
 
 
+@pytest.mark.parametrize("ngroups", [50_000, 70_000], ids=["16-bit groups", "more groups"])
+def test_group_quantiles_pick_exactly_among_values_a_few_ulps_apart(ngroups: int) -> None:
+    """Values that differ in their last bits (a MAD's |value - median|, 1.8 figured two ways)
+    sort as they compare: the lower element is the least, not the first written. Groups
+    without values get NaN; one group of half the rows is no different."""
+    rng = np.random.default_rng(6)
+    near = np.nextafter(1.8, 2.0)
+    # Per group the values written [1.8 + 1 ulp, 1.8, far]: the least is the one in the middle.
+    groups = np.repeat(np.arange(0, ngroups, 2), 3)  # the odd groups hold nothing
+    values = np.tile([near, 1.8, 0.0], ngroups // 2)
+    values[2::3] = rng.uniform(100.0, 1000.0, ngroups // 2)
+    groups = np.concatenate([groups, np.full(groups.size, 7)])  # and a group of half the rows
+    values = np.concatenate([values, rng.normal(size=values.size)])
+    values[rng.random(values.size) < 0.05] = np.nan
+    by: dict[int, list[float]] = {g: [] for g in range(ngroups)}
+    for g, v in zip(groups.tolist(), values.tolist(), strict=True):
+        by[g].append(v)
+    for q in (0.0, 0.3, 0.5, 1.0):
+        got = group_quantiles(groups, ngroups, values, (q,))[0].tolist()
+        want = _reference(by, q)
+        assert [None if math.isnan(x) else x for x in got] == [
+            None if math.isnan(want[g]) else want[g] for g in range(ngroups)
+        ]
+
+
 def _plain_peer_stats(peers: np.ndarray, values: np.ndarray, mask: np.ndarray) -> list[tuple]:
     """Per row: (median, MAD, count) of its peer group's values where *mask*, in Python."""
     groups: dict[int, list[float]] = {}
@@ -178,22 +203,50 @@ def _plain_peer_stats(peers: np.ndarray, values: np.ndarray, mask: np.ndarray) -
     return [(med[p], mad[p], len(groups[p])) for p in peers.tolist()]
 
 
-def test_peer_stats_group_each_peer_column_anew_when_it_changes() -> None:
-    """The detectors ask for one table's peer groups again and again, and those are kept
-    between calls: another peer column of the same length, or the same array changed in
-    place, must get its own groups."""
+def test_a_table_groups_each_peer_column_once_and_anew_when_it_is_replaced() -> None:
+    """The detectors ask for a table's peer groups again and again: the table keeps them
+    with the column they are of, and a column put in its place gets its own groups."""
     rng = np.random.default_rng(3)
     n = 3000
     values = rng.normal(size=n)
     mask = rng.random(n) < 0.8
     first = rng.integers(0, 30, n)
     other = rng.integers(0, 30, n)  # same length and type, other groups
-    for peers in (first, first, other, first):
-        got = list(zip(*(a.tolist() for a in peer_stats(peers, values, mask)), strict=True))
+    t = features.Table({"peer": first})
+    kept = t.grouping("peer")
+    assert t.grouping("peer") is kept
+    for peers in (first, other, first):
+        t["peer"] = peers.copy()
+        got = list(
+            zip(*(a.tolist() for a in peer_stats(t.grouping("peer"), values, mask)), strict=True)
+        )
         assert got == _plain_peer_stats(peers, values, mask)
-    first[: n // 2] = 99  # changed in place: the same array, other groups
-    got = list(zip(*(a.tolist() for a in peer_stats(first, values, mask)), strict=True))
-    assert got == _plain_peer_stats(first, values, mask)
+    t.cols["peer"] = other  # (put straight into the columns: still a column of its own)
+    got = list(
+        zip(*(a.tolist() for a in peer_stats(t.grouping("peer"), values, mask)), strict=True)
+    )
+    assert got == _plain_peer_stats(other, values, mask)
+
+
+def test_tables_judged_at_once_keep_their_own_peer_groups() -> None:
+    """Detectors run two at a time, each pass's tables their own: one table's groups are
+    never another's, whatever order the threads ask in."""
+    rng = np.random.default_rng(4)
+    n = 2000
+    values = rng.normal(size=n)
+    mask = np.ones(n, bool)
+    tables = [features.Table({"peer": rng.integers(0, k, n)}) for k in (3, 30, 300, 3000)]
+    want = [_plain_peer_stats(t["peer"], values, mask) for t in tables]
+
+    def judge(i: int) -> list[tuple]:
+        t = tables[i % len(tables)]
+        return list(
+            zip(*(a.tolist() for a in peer_stats(t.grouping("peer"), values, mask)), strict=True)
+        )
+
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(judge, range(4 * len(tables))))
+    assert got == [want[i % len(tables)] for i in range(4 * len(tables))]
 
 
 @pytest.mark.parametrize("in_time_order", [True, False], ids=["written-in-order", "out-of-order"])

@@ -17,9 +17,7 @@ import json
 import math
 import os
 import shutil
-import signal
 import struct
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guardctl import tails
 from guardctl.analyze import analyze, features, incremental
 from guardctl.analyze.features import Table, WindowPart
 from guardctl.analyze.frame import Frame
@@ -140,40 +137,19 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return src
 
 
-def _with_helper(monkeypatch: pytest.MonkeyPatch, group: int = 2048, room: int = 0) -> None:
-    """Analyzers made from here on read through a helper process whatever their file count,
-    *group* files at a time, into buffers of *room* bytes (0: the default)."""
-    monkeypatch.setattr(incremental, "HELPER_FILES", 0)
-    monkeypatch.setattr(incremental, "HELPER_GROUP", group)
-    if room:
-        monkeypatch.setattr(tails, "ROOM", room)
-
-
 @pytest.mark.parametrize(
-    ("read_bytes", "helper"),
-    [
-        (incremental.READ_BYTES, None),
-        (40_000, None),
-        (incremental.READ_BYTES, (2048, 0)),
-        (40_000, (5, 4_000)),
-    ],
-    ids=["here", "here-small-groups", "helper", "helper-small-groups-little-room"],
+    "read_bytes", [incremental.READ_BYTES, 40_000], ids=["one-group", "small-groups"]
 )
 def test_passes_a_minute_apart_equal_cold_passes(
     trace: Path,
     tmp_path: Path,
     replays: Replays,
     read_bytes: int,
-    helper: tuple[int, int] | None,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 40 kB: the files' new rows are read and decoded a few files at a time, as a first
-    # pass at 100k GPUs reads them. With a helper process the same, and with groups of 5
-    # files at most and 4 kB of room: groups the helper stops in the middle of (a minute
-    # of a node's telemetry is more), the analyzer reading the rest itself.
+    # pass at 100k GPUs reads them.
     monkeypatch.setattr(incremental, "READ_BYTES", read_bytes)
-    if helper:
-        _with_helper(monkeypatch, *helper)
     store, replay, settings, inc = _start(replays, trace, tmp_path, unmirrored=3)
     grid = Analyzer(settings, store, grid_s=60.0)  # the controller's: windows on the minute
     telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
@@ -184,7 +160,6 @@ def test_passes_a_minute_apart_equal_cold_passes(
     suspects = set()
     placed: list[float] = []  # the share of the kept step records each pass placed again
     kept: dict[int, int] = {}  # tables of the grid's pass taken from earlier passes
-    helped: list[tuple[int, int]] = []  # files whose rows the helper read, of those read
     for minute in range(5, 25):
         t = START + 60 * minute
         replay.advance(t)
@@ -202,7 +177,6 @@ def test_passes_a_minute_apart_equal_cold_passes(
             os.replace(copy, path)
         got = _same(inc, store, settings)
         read = dict(inc.read)
-        helped.append((read["helper_files"], read["mirror_files"]))
         aligned = grid.analyze().to_dict()
         end = aligned["window"]["end"]
         assert end % 60 == 0 and t - 60 <= end <= t
@@ -233,87 +207,19 @@ def test_passes_a_minute_apart_equal_cold_passes(
     # figured ahead; not a window a late agent's minutes joined.
     assert all(kept[m] == 8 for m in (6, 7, 8, 9, 10, 15, 16, 19, 20, 24)), kept
     assert kept[5] == kept[14] == kept[18] == 0 and kept[11] < 8, kept
-    if helper is None:
-        assert all(h == 0 for h, _ in helped)
-    elif helper[1]:  # each pass read some files through the helper, some itself
-        assert all(0 < h < n for h, n in helped), helped
-    else:
-        assert all(0 < h == n for h, n in helped), helped
     inc.close()
-    assert inc._helper is None
 
 
-def test_no_cycle_collection_runs_in_a_pass_and_a_pass_leaves_no_cycles(
-    trace: Path, tmp_path: Path, replays: Replays
-) -> None:
-    """A pass holds the cycle collector off (at 100k GPUs its own containers started three
-    full collections a pass, a tenth of it) and gives it back as it found it; the pass
-    leaves no garbage only the collector could free (none was held off for it)."""
+def test_a_pass_leaves_no_reference_cycles(trace: Path, tmp_path: Path, replays: Replays) -> None:
+    """What a pass frees goes by reference counting: it leaves nothing only the cycle
+    collector could free (a daemon passing every minute would otherwise hold it until the
+    collector's next full run)."""
     _, replay, _, inc = _start(replays, trace, tmp_path)
-    runs: list[tuple[int, int]] = []  # per collection: its generation, the young ones then
-
-    def count(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            runs.append((info["generation"], gc.get_count()[0]))
-
-    young = gc.get_threshold()[0]
-    gc.callbacks.append(count)
-    try:
-        for minute in range(5, 9):
-            replay.advance(START + 60 * minute)
-            gc.collect()
-            runs.clear()
-            inc.analyze()
-            # Only the one young collection that the pass's end starts (the collector on
-            # again, its count past the threshold), not one per `young` containers made.
-            assert len(runs) == 1 and runs[0][0] == 0, runs
-            assert runs[0][1] > 2 * young  # (the pass made enough to start two)
-            assert gc.isenabled()
-            assert gc.collect() == 0, "a pass left reference cycles"
-        gc.disable()
-        try:
-            runs.clear()
-            inc.analyze()
-            assert runs == [] and not gc.isenabled()  # (a caller's choice stays)
-        finally:
-            gc.enable()
-    finally:
-        gc.callbacks.remove(count)
-    inc.close()
-
-
-def test_the_pass_after_a_first_reads_in_groups_cut_by_their_files_not_by_whole_reads(
-    trace: Path, tmp_path: Path, replays: Replays, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A first pass reads whole files, which say little of what a minute brings: the pass
-    after it takes each to bring its share of a full group, so its groups are as many as
-    their files make (at 100k GPUs 15, where whole reads cut 133), the analyzer reads what
-    overflows a group itself, two threads decode every group, and the passes give what
-    cold passes give."""
-    _with_helper(monkeypatch, group=8, room=40_000)  # (half a buffer: a few whole reads)
-    store, replay, settings, inc = _start(replays, trace, tmp_path)
-    replay.advance(START + 300)
-    _same(inc, store, settings)
-    assert inc.read["helper_groups"] > inc.read["mirror_files"] // 2  # (cut by whole reads)
-    replay.advance(START + 360)
-    started: list[str] = []  # the threads the pass starts
-    start = threading.Thread.start
-
-    def counted(thread: threading.Thread) -> None:
-        started.append(thread.name)
-        start(thread)
-
-    monkeypatch.setattr(threading.Thread, "start", counted)
-    got = inc.analyze().to_dict()
-    monkeypatch.setattr(threading.Thread, "start", start)
-    assert got == analyze(store, settings).to_dict()
-    read = dict(inc.read)
-    assert read["helper_groups"] * 8 < read["mirror_files"] + 8, read  # as many as 8s make
-    # Two threads decode all its groups (started per group, they were two a group).
-    assert len(started) < read["helper_groups"], started
-    assert 0 < read["helper_files"] < read["mirror_files"], read  # (some overflowed)
-    replay.advance(START + 420)
-    _same(inc, store, settings)
+    for minute in range(5, 9):
+        replay.advance(START + 60 * minute)
+        gc.collect()
+        inc.analyze()
+        assert gc.collect() == 0, "a pass left reference cycles"
     inc.close()
 
 
@@ -619,24 +525,17 @@ def test_records_let_go_before_judging_beside_a_tail_read_for_one_pass(
     assert inc.restarts == 0
 
 
-@pytest.mark.parametrize("helper", [False, True], ids=["here", "helper"])
 def test_a_mirror_replaced_behind_the_one_kept_open(
-    trace: Path, tmp_path: Path, replays: Replays, helper: bool, monkeypatch: pytest.MonkeyPatch
+    trace: Path, tmp_path: Path, replays: Replays
 ) -> None:
     """Mirrors stay open from pass to pass; one renamed over (a copy, then written on by its
-    writer) is read from the new file, after one pass that parses what the old one lacks.
-    The same where a helper process keeps them open."""
-    if helper:
-        _with_helper(monkeypatch)
+    writer) is read from the new file, after one pass that parses what the old one lacks."""
     store, replay, settings, inc = _start(replays, trace, tmp_path)
     replay.advance(START + 300)
     _same(inc, store, settings)
     rel = sorted(r for r in replay.lines if r.startswith("telemetry"))[0]
     state = inc._files[os.fspath(store / rel)]
-    if helper:  # the helper's, not this process's
-        assert state.fd == -1 and inc.read["helper_files"] == inc.read["mirror_files"] > 0
-    else:
-        assert state.fd >= 0 and os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
+    assert state.fd >= 0 and os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
     copy = state.cols + ".tmp"
     shutil.copyfile(state.cols, copy)
     os.replace(copy, state.cols)
@@ -648,36 +547,9 @@ def test_a_mirror_replaced_behind_the_one_kept_open(
         parsed.append(inc.read["parsed_bytes"])
     assert parsed[0] > 0 and parsed[1:] == [0, 0], parsed  # the old file lacks minute 6
     assert inc.restarts == 0
-    if not helper:
-        assert os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
+    assert os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
     inc.close()
     assert state.fd == -1
-
-
-def test_a_reading_helper_that_dies_is_done_without(
-    trace: Path, tmp_path: Path, replays: Replays, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The helper killed between passes: the next pass reads every file itself, as cold
-    passes read them, and starts no helper again; closing the analyzer stops a live one."""
-    _with_helper(monkeypatch, group=7)
-    store, replay, settings, inc = _start(replays, trace, tmp_path)
-    helped = []
-    for minute in range(5, 10):
-        replay.advance(START + 60 * minute)
-        if minute == 7:
-            assert inc._helper is not None
-            os.kill(inc._helper.proc.pid, signal.SIGKILL)
-            inc._helper.proc.wait()
-        _same(inc, store, settings)
-        helped.append(inc.read["helper_files"])
-    assert helped[0] > 0 and helped[1] > 0 and helped[2:] == [0, 0, 0], helped
-    assert inc._helper is None
-    other = Analyzer(settings, store)
-    _same(other, store, settings)
-    assert other._helper is not None and other.read["helper_files"] > 0
-    proc = other._helper.proc
-    other.close()
-    assert proc.poll() is not None
 
 
 # --- the kept columns --------------------------------------------------------------------

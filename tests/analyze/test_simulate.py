@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from guardctl.analyze import load
+from guardctl.analyze import analyze, load
 from guardctl.cli import main
 from guardctl.config import Settings
 from guardctl.errors import UsageError
@@ -96,6 +96,28 @@ def test_simulate_then_analyze_meets_the_quality_target(tmp_path: Path, seed: in
     assert score.precision >= 0.98, score.false_nodes
     assert score.false_passes == 0, score.false_nodes
     assert max(score.ttd_windows) <= 2.0, score.ttd_windows
+
+
+def test_handoff_trace_has_one_file_per_node_and_segment_and_the_same_verdicts(
+    tmp_path: Path,
+) -> None:
+    """Ranks that hand their steps to the agent leave one file per node and segment, and
+    the analysis sees the records it sees in per-rank files."""
+    own, handed = tmp_path / "per-rank", tmp_path / "handoff"
+    shape = {"nodes": 12, "duration": 1200, "seed": 7, "segment_minutes": 10}
+    simulate(own, **shape)
+    truth = simulate(handed, handoff=True, **shape)
+    assert not (handed / "steps").exists()
+    steps = list((own / "steps").rglob("*.jsonl"))  # <node>.r<rank>.<segment>.jsonl
+    node_segments = {Path("telemetry", *p.name.split(".")[::2]) for p in steps}
+    telemetry = {p.relative_to(own) for p in (own / "telemetry").rglob("*.jsonl")}
+    files = {p.relative_to(handed) for p in handed.rglob("*.jsonl")}
+    assert steps and files == {p.with_suffix(".jsonl") for p in node_segments} | telemetry
+    settings = Settings()
+    per_rank, per_node = analyze(own, settings), analyze(handed, settings)
+    assert per_node.records == per_rank.records == truth.records
+    assert per_node.to_dict()["nodes"] == per_rank.to_dict()["nodes"]
+    assert any(v["verdict"] == "suspect" for v in per_node.to_dict()["nodes"])
 
 
 def test_clean_fleet_has_no_suspect_at_any_point(tmp_path: Path) -> None:

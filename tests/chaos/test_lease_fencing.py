@@ -20,6 +20,7 @@ from guardctl.controller.loop import Controller
 from guardctl.errors import RefusedError
 from guardctl.nodeops import NodeOps
 from guardctl.slurm.memory import MemorySlurm
+from guardctl.slurm.types import SlurmClient, SubmitRequest
 from guardctl.sweep.engine import SweepOptions
 
 LEASE = 60.0
@@ -139,6 +140,43 @@ def test_a_deposed_leader_neither_appends_to_nor_checkpoints_the_log(tmp_path: P
         a.ops.log.checkpoint(lambda entries: [])  # it would have dropped every entry
     assert a.ops.log.path.read_bytes() == before
     assert not (a.ops.log.path.parent / "archive").exists()
+
+
+def test_a_deposed_leader_reaches_slurm_only_through_the_protocol_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """The fenced client offers what guardctl's Slurm protocol names and nothing else (the
+    in-memory Slurm's own levers, which change it, stay out of a controller's reach), and
+    every change it offers but the hold's release is refused once the lease is gone."""
+    slurm = MemorySlurm(NODES, start=time.time())
+    clock = HostClock("a")
+    a = controller(tmp_path, slurm, clock)
+    assert a.lead()[0]
+    fenced = a.ops.slurm
+    protocol = {name for name in vars(SlurmClient) if not name.startswith("_")}
+    assert {name for name in vars(type(fenced)) if not name.startswith("_")} == protocol
+    for lever in ("set_down", "finish", "add_node", "advance"):
+        assert hasattr(slurm, lever) and not hasattr(fenced, lever)
+    job = fenced.submit(SubmitRequest(script="burnin.sh", nodes=(NODES[0],)))
+    clock.passed += LEASE  # paused past its lease
+    changes = {
+        "drain": lambda: fenced.drain([NODES[1]], "deposed"),
+        "resume": lambda: fenced.resume([NODES[1]]),
+        "create_reservation": lambda: fenced.create_reservation("r", [NODES[1]], ["root"]),
+        "delete_reservation": lambda: fenced.delete_reservation("r"),
+        "submit": lambda: fenced.submit(SubmitRequest(script="burnin.sh")),
+        "cancel": lambda: fenced.cancel(job),
+        "requeue": lambda: fenced.requeue(job, hold=True),
+        "update_job": lambda: fenced.update_job(job, exclude=[NODES[1]]),
+        "signal": lambda: fenced.signal(job, "USR1"),
+    }
+    before = (slurm.nodes(), slurm.jobs(), slurm.reservations())
+    for name, change in changes.items():
+        with pytest.raises(LeaseLost):
+            change()
+        assert (slurm.nodes(), slurm.jobs(), slurm.reservations()) == before, name
+    reads = {"nodes", "jobs", "recent_jobs", "reservations", "topology", "job"}
+    assert protocol == reads | set(changes) | {"release_hold"}
 
 
 @pytest.mark.parametrize("skew_s", [300.0, -300.0])

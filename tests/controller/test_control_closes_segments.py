@@ -6,29 +6,36 @@ Real controller over the in-memory Slurm, real store files: a job's telemetry en
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from controltools import Trace
 
+from guardctl.analyze.engine import Analysis
+from guardctl.analyze.incremental import Analyzer
 from guardctl.analyze.load import read_frame, source_files
 from guardctl.config import Layer, Settings, build_settings
-from guardctl.controller.loop import Controller
+from guardctl.controller.loop import RECHECK_S, Controller
 from guardctl.slurm.memory import MemorySlurm
 from guardctl.storage import closed, layout, segments
 from guardctl.storage import store as shared_store
 from guardctl.storage.compact import GRACE_S
+from guardctl.storage.source import StoreSource
 from guardctl.telemetry import schema
 
 NODES = [f"node{i}" for i in range(1, 5)]
 
 
-def telemetry(store: Path) -> None:
-    """A job on four nodes whose telemetry ends now, in 10-minute segments."""
-    tr = Trace(store, nodes=len(NODES), minutes=25, seed=7)
+def telemetry(store: Path, *, ago_s: float = 0.0, minutes: int = 25) -> None:
+    """A job on four nodes whose telemetry ends *ago_s* before now, in 10-minute segments."""
+    tr = Trace(store, nodes=len(NODES), minutes=minutes, seed=7)
     tr.names = list(NODES)
-    tr.t = tr.t - tr.t[-1] + time.time()
+    tr.t = tr.t - tr.t[-1] + time.time() - ago_s
     files: dict[Path, list[str]] = {}
     for rec in [*tr.records(), *tr.step_records()]:
         name = segments.segment_name(rec["ts"], 10)
@@ -94,3 +101,96 @@ def test_a_store_closing_cannot_write_is_said_and_the_pass_stands(tmp_path: Path
     assert c.run_pass().leader
     (said,) = [line for line in lines if line.startswith("control: closing segments: ")]
     assert "\n" not in said
+
+
+def count_listings(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every directory listing from now on (the store's walks and the analyzer's listing both
+    list through ``load._list_dir``), by directory."""
+    listed: Counter[str] = Counter()
+    load = sys.modules["guardctl.analyze.load"]  # (the package's ``load`` is a function)
+    real = load._list_dir
+
+    def counted(directory: str) -> tuple[list[str], list[str]] | None:
+        listed[directory] += 1
+        return real(directory)
+
+    monkeypatch.setattr(load, "_list_dir", counted)
+    return listed
+
+
+def closed_by(lines: list[str]) -> list[str]:
+    """The segments the passes said they closed, from the controller's lines, in time order."""
+    said = [line for line in lines if line.startswith("control: closed segments ")]
+    return sorted(name.strip(",") for line in said for name in line.split(" (")[0].split()[3:])
+
+
+def test_the_leaders_closing_lists_no_directory_its_pass_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "store"
+    shared_store.init(store)
+    telemetry(store)
+    lines: list[str] = []
+    c = Controller(settings(store), act=False, slurm=MemorySlurm(NODES), progress=lines.append)
+    for n in range(2):  # the first pass lists every directory; the next, those that changed
+        listed = count_listings(monkeypatch)
+        assert c.run_pass().leader
+        if n == 0:
+            assert {os.fspath(store / "telemetry" / node) for node in NODES} <= set(listed)
+        twice = {d: n for d, n in listed.items() if n > 1}
+        assert not twice, twice
+    assert closed_by(lines) == ended(store)  # and the closing still happened, from that listing
+
+
+def test_the_leader_closes_what_lands_between_passes(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    shared_store.init(store)
+    telemetry(store)
+    telemetry(store, ago_s=86400.0, minutes=10)  # a day the controller was down: never closed
+    lines: list[str] = []
+    c = Controller(settings(store), act=False, slurm=MemorySlurm(NODES), progress=lines.append)
+    assert c.run_pass().leader
+    first = closed_by(lines)
+    day_old = [n for n in first if (segments.span(n) or (0.0, 0.0))[1] < time.time() - RECHECK_S]
+    assert day_old, first  # closed though long settled: it had no manifest
+    assert first == ended(store)
+    # An agent's backlog lands: a segment never seen (an hour ago) and bytes in a closed one.
+    telemetry(store, ago_s=3600.0, minutes=10)
+    grown = first[-1]
+    node_file = store / "telemetry" / NODES[0] / f"{grown}.jsonl"
+    last = node_file.read_text().splitlines()[-1]
+    with node_file.open("a") as out:
+        out.write(last + "\n")
+    del lines[:]
+    assert c.run_pass().leader
+    second = closed_by(lines)
+    new = sorted(set(ended(store)) - set(first))
+    assert new and second == sorted([*new, grown]), (new, grown, second)
+    manifest = closed.read_manifest(store, grown)
+    key = closed.relative(store, os.fspath(node_file))
+    assert manifest is not None and manifest.files[key][1] == node_file.stat().st_size
+
+
+class ElsewhereSource(StoreSource):
+    """A source that is not the store's incremental analyzer (as Prometheus): each pass
+    analyses afresh, leaving the controller's analyzer idle."""
+
+    kind = "mixed"
+
+    def newest(self, analyzer: Analyzer) -> Analysis:
+        return self.analyze()
+
+
+def test_with_another_source_the_leader_still_finds_new_segments(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    shared_store.init(store)
+    telemetry(store)
+    lines: list[str] = []
+    c = Controller(settings(store), act=False, slurm=MemorySlurm(NODES), progress=lines.append)
+    c.source = ElsewhereSource(c.settings)
+    assert c.run_pass().leader
+    first = closed_by(lines)
+    assert first == ended(store)
+    telemetry(store, ago_s=3600.0, minutes=10)
+    assert c.run_pass().leader
+    assert closed_by(lines) == ended(store) and len(ended(store)) > len(first)

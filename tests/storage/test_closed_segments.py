@@ -257,3 +257,27 @@ def test_with_a_recheck_window_older_closed_segments_are_taken_as_they_are(
     assert quick.closed == [] and quick.current == 4
     _same_records(read_frame(root, closed_segments=False), read_frame(root))  # still read
     assert compact(root, LATER).closed == [segments.segment_of(node_file)]
+
+
+def test_the_leaders_compaction_looks_at_no_file_of_a_settled_segment(
+    fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    compact(root, LATER)
+    groups = segments.group_files(source_files(root))  # as the leader's pass listed them
+    unclosed = sorted(groups)[1]
+    layout.manifest_path(root, unclosed).unlink()  # (retention, or a hand) removed it
+    looked: list[str] = []
+    real = os.stat
+
+    def counted(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        looked.append(os.fspath(path))  # type: ignore[call-overload]
+        return real(path, *args, **kwargs)  # type: ignore[call-overload,arg-type]
+
+    monkeypatch.setattr(os, "stat", counted)
+    report = compact(root, LATER, recheck_s=3600.0, groups=groups)
+    monkeypatch.undo()
+    assert report.closed == [unclosed] and report.current == 3
+    store_files = [os.sep + top + os.sep for top in ("telemetry", "steps", "_manifests")]
+    settled = [p for p in looked if any(part in p for part in store_files)]
+    assert not [p for p in settled if unclosed not in p], settled  # only the one it closed

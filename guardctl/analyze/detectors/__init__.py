@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from guardctl.analyze.features import Features, peer_stats
+from guardctl.analyze.features import Features
+from guardctl.analyze.groups import peer_stats
 from guardctl.errors import ConfigError
 from guardctl.plugins import Registry
 
@@ -128,7 +129,7 @@ def below_peers_under_load(
         return []
     busy = t["util_med"] >= th["busy_util_pct"]
     value = t[column]
-    med, mad, _ = peer_stats(t["peer"], value, busy)
+    med, mad, _ = peer_stats(t.grouping("peer"), value, busy)
     hit, rdev, sev = deviation_test(value, med, mad, direction=-1, rel=th["rel"], z=th["z"])
     hit &= busy
     return [Flags.of(detector, metric, unit, summary, t, hit, value, med, rdev, sev, gpu="gpu")]

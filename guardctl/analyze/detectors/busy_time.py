@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from guardctl.analyze.detectors import Flags, busy_flags, deviation_test, register
-from guardctl.analyze.features import Features, peer_stats
+from guardctl.analyze.features import Features
+from guardctl.analyze.groups import peer_stats
 
 
 @register
@@ -31,7 +32,7 @@ class BusyTime:
         if not len(t):
             return []
         value = t["busy_hi"]
-        med, mad, _ = peer_stats(t["peer"], value, np.ones(len(t), bool))
+        med, mad, _ = peer_stats(t.grouping("peer"), value, np.ones(len(t), bool))
         hit, rdev, sev = deviation_test(value, med, mad, direction=1, rel=th["rel"], z=th["z"])
         hit &= t["peer"] >= 0  # a job too small to have peers is not judged
         return busy_flags(self.name, t, hit, value, med, rdev, sev, "its job's ranks")

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from guardctl.analyze.detectors import Flags, register
-from guardctl.analyze.features import Features, peer_stats
+from guardctl.analyze.features import Features
+from guardctl.analyze.groups import peer_stats
 
 _METRICS = (
     ("pcie_replay", "pcie_per_window", "PCIe replays rising"),
@@ -30,7 +31,7 @@ class GpuLinks:
         everyone = np.ones(len(t), bool)
         for metric, key, summary in _METRICS:
             value = t[metric]
-            med, _, _ = peer_stats(t["peer"], value, everyone)
+            med, _, _ = peer_stats(t.grouping("peer"), value, everyone)
             budget = th[key]
             hit = (value >= budget) & (value >= 4 * med)
             out.append(

@@ -7,7 +7,8 @@ on the node; only nodes running a job are judged (an idle node's load is its own
 from __future__ import annotations
 
 from guardctl.analyze.detectors import Flags, deviation_test, register
-from guardctl.analyze.features import Features, peer_stats
+from guardctl.analyze.features import Features
+from guardctl.analyze.groups import peer_stats
 
 
 @register
@@ -21,7 +22,7 @@ class HostContention:
             return []
         busy = f.node_job[t["w"], t["node"]] >= 0
         value = t["load_hi"]
-        med, mad, _ = peer_stats(t["peer"], value, busy)
+        med, mad, _ = peer_stats(t.grouping("peer"), value, busy)
         hit, rdev, sev = deviation_test(
             value, med, mad, direction=1, rel=th["rel"], z=th["z"], min_abs=th["min_load"]
         )

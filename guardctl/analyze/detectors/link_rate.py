@@ -6,7 +6,8 @@ Peers are all ports seen in the same window: the fabric's ports share one speed.
 from __future__ import annotations
 
 from guardctl.analyze.detectors import Flags, deviation_test, register
-from guardctl.analyze.features import Features, peer_stats
+from guardctl.analyze.features import Features
+from guardctl.analyze.groups import peer_stats
 
 
 @register
@@ -20,7 +21,7 @@ class LinkRate:
             return []
         value = t["rate_lo"]
         up = t["down_frac"] < 0.5  # a port that is down is link_flaps' business
-        med, mad, _ = peer_stats(t["w"], value, up)
+        med, mad, _ = peer_stats(t.grouping("w"), value, up)
         hit, rdev, sev = deviation_test(value, med, mad, direction=-1, rel=th["rel"], z=th["z"])
         hit &= up
         return [

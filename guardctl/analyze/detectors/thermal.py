@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from guardctl.analyze.detectors import Flags, deviation_test, register
-from guardctl.analyze.features import Features, peer_stats
+from guardctl.analyze.features import Features
+from guardctl.analyze.groups import peer_stats
 
 THERMAL_BITS = 0x20 | 0x40
 
@@ -24,11 +25,11 @@ class Thermal:
             return []
         busy = t["util_med"] >= th["busy_util_pct"]
         value = t["temp_hi"]
-        med, mad, _ = peer_stats(t["peer"], value, busy)
+        med, mad, _ = peer_stats(t.grouping("peer"), value, busy)
         hot, rdev, sev = deviation_test(
             value, med, mad, direction=1, rel=0.0, z=th["z"], min_abs=th["delta_c"]
         )
-        cmed, _, _ = peer_stats(t["peer"], t["clock_lo"], busy)
+        cmed, _, _ = peer_stats(t.grouping("peer"), t["clock_lo"], busy)
         with np.errstate(invalid="ignore", divide="ignore"):
             slower = t["clock_lo"] <= cmed * (1 - th["clock_rel"])
         throttled = (t["fault_bits"] & THERMAL_BITS) != 0

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from guardctl.analyze.detectors import Flags, deviation_test, register
-from guardctl.analyze.features import Features, peer_stats
+from guardctl.analyze.features import Features
+from guardctl.analyze.groups import peer_stats
 
 
 @register
@@ -22,7 +23,7 @@ class XmitWait:
         if not len(t):
             return []
         value = t["xmit_wait"]
-        med, mad, _ = peer_stats(t["peer"], value, np.ones(len(t), bool))
+        med, mad, _ = peer_stats(t.grouping("peer"), value, np.ones(len(t), bool))
         hit, rdev, sev = deviation_test(
             value,
             med,

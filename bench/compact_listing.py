@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""The controller leader's compaction over a store of weeks: walking the store, or not.
+
+After each pass the controller's leader closes the store's ended segments
+(:func:`guardctl.storage.compact.compact`). It used to walk the store for that (every
+``telemetry/<node>/`` directory listed, every name grouped by segment), a second time after
+the pass's own analysis had listed it; it now takes the files as the pass's analyzer listed
+them (:meth:`Analyzer.segment_files`). This measures one such call both ways, in the same run:
+
+- ``walk`` (the old way, still ``guardctl store compact``'s): ``compact(root, now,
+  recheck_s=RECHECK_S)``, which lists the store itself;
+- ``from the pass``: the same call given the analyzer's listing (made before, untimed: the
+  pass made it for its analysis anyway).
+
+The store is synthetic and made fast: *nodes* node directories, each holding every
+10-minute segment of *days* days as an empty ``.jsonl`` and its ``.cols`` mirror (what
+retention keeps at a site), every segment closed (its manifest written as compaction writes
+it for empty files). So each call finds nothing to write: what it costs is finding that out,
+the steady state of every pass. Both calls' reports must agree. Figures: seconds (fastest
+and median of ``--rounds``), directories listed and the entries they held, the segments
+looked at, and the load average. ``--idle S`` waits S seconds before each call, as passes a
+minute apart do: a network filesystem's caches of names and attributes (sshfs: 20 s) have
+expired by then, and what is left of each call is a round trip per file it looks at.
+
+``--store DIR`` makes the store there, or reuses the one already there (a store made by this
+benchmark: serve DIR over the network filesystem, ``tools/netfs.sh up DIR MOUNT``, and run
+again with ``--store MOUNT``); without it a temporary one under ``/var/tmp`` is made and
+removed.
+
+    python bench/compact_listing.py [--nodes 200] [--days 14] [--rounds 3] [--store DIR] [--idle S]
+    python bench/compact_listing.py --quick      # 20 nodes, 2 days
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from guardctl.analyze.incremental import Analyzer  # noqa: E402
+from guardctl.config import Layer, build_settings  # noqa: E402
+from guardctl.controller.loop import RECHECK_S  # noqa: E402
+from guardctl.storage import closed, layout, segments  # noqa: E402
+from guardctl.storage import store as shared_store  # noqa: E402
+from guardctl.storage.compact import GRACE_S, CompactReport, compact  # noqa: E402
+
+SEGMENT_S = 600
+# The module, not the package's ``load`` function of the same name: its directory listing is
+# what both ways go through, counted here.
+LOAD: Any = importlib.import_module("guardctl.analyze.load")
+
+
+def segment_names(days: int, end: float) -> list[str]:
+    """Every 10-minute segment of the *days* days ending at *end* (a segment boundary)."""
+    first = end - days * 86400
+    return [segments.segment_name(t, 10) for t in range(int(first), int(end), SEGMENT_S)]
+
+
+def make_store(root: Path, nodes: int, days: int) -> None:
+    """Every node's empty files of every segment, and each segment's manifest."""
+    shared_store.init(root)
+    end = time.time() // SEGMENT_S * SEGMENT_S
+    names = segment_names(days, end)
+    flags = os.O_CREAT | os.O_WRONLY | os.O_EXCL
+    node_names = [f"node{i:05d}" for i in range(nodes)]
+    for node in node_names:
+        directory = root / "telemetry" / node
+        directory.mkdir(parents=True)
+        for name in names:
+            for suffix in (".jsonl", ".cols"):
+                os.close(os.open(directory / f"{name}{suffix}", flags, 0o644))
+    layout.manifests_dir(root).mkdir(parents=True, exist_ok=True)
+    for name in names:
+        bounds = segments.span(name)
+        assert bounds is not None
+        files = {f"telemetry/{node}/{name}.jsonl": (0, 0) for node in node_names}
+        manifest = closed.Manifest(name, bounds[0], bounds[1], files=files, kinds={})
+        layout.manifest_path(root, name).write_text(json.dumps(manifest.to_dict()))
+
+
+def store_now(root: Path) -> float:
+    """A moment just after the store's newest segment ended and its grace passed: every
+    segment is closed, and the newest within the recheck window, as after a leader's pass."""
+    names = [p.stem for p in layout.manifests_dir(root).iterdir()]
+    ends = [s[1] for s in map(segments.span, names) if s is not None]
+    return max(ends) + GRACE_S + 1.0
+
+
+@contextmanager
+def counted_listings() -> Iterator[list[str]]:
+    """The directories listed meanwhile (through the store's one directory lister)."""
+    listed: list[str] = []
+    real = LOAD._list_dir
+
+    def counting(directory: str) -> tuple[list[str], list[str]] | None:
+        listed.append(directory)
+        return real(directory)
+
+    LOAD._list_dir = counting
+    try:
+        yield listed
+    finally:
+        LOAD._list_dir = real
+
+
+def one_call(call: Callable[[], CompactReport]) -> tuple[float, CompactReport, list[str]]:
+    with counted_listings() as listed:
+        started = time.perf_counter()
+        report = call()
+        seconds = time.perf_counter() - started
+    return seconds, report, listed
+
+
+def measure(root: Path, rounds: int, idle_s: float) -> dict[str, Any]:
+    now = store_now(root)
+    analyzer = Analyzer(build_settings([Layer("bench", {"store": {"root": str(root)}})]))
+    groups = analyzer.segment_files(list_again=True)  # the pass's listing: made anyway
+    ways: dict[str, Callable[[], CompactReport]] = {
+        "walk": lambda: compact(root, now, budget_s=60.0, recheck_s=RECHECK_S),
+        "from the pass": lambda: compact(
+            root, now, budget_s=60.0, recheck_s=RECHECK_S, groups=groups
+        ),
+    }
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    reports: dict[str, dict[str, Any]] = {}
+    listed: dict[str, list[str]] = {}
+    for _ in range(rounds):
+        for way, call in ways.items():  # alternated: both see the same caches
+            time.sleep(idle_s)
+            seconds, report, dirs = one_call(call)
+            times[way].append(seconds)
+            reports[way], listed[way] = report.to_dict(), dirs
+    if reports["walk"] != reports["from the pass"]:
+        raise SystemExit(f"the two ways disagree: {reports}")
+    out: dict[str, Any] = {"ways": {}, "report": reports["walk"]}
+    for way in ways:
+        entries = sum(len(os.listdir(d)) for d in listed[way])  # (after the clock: uncounted)
+        out["ways"][way] = {
+            "fastest_s": min(times[way]),
+            "median_s": statistics.median(times[way]),
+            "dirs_listed": len(listed[way]),
+            "entries_listed": entries,
+        }
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from segment_format import filesystem  # beside this script: one reading of /proc/mounts
+
+    made, root = 0.0, args.store
+    temporary = root is None
+    if root is None:
+        root = Path(tempfile.mkdtemp(prefix="compact-listing-", dir="/var/tmp")) / "store"
+    try:
+        if not (root / "telemetry").is_dir():
+            started = time.perf_counter()
+            make_store(root, args.nodes, args.days)
+            made = time.perf_counter() - started
+        result = measure(root, args.rounds, args.idle)
+    finally:
+        if temporary:
+            shutil.rmtree(root.parent)
+    nodes = sum(1 for _ in (root / "telemetry").iterdir()) if not temporary else args.nodes
+    return {
+        "filesystem": filesystem(root.parent if temporary else root).split(" ", 1)[0],
+        "nodes": nodes,
+        "store_made_s": made,
+        "idle_s": args.idle,
+        "loadavg": os.getloadavg(),
+        **result,
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    walk = result["ways"]["walk"]
+    report = result["report"]
+    print(
+        f"{result['nodes']} nodes on {result['filesystem']}: {report['current']} closed "
+        f"segments, {result['idle_s']:g} s idle before each call, load average "
+        f"{' '.join(f'{x:.1f}' for x in result['loadavg'])}"
+    )
+    print("| leader's compaction | fastest s | median s | dirs listed | entries listed |")
+    print("|---|---|---|---|---|")
+    for way, row in result["ways"].items():
+        ratio = walk["median_s"] / row["median_s"] if row["median_s"] else float("inf")
+        print(
+            f"| {way} | {row['fastest_s']:.3f} | {row['median_s']:.3f} ({ratio:.0f}x) | "
+            f"{row['dirs_listed']:,} | {row['entries_listed']:,} |"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--days", type=int, default=14)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--store", type=Path, default=None)
+    parser.add_argument("--idle", type=float, default=0.0, help="seconds idle before each call")
+    parser.add_argument("--quick", action="store_true", help="20 nodes, 2 days")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.nodes, args.days = 20, 2
+    result = run(args)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_table(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
