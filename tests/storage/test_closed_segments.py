@@ -47,6 +47,17 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _append_late_record(root: Path) -> Path:
+    """Append a host record to the store's first node file, inside its segment (as an agent
+    writing its backlog after an outage would); that file."""
+    node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
+    ts = segments.file_span(node_file)[0] + 5.0  # type: ignore[index]
+    late = {"v": 1, "kind": "host", "ts": ts, "node": node_file.parent.name, "cpu_pct": 1.5}
+    with open(node_file, "ab") as fh:
+        fh.write(json.dumps(late).encode() + b"\n")
+    return node_file
+
+
 def _same_records(a: object, b: object) -> None:
     ra, rb = records(a), records(b)  # type: ignore[arg-type]
     for kind in schema.KINDS:
@@ -112,11 +123,7 @@ def test_an_open_segment_is_left_alone(fleet: Path, tmp_path: Path) -> None:
 def test_bytes_appended_after_closing_are_read_once(fleet: Path, tmp_path: Path) -> None:
     root = _copy(fleet, tmp_path / "store")
     compact(root, LATER)
-    node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
-    ts = segments.file_span(node_file)[0] + 5.0  # type: ignore[index]
-    late = {"v": 1, "kind": "host", "ts": ts, "node": node_file.parent.name, "cpu_pct": 1.5}
-    with open(node_file, "ab") as fh:
-        fh.write(json.dumps(late).encode() + b"\n")
+    node_file = _append_late_record(root)
     raw = read_frame(root, closed_segments=False)
     _same_records(raw, read_frame(root))
     report = compact(root, LATER)
@@ -248,11 +255,7 @@ def test_with_a_recheck_window_older_closed_segments_are_taken_as_they_are(
 ) -> None:
     root = _copy(fleet, tmp_path / "store")
     compact(root, LATER)
-    node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
-    ts = segments.file_span(node_file)[0] + 5.0  # type: ignore[index]
-    late = {"v": 1, "kind": "host", "ts": ts, "node": node_file.parent.name, "cpu_pct": 1.5}
-    with open(node_file, "ab") as fh:
-        fh.write(json.dumps(late).encode() + b"\n")
+    node_file = _append_late_record(root)
     quick = compact(root, LATER, recheck_s=3600.0)  # every segment ended a day before
     assert quick.closed == [] and quick.current == 4
     _same_records(read_frame(root, closed_segments=False), read_frame(root))  # still read
