@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from guardctl.analyze import health, slowdown, stages
 from guardctl.analyze.detectors import Flags, load_all
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.impact import job_impact
-from guardctl.analyze.load import read_frame, source_files
+from guardctl.analyze.load import read_frame, segment_groups
 from guardctl.config import Settings
 from guardctl.errors import ConfigError
 from guardctl.sections.analyze import AnalyzeSettings
@@ -590,14 +591,15 @@ def load(
     *,
     since: float | None = None,
     until: float | None = None,
-    files: list[str] | None = None,
+    groups: Mapping[str, Sequence[str]] | None = None,
 ) -> Frame:
-    """Read the telemetry under *path* (default: the configured store) for [since, until]."""
+    """Read the telemetry under *path* (default: the configured store) for [since, until]
+    (only the segments of *groups*, files by segment, where given)."""
     cfg = settings.analyze
     root = path if path is not None else settings.store.root
     return read_frame(
         root,
-        files=files,
+        groups=groups,
         since=since,
         until=until,
         closed_segments=cfg.cache,
@@ -646,15 +648,17 @@ def load_recent(
 ) -> Frame:
     """Read only the newest segments' files that can hold the last *span* seconds (the newest
     before *until*: a segment's file of a clock ahead does not count; it is read, though, so
-    that the analysis can name its nodes)."""
+    that the analysis can name its nodes). Closed segments count whether their JSON Lines
+    are there or not: a store idle for longer than the raw retention is analysed from the
+    Parquet files of its last segments."""
     root = path if path is not None else settings.store.root
-    groups = segments.group_files(source_files(root))
+    groups = segment_groups(root, closed_segments=settings.analyze.cache)
     wanted = segments.recent(groups, span, until)
     if wanted is None:
-        return load(path, settings, files=[f for g in groups.values() for f in g])
+        return load(path, settings, groups=groups)
     # only the wanted segments' files are handed on: older ones are never even stat'ed
-    files = [f for name in wanted for f in groups[name]]
-    return load(path, settings, since=segments.earliest_start(wanted), files=files)
+    recent = {name: groups[name] for name in wanted}
+    return load(path, settings, since=segments.earliest_start(wanted), groups=recent)
 
 
 def bad_summary(bad: Counter[str] | dict[str, int]) -> str:

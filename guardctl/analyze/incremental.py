@@ -32,7 +32,9 @@ What it cannot carry over, it reads again: a file that shrank or was replaced
 behind its last mark start the state over (a pass that reads everything, as a
 cold pass does). Bytes a mirror does not cover yet (a batch being written) are
 parsed for that pass only, as a cold pass parses them, and read from the mirror
-once it has them; files without a usable mirror are parsed, tail by tail.
+once it has them; files without a usable mirror are parsed, tail by tail. A closed
+segment none of whose files was read yet is read from its Parquet files, as a cold
+pass reads it (closing removes its files' mirrors).
 Records older than the oldest window are let go (step records a window later,
 because a step is placed by the median time of its job's ranks, whose clocks may
 differ; and, off the minute grid, only before the ranks' own history, ``[analyze]
@@ -82,7 +84,7 @@ from guardctl.analyze.packing import PackedColumns, Packing, choose
 from guardctl.analyze.ring import PAGE as _PAGE
 from guardctl.analyze.ring import Ring
 from guardctl.config import Settings
-from guardctl.storage import segments
+from guardctl.storage import layout, segments
 from guardctl.telemetry import mirror, schema
 from guardctl.telemetry.columns import TABLE_OF, TABLES
 
@@ -470,12 +472,16 @@ class Analyzer:
         self.cold_passes = 0  # passes asked for a time before the kept records
         self.read = dict.fromkeys(_READ, 0)
         self._listing = Listing()
+        # The listing has every file of a segment ending after this, and of every segment
+        # not closed (see _grouped).
+        self._listed_since = math.inf
         self._groups: tuple[int, dict[str, list[str]]] = (-1, {})  # by the listing's version
         self._buffer: np.ndarray | None = None  # the last group's read buffer, its pages mapped
         # Mirrors kept open between passes (an open and a close less per file and pass), up to
         # a quarter of the open-files limit: the process has other files to open.
         self._fd_room = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
         self._files: dict[str, _File] = {}
+        self._held: dict[str, int] = {}  # files of closed segments read this pass: bytes held
         self._reset()
 
     def held_bytes(self) -> int:
@@ -490,7 +496,7 @@ class Analyzer:
         run this analyzer), or before any pass: listed now. Shared with the next pass: read
         only."""
         if list_again or self._groups[0] < 0:
-            return self._grouped()
+            return self._grouped(self._since(steps_needed(self.settings.analyze), None))
         return self._groups[1]
 
     def kept_records(self) -> dict[str, tuple[int, float]]:
@@ -523,6 +529,7 @@ class Analyzer:
     def _reset(self) -> None:
         self._close_all()
         self._files = {}
+        self._held = {}
         self._hours: dict[str, int] = {}
         self._next_hour = 0
         self._counts: dict[int, _Hour] = {}
@@ -562,7 +569,10 @@ class Analyzer:
         self, at: float | None, span: float, window_s: float | None, until: float
     ) -> Analysis:
         cfg = self.settings.analyze
-        wanted = self._wanted(at, span, until)
+        since = self._since(span, at)
+        wanted = self._wanted(at, span, until, since)
+        if not self._reaches(wanted, since):  # the newest records lie in closed segments
+            return self._cold(at, window_s, until)
         ids = {hour: self._hour_id(hour) for hour in wanted}  # (per hour: 97,500 files a pass)
         files = [(name, ids[hour]) for hour, names in wanted.items() for name in names]
         seen = (self._listing.version, tuple(wanted))
@@ -572,6 +582,7 @@ class Analyzer:
         extra = _Pass()
         self.read = dict.fromkeys(_READ, 0)
         before = {kind: cols.n for kind, cols in self._kept.items()}
+        self._read_closed(wanted, ids)
         uncovered = self._refresh(files, extra)
         for kind, cols in self._kept.items():
             cols.by_minute(before[kind])
@@ -797,9 +808,12 @@ class Analyzer:
                 return False
         return True
 
-    def _wanted(self, at: float | None, span: float, until: float) -> dict[str, list[str]]:
-        """The segments (and their files) a cold pass at *at* (or before *until*) would read."""
-        groups = self._grouped()
+    def _wanted(
+        self, at: float | None, span: float, until: float, since: float
+    ) -> dict[str, list[str]]:
+        """The segments (and their files) a cold pass at *at* (or before *until*) would read,
+        of those listed from *since* on (and those not closed)."""
+        groups = self._grouped(since)
         if at is not None:
             names = segments.needed(groups, at - span, at)
         else:
@@ -807,10 +821,34 @@ class Analyzer:
             names = sorted(groups) if recent is None else recent
         return {name: groups[name] for name in names}
 
-    def _grouped(self) -> dict[str, list[str]]:
-        """The store's files by segment, listed now (only directories that changed) and
-        grouped again only when the list changed."""
-        files = self._listing.files(self.root)
+    def _since(self, span: float, at: float | None) -> float:
+        """Where the files a pass needs begin: its own span, and the closed segments the
+        controller's leader looks at again (those that may still grow), with room for clocks
+        apart. Older closed segments stay out of the listing: weeks of them, read by no pass."""
+        since = self.clock() - max(segments.LATE_S, 2 * span) - segments.SKEW_S
+        return since if at is None else min(since, at - span - segments.SKEW_S)
+
+    def _reaches(self, wanted: dict[str, list[str]], since: float) -> bool:
+        """Whether the segments a pass wants are the store's newest: the listing holds every
+        segment ending after *since*, but of older ones only those not closed yet, and a
+        closed one left out may be newer than they are (a store nobody wrote to for hours).
+        Which segments are closed is looked up only then."""
+        ends = [bounds[1] for bounds in map(segments.span, wanted) if bounds is not None]
+        if wanted and not ends:  # files named by no segment: always read as they are
+            return True
+        newest = max(ends, default=-math.inf)
+        if newest >= since:
+            return True
+        closed = map(segments.span, layout.closed_segments(self.root))
+        return not any(bounds is not None and bounds[1] > newest for bounds in closed)
+
+    def _grouped(self, since: float) -> dict[str, list[str]]:
+        """The store's files by segment from *since* on (and of segments not closed), listed
+        now (only directories that changed) and grouped again only when the list changed."""
+        if since < self._listed_since:  # older files than it kept are wanted: list them all
+            self._listing.forget()
+        self._listed_since = since
+        files = self._listing.files(self.root, since)
         if self._groups[0] != self._listing.version:
             self._groups = (self._listing.version, segments.group_files(files))
         return self._groups[1]
@@ -848,6 +886,29 @@ class Analyzer:
         self._hours = {name: h for name, h in self._hours.items() if h not in gone}
 
     # --- reading ---------------------------------------------------------------------------
+
+    def _read_closed(self, wanted: dict[str, list[str]], ids: dict[str, int]) -> None:
+        """Read each closed segment none of whose files was read yet (a first pass, or one
+        after a restart) from its Parquet files, as a cold pass does: closing removes its
+        files' column mirrors, and parsing them instead costs ten times the mirrors. Its
+        files are then read on from the bytes it holds (:meth:`_seen`)."""
+        self._held = {}
+        if not self.settings.analyze.cache:
+            return
+        todo = [seg for seg, names in wanted.items() if not any(n in self._files for n in names)]
+        if not todo or not layout.manifests_dir(self.root).is_dir():
+            return  # (pyarrow loads only where a segment was closed)
+        from guardctl.storage import closed
+
+        for seg in todo:
+            found = closed.read_held(self.root, seg, wanted[seg])
+            if found is None:
+                continue  # open, or no longer matching its files: they are read
+            frame, held = found
+            self._counts[ids[seg]].bad.update(frame.bad)
+            hour = np.full(1, ids[seg], np.int32)
+            self._add(frame.cols, _tables(frame), hour, None, True, None)
+            self._held.update(held)
 
     def _refresh(
         self, files: Sequence[tuple[str, int]], extra: _Pass
@@ -890,6 +951,9 @@ class Analyzer:
             state = self._files[name] = _File(
                 hour, ino, mirror=self.settings.analyze.column_files, cols=mirror.mirror_path(name)
             )
+            held = self._held.get(name)
+            if held:  # its closed segment's records were read: what it gained since is parsed
+                state.offset, state.mirror = held, False
         elif state.ino != ino or size < state.offset:
             raise _Restart(name)  # replaced or cut short
         if size > state.offset:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +95,10 @@ class Listing:
     may be off by seconds, not by that much). Otherwise the directory is listed
     again. (Files that grow leave their directory's time alone: their growth is
     found by the reader's stat of each file.)
+
+    A listing may keep only the files that can still matter to its passes (*since*): a
+    store keeps weeks of closed segments, whose names (millions at a large site) only a
+    cold pass needs, and it reads those segments from Parquet.
     """
 
     SETTLE_S = 3.0
@@ -103,16 +107,20 @@ class Listing:
     def __init__(self) -> None:
         self._dirs: dict[str, _Dir] = {}
         self._files: list[str] | None = None
+        self._keep: _Kept | None = None
         self.version = 0  # goes up whenever the list of files changed
         self.listed = 0  # directories listed by the last call (for tests)
 
-    def files(self, path: Path) -> list[str]:
-        """What ``source_files(path)`` returns now (the same list object while unchanged)."""
+    def files(self, path: Path, since: float | None = None) -> list[str]:
+        """What ``source_files(path)`` returns now (the same list object while unchanged).
+        With *since*, a directory listed now keeps out the files of closed segments that
+        ended before it (files it kept when listed earlier stay until it is listed again)."""
         if not is_store(path):
             self._files, self._dirs = None, {}
             self.version += 1
             return source_files(path)
         now, wall = time.monotonic(), time.time()
+        self._keep = _Kept(path, since) if since is not None else None
         dirs: dict[str, _Dir] = {}
         todo = [os.fspath(d) for d in layout.telemetry_inputs(path) if d.is_dir()]
         changed = self._files is None
@@ -136,6 +144,10 @@ class Listing:
             self.version += 1
         return self._files
 
+    def forget(self) -> None:
+        """List every directory again at the next call (the version goes on counting)."""
+        self._dirs, self._files = {}, None
+
     def _visit(self, directory: str, now: float, wall: float) -> _Dir | None:
         try:
             st = os.stat(directory)  # before the listing: a change after it shows next time
@@ -148,10 +160,34 @@ class Listing:
         listing = _list_dir(directory)
         if listing is None:
             return None
+        if self._keep is not None:
+            listing = (self._keep.files(listing[0]), listing[1])
         self.listed += 1
         seen = old.seen if old is not None and old.stamp == stamp else now
         old_enough = wall - max(st.st_mtime, st.st_ctime) >= self.OLD_S
         return _Dir(stamp, seen, old_enough or now - seen >= self.SETTLE_S, listing)
+
+
+class _Kept:
+    """Which listed files a :class:`Listing` keeps: not those of closed segments that ended
+    before *since* (which segments are closed: read once, when first needed)."""
+
+    def __init__(self, root: Path, since: float) -> None:
+        self.root, self.since = root, since
+        self._closed: frozenset[str] | None = None
+
+    def files(self, names: list[str]) -> list[str]:
+        kept = []
+        for name in names:
+            bounds = segments.file_span(name)
+            if bounds is None or bounds[1] >= self.since or not self._is_closed(name):
+                kept.append(name)
+        return kept
+
+    def _is_closed(self, name: str) -> bool:
+        if self._closed is None:
+            self._closed = layout.closed_segments(self.root)
+        return segments.segment_of(name) in self._closed
 
 
 def source_files(path: Path) -> list[str]:
@@ -173,6 +209,25 @@ def source_files(path: Path) -> list[str]:
         raise InputError(f"{path}: no such file or directory") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def segment_groups(path: Path, *, closed_segments: bool = True) -> dict[str, list[str]]:
+    """The files under *path* by segment (:func:`source_files`), and in a store every closed
+    segment besides: one whose JSON Lines raw retention removed (``guardctl store prune``)
+    has no files here, and is read from its Parquet files alone."""
+    groups = segments.group_files(source_files(path))
+    root = _closed_root(path, closed_segments)
+    if root is not None:
+        for name in layout.closed_segments(root):  # one listing of the manifests' directory
+            if segments.span(name) is not None:
+                groups.setdefault(name, [])
+    return groups
+
+
+def _closed_root(path: Path, closed_segments: bool) -> Path | None:
+    """*path* where its closed segments are to be read; None where none was closed (pyarrow
+    then never loads: a command on another store does not pay for it)."""
+    return path if closed_segments and layout.manifests_dir(path).is_dir() else None
 
 
 @dataclass
@@ -234,6 +289,7 @@ def read_frame(
     path: Path,
     *,
     files: Sequence[str] | None = None,
+    groups: Mapping[str, Sequence[str]] | None = None,
     since: float | None = None,
     until: float | None = None,
     closed_segments: bool = True,
@@ -249,14 +305,21 @@ def read_frame(
     segments (and of a closed one that no longer matches them) are read from their column
     mirrors (:mod:`guardctl.telemetry.mirror`) where usable, and only the bytes a mirror
     does not cover yet are parsed; files without one are parsed.
+
+    What is read: *files*, or the segments of *groups* (files by segment, as
+    :func:`segment_groups` gives them), or, without either, every file under *path* and
+    every closed segment of the store, those whose JSON Lines are gone included.
     """
-    groups = segments.group_files(source_files(path) if files is None else files)
+    if groups is None:
+        if files is None:
+            groups = segment_groups(path, closed_segments=closed_segments)
+        else:
+            groups = segments.group_files(files)
     if since is None and until is None:
         wanted = sorted(groups)
     else:
         wanted = segments.needed(groups, since, until)
-    # pyarrow loads only where a segment was closed (a command on another store never pays it)
-    root = path if closed_segments and layout.manifests_dir(path).is_dir() else None
+    root = _closed_root(path, closed_segments)
     parts: list[Frame] = []
     tails: list[_Tail] = []
     todo: list[str] = []

@@ -84,26 +84,62 @@ def check_command(path: Path, as_json: bool) -> None:
     metavar="DURATION",
     help="Delete segment files older than this, e.g. 7d, 12h (default: store.retention_days).",
 )
+@click.option(
+    "--raw-older-than",
+    "raw_older_than",
+    metavar="DURATION",
+    help="Delete the JSON Lines of closed segments older than this, e.g. 12h, 2d (default: "
+    "store.raw_retention_hours; longer than --older-than means --older-than).",
+)
 @store_option
 @dry_run_option
 @json_option
 @pass_app
 def prune_command(
-    app: AppContext, older_than: str | None, store_root: Path | None, dry_run: bool, as_json: bool
+    app: AppContext,
+    older_than: str | None,
+    raw_older_than: str | None,
+    store_root: Path | None,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
-    """Delete telemetry and step files whose hour is older than the retention."""
+    """Delete telemetry and step files whose segment is older than the retention, and sooner
+    the JSON Lines of closed segments, which their Parquet files hold whole.
+
+    Every file, JSON Lines and closed segment alike, goes after store.retention_days. The
+    JSON Lines of a segment go after store.raw_retention_hours (default 24) when the segment
+    is closed (guardctl store compact, or the controller's leader) and holds every one of its
+    files to the last byte: readers then read it from Parquet. A segment not closed, or whose
+    files changed since, keeps its files until it is closed again or the retention. The
+    column mirrors of a closed segment's files go once it can no longer grow (3 hours after
+    its end). Run it hourly: node directories then hold a day of files, not the whole
+    retention.
+    """
+    cfg = app.settings.store
+    seconds = cfg.retention_days * 86400
     if older_than is not None:
         seconds = store.parse_duration(older_than)
-    else:
-        seconds = app.settings.store.retention_days * 86400
-    report = store.prune(store_root or app.settings.store.root, seconds, dry_run=dry_run)
+    raw_seconds = cfg.raw_retention_hours * 3600
+    if raw_older_than is not None:
+        raw_seconds = store.parse_duration(raw_older_than)
+    report = store.prune(
+        store_root or cfg.root, seconds, raw_older_than_s=raw_seconds, dry_run=dry_run
+    )
     if as_json:
         echo_json(report.to_dict())
         return
     verb = "would delete" if dry_run else "deleted"
-    for name in report.files:
+    for name in report.files + report.raw_files:
         click.echo(f"{verb} {name}")
-    click.echo(f"{verb} {len(report.files)} files, {report.bytes} bytes")
+    click.echo(
+        f"{verb} {len(report.files)} files past the retention, {report.bytes} bytes; "
+        f"{sum(n.endswith('.jsonl') for n in report.raw_files)} JSON Lines files and "
+        f"{sum(n.endswith('.cols') for n in report.raw_files)} column mirrors of closed "
+        f"segments, {report.raw_bytes} bytes"
+    )
+    kept = ", ".join(f"{n} {why}" for why, n in sorted(report.raw_kept.items()))
+    if kept:
+        click.echo(f"kept past the raw retention: {kept}")
 
 
 @store_group.command("compact")

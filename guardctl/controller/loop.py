@@ -79,16 +79,13 @@ from guardctl.nodeops.ownership import NODE_ACTIONS, REQUEUE
 from guardctl.slurm import make_client
 from guardctl.slurm.types import JobInfo, SlurmClient
 from guardctl.sources import open_source
-from guardctl.storage import layout
+from guardctl.storage import layout, segments
 from guardctl.storage.source import Source
 from guardctl.sweep.engine import SweepOptions, SweepReport, run_sweep
 from guardctl.topology import Topology, split_component
 
 # How long a network tree read from Slurm serves: it changes when the hardware does.
 TOPOLOGY_TTL_S = 60.0
-# Closed segments the leader looks at again, file by file, after each pass: those that ended
-# this recently (an agent's backlog after an outage lands within its buffer, about 1.6 h).
-RECHECK_S = 3 * 3600.0
 
 Progress = Callable[[str], None]
 LIVE = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
@@ -411,7 +408,7 @@ class Controller:
                 workers=cfg.parsers(),
                 threads=cfg.pass_threads(),
                 budget_s=budget,
-                recheck_s=RECHECK_S,
+                recheck_s=segments.LATE_S,
                 groups=groups,
             )
         except (OSError, ValueError, GuardctlError, ArrowException) as exc:
@@ -456,7 +453,7 @@ class Controller:
             if self.held_back and self.wants_to_act:
                 self.progress(f"control: observing only this pass: {self.held_back}")
         analysis = self.analysis()  # first: a source that fails leaves the pass doing nothing
-        now = time.time()
+        now = self.clock.wall()
         unsure = self._window_unsure(analysis, now)  # stale or future: nothing decided
         # Reconciling changes Slurm: an observing pass leaves it to the next acting command.
         reconciled = self.ops.reconcile() if self.acting and not dry_run else []
@@ -618,7 +615,7 @@ class Controller:
         """Sweep *d*'s node if a second look (Slurm and the log read anew, the same analysis)
         still decides to: a job other than guardctl's own that landed since the read, an
         operator's quarantine, or a hold makes it wait; never a sweep beside such a job."""
-        fresh = gather(self.settings, self.ops, g.analysis, time.time(), self.topology()[0])
+        fresh = gather(self.settings, self.ops, g.analysis, self.clock.wall(), self.topology()[0])
         now = policy.decide_node(fresh.view, self.cfg, d.node)
         if now.action != "sweep":
             return f"{done + '; ' if done else ''}not swept: {now.why}", {}
@@ -788,7 +785,7 @@ class Controller:
         A node Slurm does not know is a usage error, unless the telemetry or the log names it:
         then the answer says it is unknown to Slurm and left alone."""
         snap = self.ops.snapshot()
-        g = gather(self.settings, self.ops, self.analysis(), time.time(), self.topology()[0])
+        g = gather(self.settings, self.ops, self.analysis(), self.clock.wall(), self.topology()[0])
         if node not in g.view.unknown:
             snap.known([node])
         decision = next((d for d in policy.decide(g.view, self.cfg) if d.node == node), None)
@@ -825,7 +822,7 @@ class Controller:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         tree, tree_line = self.topology()
-        g = gather(self.settings, self.ops, self.analysis(), time.time(), tree)
+        g = gather(self.settings, self.ops, self.analysis(), self.clock.wall(), tree)
         finding = next(
             (f for f in policy.fabric_findings(g.classified) if f.component == name), None
         )

@@ -75,6 +75,12 @@ class Manifest:
             "lines": self.lines,
         }
 
+    def holds_whole(self, name: str) -> bool:
+        """Whether the segment was made from all of file *name* (store-relative), to its end:
+        no line of it was still being written."""
+        recorded = self.files.get(name)
+        return recorded is not None and recorded[0] == recorded[1]
+
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> Manifest:
         if obj.get("version") != MANIFEST_VERSION:
@@ -260,6 +266,24 @@ def _time_filter(since: float | None, until: float | None) -> list[tuple[str, st
     return clauses or None
 
 
+def read_held(
+    root: Path, segment: str, files: Sequence[str]
+) -> tuple[Frame, dict[str, int]] | None:
+    """The records of closed *segment* and how many bytes of each of *files* (its paths) it
+    holds (:func:`covered`); None when the segment is not closed, no longer matches its
+    files, or cannot be read (half removed by retention, damaged): the files are read then."""
+    manifest = read_manifest(root, segment)
+    if manifest is None:
+        return None
+    held = covered(root, manifest, files)
+    if held is None:
+        return None
+    try:
+        return read(root, manifest), held
+    except (OSError, ValueError, KeyError, pa.ArrowException):
+        return None
+
+
 def covered(root: Path, manifest: Manifest, files: Sequence[str]) -> dict[str, int] | None:
     """How many bytes of each of *files* (paths of this segment) the closed segment holds: 0
     for a file it was not made from. None when a file it was made from is shorter now than
@@ -292,6 +316,15 @@ def is_current(root: Path, manifest: Manifest, files: Sequence[str]) -> bool:
         except OSError:
             return False
     return True
+
+
+def outlived(root: Path, manifest: Manifest, files: Sequence[str]) -> bool:
+    """Whether a file the closed segment was made from is no longer among *files* (raw
+    retention, ``guardctl store prune``, removed its JSON Lines): the segment is then the
+    only copy of its records, never to be written again from the files that remain (what
+    they gained since, and files it was not made from, are read past it)."""
+    listed = {relative(root, name) for name in files}
+    return any(name not in listed for name in manifest.files)
 
 
 def relative(root: Path, name: str) -> str:

@@ -27,8 +27,6 @@ GRACE_S = 120.0
 # Files read and written at a time: bounds the memory of closing a segment of a large fleet
 # (an hour of 1,000 nodes is about 2 GiB of JSON Lines).
 FILES_AT_ONCE = 500
-# What follows the segment's name in its manifest's (layout.manifest_path).
-_MANIFEST = layout.manifest_path(Path(), "").name
 
 
 @dataclass
@@ -78,7 +76,7 @@ def compact(
     started = time.monotonic()
     if groups is None:
         groups = segments.group_files(source_files(root))
-    closed_names = closed_segments(root) if recheck_s is not None else frozenset()
+    closed_names = layout.closed_segments(root) if recheck_s is not None else frozenset()
     for name in sorted(groups):
         bounds = segments.span(name)
         if bounds is None:
@@ -106,25 +104,13 @@ def compact(
     return report
 
 
-def closed_segments(root: Path) -> frozenset[str]:
-    """The segments whose manifest exists (closed), from one listing of the manifests'
-    directory: weeks of segments are thousands of names, and on a network filesystem a
-    look at each one's manifest is a round trip each."""
-    try:
-        with os.scandir(layout.manifests_dir(root)) as entries:
-            return frozenset(
-                entry.name[: -len(_MANIFEST)]
-                for entry in entries
-                if entry.name.endswith(_MANIFEST) and entry.is_file()
-            )
-    except OSError:  # none closed yet, or unreadable: each segment is then looked at
-        return frozenset()
-
-
 def is_current(root: Path, name: str, files: Sequence[str]) -> bool:
-    """Whether segment *name* is closed and was made from *files* as they are now."""
+    """Whether segment *name* is closed and stays as it is: made from *files* as they are
+    now, or the only copy left of files retention removed (:func:`closed.outlived`)."""
     manifest = closed.read_manifest(root, name)
-    return manifest is not None and closed.is_current(root, manifest, files)
+    return manifest is not None and (
+        closed.is_current(root, manifest, files) or closed.outlived(root, manifest, files)
+    )
 
 
 def close(

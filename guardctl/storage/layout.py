@@ -25,6 +25,7 @@ a matter of deleting whole files, and keeps one writer per file so that no locki
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -106,7 +107,25 @@ def manifests_dir(root: Path) -> Path:
 
 
 def manifest_path(root: Path, segment: str) -> Path:
-    return manifests_dir(root) / f"{segment}.json"
+    return manifests_dir(root) / f"{segment}{_MANIFEST}"
+
+
+_MANIFEST = ".json"  # what follows a segment's name in its manifest's
+
+
+def closed_segments(root: Path) -> frozenset[str]:
+    """The segments whose manifest exists (closed), from one listing of the manifests'
+    directory: weeks of segments are thousands of names, and on a network filesystem a
+    look at each one's manifest is a round trip each."""
+    try:
+        with os.scandir(manifests_dir(root)) as entries:
+            return frozenset(
+                entry.name[: -len(_MANIFEST)]
+                for entry in entries
+                if entry.name.endswith(_MANIFEST) and entry.is_file()
+            )
+    except OSError:  # none closed yet, or unreadable: each segment is then looked at
+        return frozenset()
 
 
 def partition(root: Path, kind: str, start: float) -> Path:

@@ -30,6 +30,10 @@ OTHER = "other"
 ENV_MINUTES = "GUARDCTL_SEGMENT_MINUTES"
 # Clock skew between nodes: a record may sit in the neighbouring segment's file.
 SKEW_S = 900.0
+# How long after a segment ends its files may still grow: an agent's backlog after an outage
+# lands within its buffer (about 1.6 h at the defaults). Until then a closed segment is looked
+# at again and keeps its files' column mirrors, which closing it again reads.
+LATE_S = 3 * 3600.0
 
 _NAME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(?:(\d{2})_(\d{1,2})m)?")
 _SUFFIXES = (".jsonl", ".cols")  # a file and its column mirror

@@ -7,7 +7,8 @@ that drains) checks before it writes, so that a store that is not mounted is ref
 silently replaced by a directory on local disk.
 :func:`check` tells an operator what a file or directory of records holds
 (good records per kind, bad lines per reason); :func:`prune` deletes the
-telemetry and step files whose time segment ended before the retention. Writing
+telemetry and step files whose time segment ended before the retention, and sooner the
+JSON Lines that a closed segment (:mod:`guardctl.storage.closed`) holds whole. Writing
 lives in :mod:`guardctl.storage.writer`; the layout in :mod:`guardctl.storage.layout`.
 """
 
@@ -21,13 +22,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guardctl.errors import InputError, StoreError, UsageError
 from guardctl.fileio import atomic_write
 from guardctl.sections.store import StoreSettings
 from guardctl.storage import layout, segments
 from guardctl.telemetry.schema import input_files, iter_file
+
+if TYPE_CHECKING:
+    from guardctl.storage.closed import Manifest
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -171,6 +175,7 @@ def check(path: Path) -> CheckReport:
             f"{path}: cannot read: {exc.strerror or 'no such file or directory'}"
         ) from None
     report = CheckReport(str(path))
+    manifests: _Manifests = {}
     for file in files:
         bad: Counter[str] = Counter()
         try:
@@ -184,21 +189,44 @@ def check(path: Path) -> CheckReport:
         report.bad.update(bad)
         if bad:
             report.bad_files[str(file)] = dict(bad)
-        _check_mirror(file, report)
+        _check_mirror(file, report, manifests)
     report.lines = sum(report.good.values()) + report.bad_total
     return report
 
 
-def _check_mirror(file: Path, report: CheckReport) -> None:
+# Closed segments' manifests by store and segment (None: not closed), read once each.
+_Manifests = dict[tuple[Path, str], "Manifest | None"]
+
+
+def _check_mirror(file: Path, report: CheckReport, manifests: _Manifests) -> None:
     from guardctl.analyze import mirrors  # numpy and the parser: only here
 
     try:
         state = mirrors.verify(file)
     except OSError:
         return  # the file itself was unreadable: counted above
+    if state == "none" and _closed_whole(file, manifests):
+        state = "closed"  # removed when its segment was closed, which readers read instead
     report.mirrors[state] += 1
     if state == "differs":
         report.mirror_differs.append(str(file))
+
+
+def _closed_whole(file: Path, manifests: _Manifests) -> bool:
+    """Whether *file* lies in a store (``telemetry/<node>/`` or ``steps/<job>/``) whose closed
+    segment was made from all of it (*manifests*: those read so far, by store and segment)."""
+    root = file.parent.parent.parent
+    if file.parent.parent not in layout.telemetry_inputs(root):
+        return False
+    key = (root, segments.segment_of(file))
+    if key not in manifests:
+        manifests[key] = None
+        if layout.manifests_dir(root).is_dir():  # pyarrow loads only where one was closed
+            from guardctl.storage import closed
+
+            manifests[key] = closed.read_manifest(root, key[1])
+    manifest = manifests[key]
+    return manifest is not None and manifest.holds_whole(os.fspath(file.relative_to(root)))
 
 
 # -- prune --------------------------------------------------------------------
@@ -206,7 +234,9 @@ def _check_mirror(file: Path, report: CheckReport) -> None:
 
 @dataclass
 class PruneReport:
-    """The hourly files older than the cutoff: removed, or would be under --dry-run."""
+    """What pruning removed (or would, under --dry-run): every file older than the retention
+    (*files*), and, newer than that, the JSON Lines of closed segments past the raw retention
+    (*raw_files*), with why the others past it were kept (*raw_kept*: reason -> files)."""
 
     root: str
     cutoff: float
@@ -214,6 +244,10 @@ class PruneReport:
     files: list[str] = field(default_factory=list)
     bytes: int = 0
     errors: list[str] = field(default_factory=list)
+    raw_cutoff: float | None = None
+    raw_files: list[str] = field(default_factory=list)
+    raw_bytes: int = 0
+    raw_kept: Counter[str] = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -223,23 +257,38 @@ class PruneReport:
             "files": self.files,
             "count": len(self.files),
             "bytes": self.bytes,
+            "raw_cutoff": self.raw_cutoff,
+            "raw_files": self.raw_files,
+            "raw_count": len(self.raw_files),
+            "raw_bytes": self.raw_bytes,
+            "raw_kept": dict(sorted(self.raw_kept.items())),
             "errors": self.errors,
         }
 
 
-def expired_files(root: Path, cutoff: float) -> list[Path]:
-    """Telemetry and step files (and their column mirrors) whose segment ended by *cutoff*."""
+def _segment_files(root: Path) -> list[Path]:
+    """Every telemetry and step file named by the layout (JSON Lines and column mirrors), a
+    mirror before its JSON Lines file: an interrupted prune never leaves a file without it."""
     found = []
     for top in layout.telemetry_inputs(root):
-        if not top.is_dir():
-            continue
-        # A mirror sorts before its JSON Lines file: never left without it by an interrupted prune.
-        for path in sorted(p for p in top.rglob("*") if p.suffix in (".jsonl", ".cols")):
-            bounds = segments.file_span(path.name)
-            # Files not named by the layout are not ours to delete.
-            if bounds is not None and bounds[1] <= cutoff and path.is_file():
-                found.append(path)
-    return found + expired_segments(root, cutoff)
+        if top.is_dir():
+            found += [p for p in top.rglob("*") if p.suffix in (".jsonl", ".cols")]
+    # Files not named by the layout are not ours to delete.
+    return sorted(p for p in found if segments.file_span(p.name) is not None)
+
+
+def expired_files(root: Path, cutoff: float) -> list[Path]:
+    """Telemetry and step files (and their column mirrors) whose segment ended by *cutoff*."""
+    return _ended_by(_segment_files(root), cutoff) + expired_segments(root, cutoff)
+
+
+def _ended_by(files: list[Path], cutoff: float) -> list[Path]:
+    out = []
+    for path in files:
+        bounds = segments.file_span(path.name)
+        if bounds is not None and bounds[1] <= cutoff and path.is_file():
+            out.append(path)
+    return out
 
 
 def expired_segments(root: Path, cutoff: float) -> list[Path]:
@@ -258,28 +307,134 @@ def expired_segments(root: Path, cutoff: float) -> list[Path]:
     return manifests + parquet
 
 
+# Why JSON Lines past the raw retention stay (until the retention itself).
+NOT_CLOSED = "segment not closed"
+NO_MANIFEST = "manifest unreadable"
+CHANGED = "segment changed since closed"
+UNFINISHED = "last line unfinished"
+
+
+def raw_expired_files(
+    root: Path,
+    files: list[Path],
+    cutoff: float,
+    raw_cutoff: float,
+    kept: Counter[str],
+    mirror_cutoff: float | None = None,
+) -> list[Path]:
+    """Of *files* (:func:`_segment_files`), those closed segments made redundant: of segments
+    that ended after *cutoff*, are closed, and whose closed segment holds every one of their
+    files to its last byte, the JSON Lines (each after its column mirror) of those that ended
+    by *raw_cutoff* (the Parquet is then the only copy any reader needs), and the column
+    mirrors of those that ended by *mirror_cutoff* (never later than *raw_cutoff*): every
+    reader reads a closed segment from its Parquet files, and only closing it again, while it
+    may still grow, reads its mirrors. JSON Lines kept past *raw_cutoff* are counted in *kept*
+    by reason."""
+    if mirror_cutoff is None or mirror_cutoff < raw_cutoff:
+        mirror_cutoff = raw_cutoff
+    by_segment: dict[str, list[Path]] = {}
+    for path in files:
+        bounds = segments.file_span(path.name)
+        if path.suffix == ".jsonl" and bounds is not None and cutoff < bounds[1] <= mirror_cutoff:
+            by_segment.setdefault(segments.segment_of(path.name), []).append(path)
+    if not by_segment:
+        return []
+    listed = set(files)
+    closed_names = layout.closed_segments(root)  # one listing of the manifests, not one look each
+    out = []
+    for name, paths in sorted(by_segment.items()):
+        raw = segments.span(name)[1] <= raw_cutoff  # type: ignore[index]
+        for path in _held_whole(root, name, paths, closed_names, kept if raw else Counter()):
+            mirror = path.with_suffix(".cols")
+            out += [mirror] if mirror in listed else []
+            out += [path] if raw else []
+    return out
+
+
+def _held_whole(
+    root: Path, name: str, paths: list[Path], closed_names: frozenset[str], kept: Counter[str]
+) -> list[Path]:
+    """The files of segment *name* its closed segment holds whole: none unless every file of
+    the segment is as it was when the segment was closed. A file that grew, or a file it was
+    not made from, means the segment is written again (`guardctl store compact`), and that
+    rewrite reads every file of it: none may go before it."""
+    from guardctl.storage import closed
+
+    manifest = closed.read_manifest(root, name) if name in closed_names else None
+    if manifest is None:
+        kept[NOT_CLOSED if name not in closed_names else NO_MANIFEST] += len(paths)
+        return []
+    whole = []
+    for path in paths:
+        relative = closed.relative(root, os.fspath(path))
+        recorded = manifest.files.get(relative)
+        try:
+            size = path.stat().st_size
+        except OSError:
+            size = -1  # gone since the listing (another prune): judged at the next one
+        if recorded is None or size != recorded[1]:
+            kept[CHANGED] += len(paths)
+            return []
+        if manifest.holds_whole(relative):
+            whole.append(path)
+    if len(whole) < len(paths):  # a last line cut short stays (read as cut short) until retention
+        kept[UNFINISHED] += len(paths) - len(whole)
+    return whole
+
+
 def prune(
-    root: Path, older_than_s: float, *, now: float | None = None, dry_run: bool = False
+    root: Path,
+    older_than_s: float,
+    *,
+    raw_older_than_s: float | None = None,
+    now: float | None = None,
+    dry_run: bool = False,
 ) -> PruneReport:
-    """Delete segment files older than *older_than_s*, and node/job directories left empty."""
-    cutoff = (time.time() if now is None else now) - older_than_s
-    report = PruneReport(str(root), cutoff, dry_run)
+    """Delete segment files older than *older_than_s*, and node/job directories left empty.
+    With *raw_older_than_s*, also the JSON Lines of closed segments older than that, where
+    the closed segment holds them whole, and their column mirrors once they may no longer
+    grow (:func:`raw_expired_files`); longer than *older_than_s* means *older_than_s*."""
+    now = time.time() if now is None else now
+    cutoff = now - older_than_s
+    raw_cutoff = None if raw_older_than_s is None else max(now - raw_older_than_s, cutoff)
+    report = PruneReport(str(root), cutoff, dry_run, raw_cutoff=raw_cutoff)
     if not root.is_dir():
         raise StoreError(f"{root}: store directory not found")
-    for path in expired_files(root, cutoff):
-        size = path.stat().st_size
-        if not dry_run:
-            try:
-                path.unlink()
-            except OSError as exc:
-                report.errors.append(f"{path}: {exc.strerror}")
-                continue
-            _remove_if_empty(path.parent, root)
-        report.files.append(str(path))
-        report.bytes += size
+    files = _segment_files(root)
+    report.bytes = _delete(_ended_by(files, cutoff), root, report, report.files)
+    report.bytes += _delete(expired_segments(root, cutoff), root, report, report.files)
+    if raw_cutoff is not None:
+        # Mirrors go once a segment may no longer grow (segments.LATE_S): the leader closes
+        # it again until then, from them.
+        late = now - segments.LATE_S
+        raw = raw_expired_files(root, files, cutoff, raw_cutoff, report.raw_kept, late)
+        report.raw_bytes = _delete(raw, root, report, report.raw_files)
     if report.errors:
         raise StoreError(f"could not delete {len(report.errors)} files, first: {report.errors[0]}")
     return report
+
+
+def _delete(paths: list[Path], root: Path, report: PruneReport, done: list[str]) -> int:
+    """Delete *paths* in order (none under a dry run), each listed in *done*; their bytes."""
+    total = 0
+    emptied: set[Path] = set()
+    for path in paths:
+        try:
+            size = path.stat().st_size
+            if not report.dry_run:
+                path.unlink()
+                emptied.add(path.parent)
+        except FileNotFoundError:
+            continue  # gone since the listing (another prune): nothing to report
+        except OSError as exc:
+            report.errors.append(f"{path}: {exc.strerror}")
+            continue
+        done.append(str(path))
+        total += size
+    # Once per directory, not per file: an hourly prune deletes a dozen files a node.
+    for directory in sorted(emptied, reverse=True):
+        _remove_if_empty(directory, root)
+    return total
 
 
 def _remove_if_empty(directory: Path, root: Path) -> None:

@@ -252,3 +252,24 @@ def test_a_long_pass_keeps_its_lease_by_renewing_at_its_changes(tmp_path: Path) 
         a.check()  # the fence renews what is a third used
         assert not b.acquire()[0]
     assert a.read().renewals == 4  # type: ignore[union-attr]
+
+
+def test_a_pass_judges_freshness_by_its_own_hosts_clock(tmp_path: Path) -> None:
+    # A host whose clock runs an hour ahead of the nodes' sees their newest window an hour
+    # old: the pass decides nothing on it, and says so, rather than acting on the records as
+    # fresh by another reading of the time than the one its log and lease use.
+    fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
+    slurm = MemorySlurm(NODES, start=time.time())
+    said: list[str] = []
+    c = Controller(
+        settings(tmp_path, lease_s=LEASE, interval_s=10.0),
+        act=True,
+        slurm=slurm,
+        clock=HostClock("ahead", skew_s=3600.0),
+        progress=said.append,
+    )
+    c.as_daemon(10.0)
+    report = c.run_pass()
+    assert not report.decisions, report.decisions
+    assert any("stale telemetry" in line for line in said), said
+    assert not quarantined(slurm, "node2") and not sweep_jobs(slurm, "node2")

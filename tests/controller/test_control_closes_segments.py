@@ -20,7 +20,7 @@ from guardctl.analyze.engine import Analysis
 from guardctl.analyze.incremental import Analyzer
 from guardctl.analyze.load import read_frame, source_files
 from guardctl.config import Layer, Settings, build_settings
-from guardctl.controller.loop import RECHECK_S, Controller
+from guardctl.controller.loop import Controller
 from guardctl.slurm.memory import MemorySlurm
 from guardctl.storage import closed, layout, segments
 from guardctl.storage import store as shared_store
@@ -151,7 +151,8 @@ def test_the_leader_closes_what_lands_between_passes(tmp_path: Path) -> None:
     c = Controller(settings(store), act=False, slurm=MemorySlurm(NODES), progress=lines.append)
     assert c.run_pass().leader
     first = closed_by(lines)
-    day_old = [n for n in first if (segments.span(n) or (0.0, 0.0))[1] < time.time() - RECHECK_S]
+    settled = time.time() - segments.LATE_S
+    day_old = [n for n in first if (segments.span(n) or (0.0, 0.0))[1] < settled]
     assert day_old, first  # closed though long settled: it had no manifest
     assert first == ended(store)
     # An agent's backlog lands: a segment never seen (an hour ago) and bytes in a closed one.

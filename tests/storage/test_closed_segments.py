@@ -27,6 +27,7 @@ from guardctl.telemetry import schema
 
 START = 1_764_547_200.0  # 2025-12-01T00:00Z
 LATER = START + 86400.0  # long after every segment ended
+SOON = START + 3600.0  # the controller's clock, its analyzer's passes an hour into the fleet
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +48,10 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _append_late_record(root: Path) -> Path:
-    """Append a host record to the store's first node file, inside its segment (as an agent
-    writing its backlog after an outage would); that file."""
-    node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
+def _append_late_record(root: Path, segment: str = "*") -> Path:
+    """Append a host record to the store's first node file (of *segment*), inside its segment
+    (as an agent writing its backlog after an outage would); that file."""
+    node_file = sorted((root / "telemetry").glob(f"*/{segment}.jsonl"))[0]
     ts = segments.file_span(node_file)[0] + 5.0  # type: ignore[index]
     late = {"v": 1, "kind": "host", "ts": ts, "node": node_file.parent.name, "cpu_pct": 1.5}
     with open(node_file, "ab") as fh:

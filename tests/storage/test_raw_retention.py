@@ -1,0 +1,245 @@
+"""Raw retention: the JSON Lines of closed segments go after a day, and readers read Parquet.
+
+Real files throughout: the simulated fleet of test_closed_segments.py, closed into Parquet,
+then pruned with a raw retention; what is deleted, what is kept and why, and that every
+reader (read_frame, a pass at a time, the newest records of an idle store, the controller's
+analyzer going cold) finds the same records and verdicts as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_closed_segments import (
+    LATER,
+    SOON,
+    START,
+    _append_late_record,
+    _copy,
+    _same_records,
+    fleet,
+)
+
+from guardctl.analyze import analyze
+from guardctl.analyze.incremental import Analyzer
+from guardctl.analyze.load import read_frame, source_files
+from guardctl.config import Layer, build_settings, load_settings
+from guardctl.errors import ConfigError
+from guardctl.sections.store import StoreSettings
+from guardctl.storage import layout, segments, store
+from guardctl.storage.compact import compact
+
+__all__ = ["fleet"]  # the shared fixture, imported for pytest to find
+
+KEEP_ALL = 1000 * 86400.0  # a retention that deletes none of the fleet's files
+DAY = 86400.0
+
+
+def _names(root: Path) -> list[str]:
+    return sorted(segments.group_files(source_files(root)))
+
+
+def _files_of(root: Path, name: str) -> list[Path]:
+    """A segment's JSON Lines files and column mirrors, telemetry and steps."""
+    tops = layout.telemetry_inputs(root)
+    return sorted(p for top in tops for p in top.rglob(f"*{name}.*"))
+
+
+def _closed_store(fleet: Path, tmp_path: Path) -> tuple[Path, list[str]]:
+    root = _copy(fleet, tmp_path / "store")
+    compact(root, LATER)
+    return root, _names(root)
+
+
+def _cut_short(path: Path) -> None:
+    with open(path, "ab") as fh:
+        fh.write(b'{"v":1,"kind":"host","ts":')  # an agent killed mid-write
+
+
+def _prune_raw(root: Path, now: float, dry_run: bool = False) -> store.PruneReport:
+    return store.prune(root, KEEP_ALL, raw_older_than_s=DAY, now=now, dry_run=dry_run)
+
+
+def test_prune_lets_go_only_of_json_lines_their_closed_segment_holds_whole(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    names = _names(root)  # 23:50, 00:00, 00:10, 00:20
+    assert len(names) == 4
+    unfinished = sorted((root / "telemetry").glob(f"*/{names[0]}.jsonl"))[1]
+    _cut_short(unfinished)  # its last line is not in the closed segment
+    compact(root, LATER)
+    grown = _append_late_record(root, names[0])  # an agent's backlog, into 23:50
+    assert segments.segment_of(grown) == names[0]
+    compact(root, LATER)  # 23:50 written again with the late record: whole again
+    layout.manifest_path(root, names[1]).unlink()  # 00:00: not closed (any more)
+    _append_late_record(root, names[2])  # 00:10 grew since it was closed
+    before = read_frame(root, closed_segments=False)
+    by_name = {name: _files_of(root, name) for name in names}
+    now = segments.span(names[2])[1] + DAY  # type: ignore[index]  # 00:10 ended a day ago
+
+    dry = _prune_raw(root, now, dry_run=True)
+    assert all(p.exists() for files in by_name.values() for p in files)  # nothing deleted
+    done = _prune_raw(root, now)
+    assert done.raw_files == dry.raw_files and done.raw_bytes == dry.raw_bytes > 0
+    assert done.files == [] and done.raw_cutoff == now - DAY
+
+    gone = {p for files in by_name.values() for p in files if not p.exists()}
+    # the closed, whole segment: every file and mirror but the one whose last line was cut;
+    # of 00:20, closed and whole, past growing but within the raw retention: the mirrors
+    cut = unfinished.with_suffix("")
+    mirrors_only = {p for p in by_name[names[3]] if p.suffix == ".cols"}
+    assert gone - mirrors_only == {p for p in by_name[names[0]] if p.with_suffix("") != cut}
+    assert gone & mirrors_only == mirrors_only != set()
+    assert {Path(f) for f in done.raw_files} == gone
+    for mirror in (p for p in gone - mirrors_only if p.suffix == ".cols"):  # before its file
+        assert done.raw_files.index(str(mirror)) < done.raw_files.index(
+            str(mirror.with_suffix(".jsonl"))
+        )
+    assert done.raw_kept == {
+        store.UNFINISHED: 1,
+        store.NOT_CLOSED: len([p for p in by_name[names[1]] if p.suffix == ".jsonl"]),
+        store.CHANGED: len([p for p in by_name[names[2]] if p.suffix == ".jsonl"]),
+    }  # and 00:20's JSON Lines, within the raw retention, stay (not counted)
+    assert all(p.exists() for p in by_name[names[3]] if p.suffix == ".jsonl")
+    assert len(list(layout.manifests_dir(root).iterdir())) == 3  # Parquet stays: retention's
+    after = read_frame(root)
+    _same_records(before, after)
+    assert (after.files, after.lines, after.bad) == (before.files, before.lines, before.bad)
+    assert after.bad["truncated"] == 1  # the cut line, counted as before
+
+
+def test_a_segment_that_outlived_its_files_is_never_written_again_from_the_rest(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root, names = _closed_store(fleet, tmp_path)
+    whole = read_frame(root)
+    _prune_raw(root, segments.span(names[0])[1] + DAY)  # type: ignore[index]
+    assert not _files_of(root, names[0])
+    late = root / "telemetry" / "node-late" / f"{names[0]}.jsonl"  # a backlog, days late
+    late.parent.mkdir()
+    record = {"v": 1, "kind": "host", "ts": START - 300.0, "node": "node-late", "cpu_pct": 3.0}
+    late.write_text(json.dumps(record) + "\n")
+    assert compact(root, LATER).closed == []  # rewriting it from one file would lose the rest
+    back = read_frame(root)
+    assert back.count("host") == whole.count("host") + 1 and back.files == whole.files + 1
+    again = _prune_raw(root, LATER + DAY)  # a file the closed segment was not made from
+    assert late.exists() and again.raw_kept[store.CHANGED] == 1
+    _same_records(back, read_frame(root))
+
+
+def test_readers_find_the_same_records_and_verdicts_once_every_json_lines_file_is_gone(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root, _ = _closed_store(fleet, tmp_path)
+    settings = load_settings(environ={})
+    at = START + 1440.0
+    raw = read_frame(root, closed_segments=False)
+    window = read_frame(root, since=START + 700.0, until=START + 900.0)
+    before = analyze(root, settings, at).to_dict()
+    newest = analyze(root, settings).to_dict()  # from the newest records, as an idle store
+    report = _prune_raw(root, LATER + DAY)
+    assert len(report.raw_files) > 0 and not list((root / "telemetry").rglob("*.jsonl"))
+    assert not list((root / "steps").rglob("*.jsonl"))
+    back = read_frame(root)
+    _same_records(raw, back)
+    assert (back.files, back.lines, back.bad) == (raw.files, raw.lines, raw.bad)
+    assert analyze(root, settings, at).to_dict() == before
+    assert analyze(root, settings).to_dict() == newest
+    assert any(v["verdict"] == "suspect" for v in newest["nodes"]), "a fault to agree on"
+    _same_records(window, read_frame(root, since=START + 700.0, until=START + 900.0))
+
+
+def test_the_controllers_analyzer_goes_cold_into_segments_without_json_lines(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root, names = _closed_store(fleet, tmp_path)
+    settings = load_settings(environ={})
+    old = START + 400.0
+    want = analyze(root, settings, old).to_dict()
+    _prune_raw(root, segments.span(names[1])[1] + DAY)  # type: ignore[index]  # 23:50, 00:00
+    assert not _files_of(root, names[0]) and not _files_of(root, names[1])
+    inc = Analyzer(settings, root, clock=lambda: SOON)
+    inc.analyze()  # the newest records, from the JSON Lines
+    assert inc.analyze(old).to_dict() == want and inc.cold_passes == 1
+
+
+def test_the_controllers_listing_keeps_only_files_a_pass_or_the_leader_may_need(
+    fleet: Path, tmp_path: Path
+) -> None:
+    """The controller's analyzer lists closed segments only while its passes read them or
+    the leader may close them again (they may still grow): weeks of them are millions of
+    names it would hold. A segment not closed stays, however old (the leader closes it); a
+    store whose every listed file is older is analysed cold, from Parquet, as
+    ``guardctl analyze`` does."""
+    root, names = _closed_store(fleet, tmp_path)
+    settings = load_settings(environ={})
+    everything = sorted(source_files(root))
+    soon = Analyzer(settings, root, clock=lambda: SOON)
+    assert soon.analyze().to_dict() == analyze(root, settings).to_dict()
+    assert sorted(f for g in soon.segment_files().values() for f in g) == everything
+    assert soon.cold_passes == 0
+    layout.manifest_path(root, names[1]).unlink()  # 00:00 no longer closed
+    idle = Analyzer(settings, root, clock=lambda: LATER)  # a day on, nothing written since
+    assert idle.analyze().to_dict() == analyze(root, settings).to_dict()
+    assert idle.cold_passes == 1  # the newest records are in closed segments: read cold
+    assert set(idle.segment_files()) == {names[1]}  # the one segment left to close
+    jsonl = [os.fspath(p) for p in _files_of(root, names[1]) if p.suffix == ".jsonl"]
+    assert sorted(idle.segment_files()[names[1]]) == jsonl
+    # Asked for a time its listing left out: the files of then are listed again.
+    at = START + 1440.0
+    assert idle.analyze(at).to_dict() == analyze(root, settings, at).to_dict()
+
+
+def test_raw_retention_past_the_retention_is_the_retention(fleet: Path, tmp_path: Path) -> None:
+    root, names = _closed_store(fleet, tmp_path)
+    now = LATER + 30 * DAY
+    report = store.prune(root, 40 * DAY, raw_older_than_s=60 * DAY, now=now)
+    assert report.raw_cutoff == report.cutoff == now - 40 * DAY
+    assert report.files == [] and _files_of(root, names[0])
+    # Every JSON Lines file stays; only the mirrors of segments that may no longer grow go.
+    assert {Path(f).suffix for f in report.raw_files} == {".cols"}
+
+
+def test_prune_on_the_command_line_says_which_files_were_raw(fleet: Path, tmp_path: Path) -> None:
+    root, _ = _closed_store(fleet, tmp_path)
+
+    def prune(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "guardctl", "store", "prune", "--store", str(root), *args],
+            env={k: v for k, v in os.environ.items() if not k.startswith("GUARDCTL_")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    # the fleet is years old: --older-than keeps it, --raw-older-than lets its JSON Lines go
+    proc = prune("--older-than", "100000d", "--raw-older-than", "12h", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["count"] == 0 and report["raw_count"] == len(report["raw_files"]) > 0
+    assert report["raw_kept"] == {} and all(Path(f).exists() for f in report["raw_files"])
+    proc = prune("--older-than", "100000d")  # the raw retention of the settings: a day
+    assert proc.returncode == 0, proc.stderr
+    json_lines = sum(f.endswith(".jsonl") for f in report["raw_files"])
+    mirrors = report["raw_count"] - json_lines
+    assert f"{json_lines} JSON Lines files and {mirrors} column mirrors of closed" in proc.stdout
+    assert not any(Path(f).exists() for f in report["raw_files"])
+    bad = prune("--raw-older-than", "soon")
+    assert bad.returncode == 2 and "invalid duration" in bad.stderr
+
+
+@pytest.mark.parametrize("bad", [0, -1.0])
+def test_raw_retention_must_be_positive(bad: float) -> None:
+    with pytest.raises(ValueError, match="raw_retention_hours: must be positive"):
+        StoreSettings(raw_retention_hours=bad)
+    with pytest.raises(ConfigError) as err:
+        build_settings([Layer("site.toml", {"store": {"raw_retention_hours": bad}})])
+    assert "raw_retention_hours: must be positive" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert StoreSettings().raw_retention_hours == 24.0
