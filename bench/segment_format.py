@@ -110,7 +110,7 @@ def prepare(store: Path, plan_path: Path) -> dict[str, Any]:
         bounds = segments.span(name)
         if bounds is None:
             continue
-        frame, _ = read_consumed(groups[name], 1)
+        frame, _, _ = read_consumed(groups[name], 1)
         frames.append(frame)
         plan["segments"].append(
             {"name": name, "start": bounds[0], "end": bounds[1], "files": groups[name]}
@@ -193,7 +193,7 @@ def write_candidate(name: str, store_plan: dict[str, Any], root: Path) -> dict[s
     fmt, codec, *dictionary = name.split("-")
     seconds = 0.0
     for segment in store_plan["segments"]:
-        frame, _ = read_consumed(segment["files"], 1)
+        frame, _, _ = read_consumed(segment["files"], 1)
         t0 = time.perf_counter()
         kinds = {}
         for kind in schema.KINDS:

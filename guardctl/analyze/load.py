@@ -395,10 +395,10 @@ def _read_files(files: Sequence[str], workers: int, threads: int, column_files: 
 
 def read_consumed(
     files: Sequence[str], workers: int, threads: int = 1
-) -> tuple[Frame, dict[str, tuple[int, int]]]:
+) -> tuple[Frame, dict[str, tuple[int, int]], dict[str, int]]:
     """Records of *files* (mirrors where usable), and per file how much was read: the bytes up
-    to its last whole line, and its size then. A last line still being written is neither
-    read nor counted (whoever reads past the bytes read finds it)."""
+    to its last whole line, and its size then; and each file's inode. A last line still being
+    written is neither read nor counted (whoever reads past the bytes read finds it)."""
     paths, sizes, inodes = _stat_all(files)
     found = mirrors.read_many(paths, sizes, inodes, threads)
     consumed: dict[str, tuple[int, int]] = {}
@@ -413,7 +413,7 @@ def read_consumed(
         consumed[p] = (offset, consumed[p][1])
     frame = _join([found.frame, rest])
     frame.files = len(paths)
-    return frame, consumed
+    return frame, consumed, dict(zip(paths, inodes, strict=True))
 
 
 def _stat_all(files: Sequence[str]) -> tuple[list[str], list[int], list[int]]:

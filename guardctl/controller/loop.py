@@ -255,7 +255,7 @@ class Controller:
             settings.store.root, self.cfg.lease_s, action_lock=self.ops.locked, clock=self.clock
         )
         self.source = open_source(settings, None, None, self.ops.slurm)  # its jobs: same Slurm
-        self.analyzer = Analyzer(settings)  # one pass judges up to the newest record
+        self.analyzer = Analyzer(settings, clock=self.clock.wall)  # up to the newest record
         self.progress = progress
         self.polled = False  # the daemon: sweeps run across passes (see the module docstring)
         self.interval_s = self.cfg.interval_s  # between passes (the daemon's --interval)

@@ -62,6 +62,9 @@ class Manifest:
     kinds: dict[str, int]  # rows per kind written
     bad: Counter[str] = field(default_factory=Counter)
     lines: int = 0
+    # store-relative path -> its inode when read: a file replaced whole (not appended to) is
+    # not the one the segment was made from, however long (none in manifests from before)
+    inodes: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,7 +76,14 @@ class Manifest:
             "kinds": self.kinds,
             "bad": dict(self.bad),
             "lines": self.lines,
+            "inodes": self.inodes,
         }
+
+    def same_file(self, name: str, st: os.stat_result) -> bool:
+        """Whether *st* (a stat of file *name*, store-relative) is of the file the segment was
+        made from: its inode, where recorded, is the same."""
+        ino = self.inodes.get(name)
+        return ino is None or ino == st.st_ino
 
     def holds_whole(self, name: str) -> bool:
         """Whether the segment was made from all of file *name* (store-relative), to its end:
@@ -93,6 +103,7 @@ class Manifest:
             kinds={str(k): int(v) for k, v in obj["kinds"].items()},
             bad=Counter({str(k): int(v) for k, v in obj["bad"].items()}),
             lines=int(obj["lines"]),
+            inodes={str(k): int(v) for k, v in obj.get("inodes", {}).items()},
         )
 
 
@@ -287,18 +298,20 @@ def read_held(
 def covered(root: Path, manifest: Manifest, files: Sequence[str]) -> dict[str, int] | None:
     """How many bytes of each of *files* (paths of this segment) the closed segment holds: 0
     for a file it was not made from. None when a file it was made from is shorter now than
-    what was read of it: the segment no longer matches its JSON Lines."""
+    what was read of it, or was replaced whole: the segment no longer matches its JSON Lines."""
     out: dict[str, int] = {}
     for name in files:
-        recorded = manifest.files.get(relative(root, name))
+        rel = relative(root, name)
+        recorded = manifest.files.get(rel)
         if recorded is None:
             out[name] = 0
             continue
         try:
-            size = os.stat(name).st_size
-        except OSError:
-            size = recorded[1]  # removed by retention: the segment holds it all
-        if size < recorded[0]:
+            st = os.stat(name)
+        except OSError:  # removed by retention: the segment holds it all
+            out[name] = recorded[0]
+            continue
+        if st.st_size < recorded[0] or not manifest.same_file(rel, st):
             return None
         out[name] = recorded[0]
     return out
@@ -309,11 +322,13 @@ def is_current(root: Path, manifest: Manifest, files: Sequence[str]) -> bool:
     if len(files) != len(manifest.files):
         return False
     for name in files:
-        recorded = manifest.files.get(relative(root, name))
+        rel = relative(root, name)
+        recorded = manifest.files.get(rel)
         try:
-            if recorded is None or os.stat(name).st_size != recorded[1]:
-                return False
+            st = os.stat(name)
         except OSError:
+            return False
+        if recorded is None or st.st_size != recorded[1] or not manifest.same_file(rel, st):
             return False
     return True
 

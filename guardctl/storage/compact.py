@@ -126,9 +126,12 @@ def close(
     manifest = closed.Manifest(name, bounds[0], bounds[1], files={}, kinds={})
     try:
         for lo in range(0, len(files), FILES_AT_ONCE):
-            frame, consumed = read_consumed(files[lo : lo + FILES_AT_ONCE], workers, threads)
+            frame, consumed, inodes = read_consumed(
+                files[lo : lo + FILES_AT_ONCE], workers, threads
+            )
             writer.add(frame)
             manifest.files.update({closed.relative(root, f): n for f, n in consumed.items()})
+            manifest.inodes.update({closed.relative(root, f): i for f, i in inodes.items()})
             manifest.bad.update(frame.bad)
             manifest.lines += frame.lines
         writer.finish(manifest)

@@ -369,10 +369,11 @@ def _held_whole(
         relative = closed.relative(root, os.fspath(path))
         recorded = manifest.files.get(relative)
         try:
-            size = path.stat().st_size
-        except OSError:
-            size = -1  # gone since the listing (another prune): judged at the next one
-        if recorded is None or size != recorded[1]:
+            st = path.stat()
+        except OSError:  # gone since the listing (another prune): judged at the next one
+            kept[CHANGED] += len(paths)
+            return []
+        if recorded is None or st.st_size != recorded[1] or not manifest.same_file(relative, st):
             kept[CHANGED] += len(paths)
             return []
         if manifest.holds_whole(relative):

@@ -143,6 +143,24 @@ def test_a_file_cut_shorter_than_its_segment_is_read_from_the_file(
     _same_records(read_frame(root, closed_segments=False), read_frame(root))
 
 
+def test_a_file_replaced_whole_is_read_from_the_file_and_closed_again(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    compact(root, LATER)
+    node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
+    data = node_file.read_bytes()
+    first = data[: data.index(b"\n") + 1]
+    replaced = node_file.with_name(".replacing")
+    # Another file (a new inode), at least as long, of other records: its first one repeated.
+    replaced.write_bytes(first * (len(data) // len(first) + 1))
+    os.replace(replaced, node_file)
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))
+    assert compact(root, LATER).closed == [segments.segment_of(node_file)]
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))
+    assert not compact(root, LATER).closed  # now made from the file as it is
+
+
 def test_a_partial_last_line_is_counted_once_and_never_closed_in(
     fleet: Path, tmp_path: Path
 ) -> None:
