@@ -343,20 +343,12 @@ def read_frame(
 def _read_closed(root: Path, name: str, files: Sequence[str]) -> tuple[Frame, list[_Tail]] | None:
     """A closed segment's records and its files' bytes past what it holds; None when the
     segment is not closed or no longer matches its files (they are read instead)."""
-    from pyarrow import ArrowException
-
     from guardctl.storage import closed
 
-    manifest = closed.read_manifest(root, name)
-    if manifest is None:
+    found = closed.read_held(root, name, files)
+    if found is None:
         return None
-    held = closed.covered(root, manifest, files)
-    if held is None:
-        return None
-    try:
-        frame = closed.read(root, manifest)
-    except (OSError, ValueError, KeyError, ArrowException):
-        return None  # a segment half removed by retention, or damaged: read the files
+    frame, held = found
     tails = []
     for name_ in files:
         size = _size(name_)
