@@ -206,7 +206,7 @@ def _check_mirror(file: Path, report: CheckReport, manifests: _Manifests) -> Non
     except OSError:
         return  # the file itself was unreadable: counted above
     if state == "none" and _closed_whole(file, manifests):
-        state = "closed"  # removed when its segment was closed, which readers read instead
+        state = "closed"  # removed by prune from a closed segment, which readers read instead
     report.mirrors[state] += 1
     if state == "differs":
         report.mirror_differs.append(str(file))
