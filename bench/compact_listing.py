@@ -214,23 +214,32 @@ def print_table(result: dict[str, Any]) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def store_parser(doc: str, quick: str) -> argparse.ArgumentParser:
+    """The options of the benchmarks over a synthetic store of weeks (this one's and
+    bench/store_listing.py's); *quick*: what ``--quick`` runs."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--days", type=int, default=14)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--store", type=Path, default=None)
     parser.add_argument("--idle", type=float, default=0.0, help="seconds idle before each call")
-    parser.add_argument("--quick", action="store_true", help="20 nodes, 2 days")
+    parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.nodes, args.days = 20, 2
-    result = run(args)
-    if args.json:
+    return parser
+
+
+def report(result: dict[str, Any], as_json: bool, table: Callable[[dict[str, Any]], None]) -> None:
+    if as_json:
         print(json.dumps(result))
     else:
-        print_table(result)
+        table(result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = store_parser(__doc__, "20 nodes, 2 days").parse_args(argv)
+    if args.quick:
+        args.nodes, args.days = 20, 2
+    report(run(args), args.json, print_table)
     return 0
 
 

@@ -49,7 +49,6 @@ with ``--store MOUNT``); without it they are made in a temporary directory under
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -65,7 +64,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from compact_listing import SEGMENT_S, counted_listings, make_store  # noqa: E402
+from compact_listing import (  # noqa: E402
+    SEGMENT_S,
+    counted_listings,
+    make_store,
+    report,
+    store_parser,
+)
 
 from guardctl.analyze.incremental import Analyzer  # noqa: E402
 from guardctl.analyze.load import Listing, source_files  # noqa: E402
@@ -323,24 +328,13 @@ def print_table(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--nodes", type=int, default=200)
-    parser.add_argument("--days", type=int, default=14)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--store", type=Path, default=None)
-    parser.add_argument("--idle", type=float, default=0.0, help="seconds idle before each call")
-    parser.add_argument("--quick", action="store_true", help="20 nodes, 2 days, 1 round")
-    parser.add_argument("--json", action="store_true")
+    parser = store_parser(__doc__, "20 nodes, 2 days, 1 round")
     args = parser.parse_args(argv)
     if args.quick:
         args.nodes, args.days, args.rounds = 20, 2, 1
     if args.days <= RAW_DAYS:
         parser.error(f"--days must be more than {RAW_DAYS}")
-    result = run(args)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print_table(result)
+    report(run(args), args.json, print_table)
     return 0
 
 

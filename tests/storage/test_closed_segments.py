@@ -132,13 +132,18 @@ def test_bytes_appended_after_closing_are_read_once(fleet: Path, tmp_path: Path)
     _same_records(raw, read_frame(root))
 
 
-def test_a_file_cut_shorter_than_its_segment_is_read_from_the_file(
-    fleet: Path, tmp_path: Path
-) -> None:
+def _closed_node_file(fleet: Path, tmp_path: Path) -> tuple[Path, Path, bytes]:
+    """A closed copy of *fleet*, one of its node files and that file's bytes."""
     root = _copy(fleet, tmp_path / "store")
     compact(root, LATER)
     node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
-    data = node_file.read_bytes()
+    return root, node_file, node_file.read_bytes()
+
+
+def test_a_file_cut_shorter_than_its_segment_is_read_from_the_file(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root, node_file, data = _closed_node_file(fleet, tmp_path)
     node_file.write_bytes(data[: data.index(b"\n") + 1])  # an operator cut it down
     _same_records(read_frame(root, closed_segments=False), read_frame(root))
 
@@ -146,10 +151,7 @@ def test_a_file_cut_shorter_than_its_segment_is_read_from_the_file(
 def test_a_file_replaced_whole_is_read_from_the_file_and_closed_again(
     fleet: Path, tmp_path: Path
 ) -> None:
-    root = _copy(fleet, tmp_path / "store")
-    compact(root, LATER)
-    node_file = sorted((root / "telemetry").glob("*/*.jsonl"))[0]
-    data = node_file.read_bytes()
+    root, node_file, data = _closed_node_file(fleet, tmp_path)
     first = data[: data.index(b"\n") + 1]
     replaced = node_file.with_name(".replacing")
     # Another file (a new inode), at least as long, of other records: its first one repeated.
