@@ -55,6 +55,13 @@ simulator just wrote them), so ``read`` is memory bandwidth, not disk.
 ``--handoff`` writes the store as where ranks hand their steps to the node agent (one file
 per node and segment, ``guardctl simulate --handoff``) instead of a file per rank; a steady
 pass reports how many files' new rows it read (``mirror_files``).
+
+``--variants`` (with ``--steady``) passes over the same store again per variant, cut back
+between them: the kept records without their rings (plain memory twice as long, as where a
+ring cannot be made), without packing (every column as the frame has it), and without
+either; each must match the cold pass.
+
+    python bench/analyze_scale.py --steady --sizes 10k,30k --segment-minutes 10 --variants
 """
 
 from __future__ import annotations
@@ -87,6 +94,15 @@ def _handoff() -> bool:
     return bool(os.environ.get(HANDOFF_ENV))
 
 
+# --variants: what of the kept records' machinery each incremental run leaves out.
+VARIANTS = {
+    "current": (),
+    "no-ring": ("ring",),
+    "no-packing": ("packing",),
+    "neither": ("ring", "packing"),
+}
+
+
 def measure(mode: str, store: str, at: float | None = None) -> dict[str, Any]:
     """Run one step in this process and report its time and peak memory (*at*: the end of
     the newest window a cold pass judges; default: its newest record)."""
@@ -96,8 +112,11 @@ def measure(mode: str, store: str, at: float | None = None) -> dict[str, Any]:
     from guardctl.telemetry.mirror import mirror_path
 
     root = Path(store)
-    if mode in ("incremental", "steady"):
-        return _incremental(root, GRID_S if mode == "steady" else 0.0)
+    step, _, variant = mode.partition(":")
+    if step in ("incremental", "steady"):
+        return _incremental(
+            root, GRID_S if step == "steady" else 0.0, VARIANTS[variant or "current"]
+        )
     if mode in ("cold", "cold_json", "inc"):  # no cache (not timed: it is not the pass's work)
         shutil.rmtree(root / "cache", ignore_errors=True)
     t0 = time.perf_counter()
@@ -133,12 +152,23 @@ def _digest(analysis: dict[str, Any]) -> str:
 GRID_S = 60.0
 
 
-def _incremental(root: Path, grid_s: float) -> dict[str, Any]:
+def _incremental(root: Path, grid_s: float, without: Sequence[str] = ()) -> dict[str, Any]:
     """The incremental analyzer's first pass, then per held-back minute: the writers append
-    it and the analyzer passes again (one pass a minute). The last pass is the one reported."""
+    it and the analyzer passes again (one pass a minute). The last pass is the one reported.
+    *without*: the kept records' machinery left out ("ring", "packing": see VARIANTS)."""
+    from guardctl.analyze import incremental
     from guardctl.analyze.incremental import Analyzer
+    from guardctl.analyze.packing import Packing
     from guardctl.config import Settings
 
+    if "ring" in without:  # as where memfd_create is refused: plain memory twice as long
+
+        def no_ring(size: int) -> Any:
+            raise OSError("no ring (bench variant)")
+
+        setattr(incremental, "Ring", no_ring)  # noqa: B010
+    if "packing" in without:  # every kept column as the frame has it
+        setattr(incremental, "choose", lambda values: Packing.plain(values.dtype))  # noqa: B010
     shutil.rmtree(root / "cache", ignore_errors=True)
     analyzer = Analyzer(Settings(), root, grid_s=grid_s)
     t0 = time.perf_counter()
@@ -366,10 +396,13 @@ def bench(
     passes: int = 1,
     steady: bool = False,
     keep: bool = False,
+    variants: Sequence[str] = ("current",),
 ) -> dict[str, object]:
     """Measure every step on a *minutes*-long trace, the last *passes* minutes held back
     for the incremental analyzer to pass over one by one (*steady*: only the steps of the
-    controller's steady state: reading the mirrors, a cold pass, the incremental passes)."""
+    controller's steady state: reading the mirrors, a cold pass, the incremental passes;
+    *variants*: the incremental passes again per variant after the first, on the same
+    store cut back between them)."""
     store = workdir / label
     load_before = os.getloadavg()[0]  # a shared machine: say how busy it was
     t0 = time.perf_counter()
@@ -394,7 +427,10 @@ def bench(
         else ("read", "read_cols", "cold", "warm", "cold_json", "warm_json")
     )
     after = ("inc",) if steady else ("inc_json", "inc")
-    steps: dict[str, list[dict[str, Any]]] = {m: [] for m in (*modes, "incremental", *after)}
+    others = [v for v in variants if v != "current"]
+    steps: dict[str, list[dict[str, Any]]] = {
+        m: [] for m in (*modes, "incremental", *others, *after)
+    }
     for r in range(rounds):  # the machine may be shared: each round measures every step
         if r:
             _cut(held, mirrors)
@@ -405,6 +441,10 @@ def bench(
         steps["incremental"].append(
             run_step("steady" if steady else "incremental", store, held=held)
         )
+        for variant in others:  # the same minutes again, the store cut back first
+            _cut(held, mirrors)
+            os.sync()
+            steps[variant].append(run_step(f"steady:{variant}", store, held=held))
         end = steps["incremental"][-1]["end"] if steady else None
         if r == rounds - 1:  # every minute appended: let them go before the last cold pass
             held = []  # (gigabytes at 100k GPUs, beside that pass's own)
@@ -414,9 +454,10 @@ def bench(
             steps[mode].append(run_step(mode, store, end))
     if not keep:
         shutil.rmtree(store, ignore_errors=True)
-    for inc, cold in zip(steps["incremental"], steps["inc"], strict=True):
-        if inc["digest"] != cold["digest"]:
-            raise SystemExit(f"{label}: the incremental pass differs from the cold pass")
+    for run in ("incremental", *others):
+        for inc, cold in zip(steps[run], steps["inc"], strict=True):
+            if inc["digest"] != cold["digest"]:
+                raise SystemExit(f"{label}: the incremental pass ({run}) differs from the cold")
 
     def best(mode: str, key: str = "seconds") -> float:
         return min(s[key] for s in steps[mode])
@@ -457,7 +498,46 @@ def bench(
         **({"mib": steps["read"][0]["bytes"] / 2**20} if "read" in steps else {}),
         "cols_mib": steps["read_cols"][0]["bytes"] / 2**20,
         "load_1min": (load_before, os.getloadavg()[0]),
+        "variants": {v: _variant(steps["incremental" if v == "current" else v]) for v in variants},
     }
+
+
+def _variant(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One variant's passes after the first (every round's), their peak, processor time."""
+    passes = [p for s in runs for p in s["passes_s"]]
+    cpu = [c for s in runs for c in s["passes_cpu_s"]]
+    return {
+        "passes_s": (min(passes), max(passes)),
+        "median_s": sorted(passes)[len(passes) // 2],
+        "cpu_s": (min(cpu), max(cpu)),
+        "cpu_median_s": sorted(cpu)[len(cpu) // 2],
+        "passes_peak_mib": max(s["passes_peak_mib"] for s in runs),
+        "peak_mib": max(s["peak_mib"] for s in runs),
+        "first_s": min(s["first_s"] for s in runs),
+    }
+
+
+def variants_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| fleet | variant | passes a minute apart s, min-max (median) | x current (median) "
+        "| processor s a pass, median (x current) | peak MiB: passes / all (x current) "
+        "| first pass s | load average |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        base = r["variants"]["current"]
+        for name, v in r["variants"].items():
+            low, high = v["passes_s"]
+            lines.append(
+                f"| {r['fleet']} GPUs | {name} | {low:.2f}-{high:.2f} ({v['median_s']:.2f}) "
+                f"| {v['median_s'] / base['median_s']:.2f} "
+                f"| {v['cpu_median_s']:.2f} ({v['cpu_median_s'] / base['cpu_median_s']:.2f}) "
+                f"| {v['passes_peak_mib']:.0f} / {v['peak_mib']:.0f} "
+                f"({v['passes_peak_mib'] / base['passes_peak_mib']:.2f}) "
+                f"| {v['first_s']:.2f} "
+                f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} |"
+            )
+    return "\n".join(lines)
 
 
 def _range(r: dict[str, Any], mode: str) -> str:
@@ -571,6 +651,12 @@ def main() -> int:
         help="--steady: write each incremental pass's cProfile "
         "statistics to DIR/pass-N.prof (its times then include the profiler's)",
     )
+    parser.add_argument(
+        "--variants",
+        action="store_true",
+        help="--steady: the incremental passes also without the kept records' rings, "
+        "without their packing, and without either, on the same store (see above)",
+    )
     parser.add_argument("--measure", nargs="+", help=argparse.SUPPRESS)  # MODE STORE [AT]
     parser.add_argument("--simulate", nargs=3, help=argparse.SUPPRESS)  # STORE GPUS MINUTES
     args = parser.parse_args()
@@ -605,6 +691,8 @@ def main() -> int:
         for label in sizes:
             steady = {"minutes": args.minutes, "passes": args.passes, "steady": True}
             shape: dict[str, Any] = steady if args.steady else {}
+            if args.steady and args.variants:
+                shape["variants"] = list(VARIANTS)
             where = Path(args.store) if args.store else Path(tmp)
             rows.append(
                 bench(label, SIZES[label], where, args.rounds, keep=bool(args.store), **shape)
@@ -612,6 +700,9 @@ def main() -> int:
             print(f"{label}: {json.dumps(rows[-1])}", file=sys.stderr)
     show = steady_table if args.steady else table
     print(json.dumps(rows, indent=1) if args.json else show(rows))
+    if args.steady and args.variants and not args.json:
+        print()
+        print(variants_table(rows))
     return 0
 
 
