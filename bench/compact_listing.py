@@ -137,9 +137,9 @@ def measure(root: Path, rounds: int, idle_s: float) -> dict[str, Any]:
     analyzer = Analyzer(build_settings([Layer("bench", {"store": {"root": str(root)}})]))
     groups = analyzer.segment_files(list_again=True)  # the pass's listing: made anyway
     ways: dict[str, Callable[[], CompactReport]] = {
-        "walk": lambda: compact(root, now, budget_s=60.0, recheck_s=segments.LATE_S),
+        "walk": lambda: compact(root, now, budget_s=60.0, rechecks=segments.Rechecks()),
         "from the pass": lambda: compact(
-            root, now, budget_s=60.0, recheck_s=segments.LATE_S, groups=groups
+            root, now, budget_s=60.0, rechecks=segments.Rechecks(), groups=groups
         ),
     }
     times: dict[str, list[float]] = {way: [] for way in ways}
@@ -165,6 +165,38 @@ def measure(root: Path, rounds: int, idle_s: float) -> dict[str, Any]:
             "median_s": statistics.median(times[way]),
             "dirs_listed": len(listed[way]),
             "entries_listed": entries,
+        }
+    out["passes"] = leader_passes(root, groups, now, PASSES)
+    return out
+
+
+PASSES = 60  # an hour of the leader's passes, a minute apart
+
+
+class EveryPass(segments.Rechecks):
+    """The leader as it was: every closed segment that may still grow looked at each pass."""
+
+    def due(self, name: str, end: float, now: float) -> bool:
+        return now < end + self.window_s
+
+
+def leader_passes(
+    root: Path, groups: dict[str, list[str]], now: float, count: int
+) -> dict[str, dict[str, float]]:
+    """*count* passes a minute apart from *now*, one leader each way: the closed segments
+    looked at again (a stat of each of their files: one per node here), and the seconds it
+    took. The store does not change meanwhile: both ways find every segment as it was closed."""
+    per_segment = max(map(len, groups.values()), default=0)
+    out = {}
+    for way, rechecks in (("every pass", EveryPass()), ("by age", segments.Rechecks())):
+        looked, started = 0, time.perf_counter()
+        for k in range(count):
+            report = compact(root, now + 60.0 * k, budget_s=60.0, rechecks=rechecks, groups=groups)
+            looked += report.looked
+        out[way] = {
+            "seconds": time.perf_counter() - started,
+            "segments_looked": looked,
+            "files_looked": looked * per_segment,
         }
     return out
 
@@ -211,6 +243,17 @@ def print_table(result: dict[str, Any]) -> None:
         print(
             f"| {way} | {row['fastest_s']:.3f} | {row['median_s']:.3f} ({ratio:.0f}x) | "
             f"{row['dirs_listed']:,} | {row['entries_listed']:,} |"
+        )
+    print()
+    print(
+        f"| the leader's {PASSES} passes a minute apart | s | segments looked at again "
+        "| files stat'ed (a pass) |"
+    )
+    print("|---|---|---|---|")
+    for way, row in result["passes"].items():
+        print(
+            f"| {way} | {row['seconds']:.2f} | {row['segments_looked']:,} "
+            f"| {row['files_looked']:,} ({row['files_looked'] / PASSES:,.0f}) |"
         )
 
 

@@ -573,6 +573,8 @@ class Analyzer:
         wanted = self._wanted(at, span, until, since)
         if not self._reaches(wanted, since):  # the newest records lie in closed segments
             return self._cold(at, window_s, until)
+        if self._past_raw(wanted, at, span):  # some lie in closed segments alone
+            return self._cold(at, window_s, until)
         ids = {hour: self._hour_id(hour) for hour in wanted}  # (per hour: 97,500 files a pass)
         files = [(name, ids[hour]) for hour, names in wanted.items() for name in names]
         seen = (self._listing.version, tuple(wanted))
@@ -820,6 +822,20 @@ class Analyzer:
             recent = segments.recent(groups, span, until)
             names = sorted(groups) if recent is None else recent
         return {name: groups[name] for name in names}
+
+    def _past_raw(self, wanted: dict[str, list[str]], at: float | None, span: float) -> bool:
+        """Whether a pass at *at* reaches back to a closed segment none of whose files it
+        listed: raw retention (``[store] raw_retention_hours``) removed them, and only the
+        closed segment holds their records, which a cold pass reads. Which segments are
+        closed is looked up only for a pass reaching back that far (clocks apart)."""
+        store = self.settings.store
+        kept_s = min(store.raw_retention_hours * 3600.0, store.retention_days * 86400.0)
+        now = self.clock()
+        end = now if at is None else at
+        if end - span - segments.SKEW_S >= now - kept_s:
+            return False
+        closed = segments.needed(layout.closed_segments(self.root), end - span, end)
+        return any(name not in wanted for name in closed)
 
     def _since(self, span: float, at: float | None) -> float:
         """Where the files a pass needs begin: its own span, and the closed segments the

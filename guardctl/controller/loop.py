@@ -256,6 +256,7 @@ class Controller:
         )
         self.source = open_source(settings, None, None, self.ops.slurm)  # its jobs: same Slurm
         self.analyzer = Analyzer(settings, clock=self.clock.wall)  # up to the newest record
+        self._rechecks = segments.Rechecks()  # when the leader last looked at closed segments
         self.progress = progress
         self.polled = False  # the daemon: sweeps run across passes (see the module docstring)
         self.interval_s = self.cfg.interval_s  # between passes (the daemon's --interval)
@@ -400,15 +401,16 @@ class Controller:
             groups = self.analyzer.segment_files(list_again=self.source.kind != "store")
             # A pass's share: the lease (renewed by the next pass) must never wait on it.
             budget = min(self.interval_s, self.cfg.lease_s / 4)
-            # Older closed segments are not looked at file by file every pass (a store keeps
-            # weeks of them); bytes they gain later are read past them all the same.
+            # Closed segments are not looked at file by file every pass (a store keeps weeks
+            # of them): those that may still grow, less often the older they are; bytes they
+            # gain meanwhile are read past them all the same.
             done = compact(
                 root,
                 self.clock.wall(),
                 workers=cfg.parsers(),
                 threads=cfg.pass_threads(),
                 budget_s=budget,
-                recheck_s=segments.LATE_S,
+                rechecks=self._rechecks,
                 groups=groups,
             )
         except (OSError, ValueError, GuardctlError, ArrowException) as exc:

@@ -298,8 +298,12 @@ def read_held(
 def covered(root: Path, manifest: Manifest, files: Sequence[str]) -> dict[str, int] | None:
     """How many bytes of each of *files* (paths of this segment) the closed segment holds: 0
     for a file it was not made from. None when a file it was made from is shorter now than
-    what was read of it, or was replaced whole: the segment no longer matches its JSON Lines."""
+    what was read of it, or was replaced whole: the segment no longer matches its JSON Lines.
+    Unless the segment outlived its files (:func:`outlived`): it is then the only copy of
+    their records, and a file by one of their names (an agent's backlog, days late, or a
+    node whose clock fell behind) is another file, read whole beside it."""
     out: dict[str, int] = {}
+    only_copy = outlived(root, manifest, files)
     for name in files:
         rel = relative(root, name)
         recorded = manifest.files.get(rel)
@@ -312,7 +316,10 @@ def covered(root: Path, manifest: Manifest, files: Sequence[str]) -> dict[str, i
             out[name] = recorded[0]
             continue
         if st.st_size < recorded[0] or not manifest.same_file(rel, st):
-            return None
+            if not only_copy:
+                return None
+            out[name] = 0
+            continue
         out[name] = recorded[0]
     return out
 

@@ -35,6 +35,7 @@ class CompactReport:
 
     closed: list[str] = field(default_factory=list)  # segments written (new or grown)
     current: int = 0  # segments already closed and unchanged
+    looked: int = 0  # of those, the segments whose files were looked at (a stat of each)
     open: int = 0  # segments not ended yet (or within the grace)
     deferred: int = 0  # ended, left for the next compaction (out of time)
     records: int = 0
@@ -43,6 +44,7 @@ class CompactReport:
         return {
             "closed": self.closed,
             "current": self.current,
+            "looked": self.looked,
             "open": self.open,
             "deferred": self.deferred,
             "records": self.records,
@@ -58,25 +60,25 @@ def compact(
     threads: int = 1,
     progress: Callable[[str], None] | None = None,
     budget_s: float | None = None,
-    recheck_s: float | None = None,
+    rechecks: segments.Rechecks | None = None,
     dry_run: bool = False,
     groups: Mapping[str, Sequence[str]] | None = None,
 ) -> CompactReport:
     """Close every segment of the store at *root* that ended *grace_s* before *now*. With
     *budget_s*, no segment is begun after that many seconds: the rest wait for the next call
-    (a segment is written whole or not at all). With *recheck_s*, a closed segment that ended
-    longer ago than that is taken as it is, its files not looked at again (bytes they gain
-    later are still read past it; a call without it writes them in). A dry run lists what it
-    would close. *groups*: the store's files by segment (:func:`segments.group_files`) as a
-    caller that lists the store anyway found them (the controller's analyzer, each pass): the
-    store is not walked again; without it, it is."""
+    (a segment is written whole or not at all). With *rechecks* (kept from call to call), a
+    closed segment's files are looked at again only when it is due (:class:`segments.Rechecks`):
+    bytes they gain meanwhile are still read past it; a call without it looks at every
+    closed segment. A dry run lists what it would close. *groups*: the store's files by
+    segment (:func:`segments.group_files`) as a caller that lists the store anyway found them
+    (the controller's analyzer, each pass): the store is not walked again; without it, it is."""
     if not is_store(root):  # a store not mounted, or a path that is none: nothing to close
         raise InputError(f"{root}: not a store (no telemetry/ or steps/ directory)")
     report = CompactReport()
     started = time.monotonic()
     if groups is None:
         groups = segments.group_files(source_files(root))
-    closed_names = layout.closed_segments(root) if recheck_s is not None else frozenset()
+    closed_names = layout.closed_segments(root) if rechecks is not None else frozenset()
     for name in sorted(groups):
         bounds = segments.span(name)
         if bounds is None:
@@ -84,12 +86,14 @@ def compact(
         if bounds[1] + grace_s > now:
             report.open += 1
             continue
-        settled = recheck_s is not None and bounds[1] + recheck_s < now
-        if settled and name in closed_names:
-            report.current += 1
+        if rechecks is not None and name in closed_names and not rechecks.due(name, bounds[1], now):
+            report.current += 1  # closed, and not due to be looked at again
             continue
         if is_current(root, name, groups[name]):
             report.current += 1
+            report.looked += 1
+            if rechecks is not None:
+                rechecks.saw(name, bounds[1], now)
             continue
         if budget_s is not None and time.monotonic() - started >= budget_s:
             report.deferred += 1
@@ -101,6 +105,10 @@ def compact(
             progress(name)
         report.records += close(root, name, bounds, groups[name], workers, threads)
         report.closed.append(name)
+        if rechecks is not None:
+            rechecks.saw(name, bounds[1], now)
+    if rechecks is not None:
+        rechecks.forget_settled()
     return report
 
 

@@ -16,10 +16,12 @@ training ranks import uses it.
 from __future__ import annotations
 
 import calendar
+import math
 import os
 import re
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 ALLOWED_MINUTES = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60)
 HOUR_MINUTES = 60
@@ -34,6 +36,13 @@ SKEW_S = 900.0
 # lands within its buffer (about 1.6 h at the defaults). Until then a closed segment is looked
 # at again and keeps its files' column mirrors, which closing it again reads.
 LATE_S = 3 * 3600.0
+# A closed segment that may still grow is looked at again once this fraction of its age has
+# passed since the last look (ended 2 h ago: every 20 minutes). Looking is a stat of each of
+# its files, and the leader passing a minute apart over 3 hours of 10-minute segments would
+# stat every node's file of 18 segments each pass (225,000 at 12,500 nodes): a load a
+# metadata server feels, for bytes that arrive late only after an agent's outage. Such bytes
+# are read from the files meanwhile; only their closing waits.
+RECHECK_FRACTION = 1 / 6
 
 _NAME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(?:(\d{2})_(\d{1,2})m)?")
 _SUFFIXES = (".jsonl", ".cols")  # a file and its column mirror
@@ -192,3 +201,30 @@ def _parse_name(stem: str) -> tuple[str, float, float] | None:
         # its length (1007_10m).
         return None
     return stem, start, start + minutes * 60
+
+
+@dataclass
+class Rechecks:
+    """When a long-lived caller (the controller's leader) last found each closed segment that
+    may still grow as it was closed: a segment that ended less than *window_s* ago is looked
+    at again once :data:`RECHECK_FRACTION` of its age has passed since, and once more after
+    the window, then never. A segment this caller never looked at is looked at while within
+    the window, and taken as it is after it."""
+
+    window_s: float = LATE_S
+    last_look: dict[str, tuple[float, float]] = field(default_factory=dict)  # name: (end, when)
+
+    def due(self, name: str, end: float, now: float) -> bool:
+        settles = end + self.window_s
+        last = self.last_look.get(name, (end, -math.inf))[1]
+        if now >= settles:
+            return last < settles and name in self.last_look  # the last look, after the window
+        return now - last >= (now - end) * RECHECK_FRACTION
+
+    def saw(self, name: str, end: float, now: float) -> None:
+        self.last_look[name] = (end, now)
+
+    def forget_settled(self) -> None:
+        """Let go of the segments looked at after their window: never due again."""
+        window = self.window_s
+        self.last_look = {n: (e, t) for n, (e, t) in self.last_look.items() if t < e + window}

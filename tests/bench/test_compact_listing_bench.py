@@ -25,3 +25,8 @@ def test_the_leaders_call_lists_nothing_and_agrees_with_the_walk(tmp_path: Path)
     walk, reused = result["ways"]["walk"], result["ways"]["from the pass"]
     assert walk["dirs_listed"] >= 3 and walk["entries_listed"] >= 3 * 144 * 2
     assert reused["dirs_listed"] == 0 and reused["entries_listed"] == 0
+    # An hour of passes: as it was, every segment of the last 3 hours each pass (18, fewer as
+    # the hour goes on); by age, each only as often as its age says (fewer than a quarter).
+    every, by_age = result["passes"]["every pass"], result["passes"]["by age"]
+    assert every["segments_looked"] >= 60 * 12 and every["files_looked"] >= 3 * 60 * 12
+    assert 0 < by_age["segments_looked"] < every["segments_looked"] / 4

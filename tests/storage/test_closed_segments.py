@@ -277,10 +277,65 @@ def test_with_a_recheck_window_older_closed_segments_are_taken_as_they_are(
     root = _copy(fleet, tmp_path / "store")
     compact(root, LATER)
     node_file = _append_late_record(root)
-    quick = compact(root, LATER, recheck_s=3600.0)  # every segment ended a day before
+    # Every segment ended a day before: long past the window this caller looks at.
+    quick = compact(root, LATER, rechecks=segments.Rechecks(3600.0))
     assert quick.closed == [] and quick.current == 4
     _same_records(read_frame(root, closed_segments=False), read_frame(root))  # still read
     assert compact(root, LATER).closed == [segments.segment_of(node_file)]
+
+
+def test_a_closed_segment_is_looked_at_again_less_often_the_older_it_is() -> None:
+    rechecks = segments.Rechecks(window_s=3 * 3600.0)
+    assert rechecks.due("s", 0.0, 600.0)  # within the window, never looked at: looked at
+    rechecks.saw("s", 0.0, 600.0)
+    assert not rechecks.due("s", 0.0, 660.0)  # 11 minutes old: looked at again after 2
+    assert rechecks.due("s", 0.0, 720.0)
+    rechecks.saw("s", 0.0, 7200.0)  # two hours old: again after 24 minutes
+    assert not rechecks.due("s", 0.0, 7200.0 + 1380.0)
+    assert rechecks.due("s", 0.0, 7200.0 + 1440.0)
+    rechecks.saw("s", 0.0, 10_000.0)
+    assert rechecks.due("s", 0.0, 10_900.0)  # the window is over: one last look
+    rechecks.saw("s", 0.0, 10_900.0)
+    assert not rechecks.due("s", 0.0, 20_000.0)  # then never again
+    rechecks.forget_settled()
+    assert rechecks.last_look == {} and not rechecks.due("s", 0.0, 20_000.0)
+    assert not segments.Rechecks().due("t", 0.0, 20_000.0)  # past it, never looked at: as it is
+    # A leader passing a minute apart looks at a segment some 25 times in its 3 hours, not 178.
+    looks = 0
+    for now in range(120, 4 * 3600, 60):
+        if rechecks.due("u", 0.0, now):
+            rechecks.saw("u", 0.0, now)
+            looks += 1
+    assert 15 <= looks <= 30, looks
+    assert max(when for _, when in rechecks.last_look.values()) >= 3 * 3600.0  # the last look
+
+
+def test_bytes_a_closed_segment_gains_are_read_at_once_and_closed_in_when_it_is_due(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root = _copy(fleet, tmp_path / "store")
+    name = sorted(segments.group_files(source_files(root)))[0]
+    end = segments.span(name)[1]  # type: ignore[index]
+    now = end + 3600.0
+    rechecks = segments.Rechecks()
+    first = compact(root, now, rechecks=rechecks)  # every ended segment closed and seen
+    assert first.closed and not first.deferred
+    _append_late_record(root, name)
+    a_minute_later = compact(root, now + 60.0, rechecks=rechecks)
+    assert a_minute_later.closed == [] and a_minute_later.looked == 0  # no segment due yet
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))  # read all the same
+    # An hour old when last seen: due 12 minutes later (a sixth of its age by then).
+    assert compact(root, now + 700.0, rechecks=rechecks).closed == []
+    assert compact(root, now + 720.0, rechecks=rechecks).closed == [name]
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))
+    # Bytes gained just before the window ends are closed in by the last look after it.
+    settles = end + segments.LATE_S
+    assert compact(root, settles - 30.0, rechecks=rechecks).closed == []
+    _append_late_record(root, name)
+    assert compact(root, settles + 60.0, rechecks=rechecks).closed == [name]
+    _append_late_record(root, name)  # past the window and its last look: taken as it is
+    assert compact(root, settles + 3600.0, rechecks=rechecks).closed == []
+    _same_records(read_frame(root, closed_segments=False), read_frame(root))
 
 
 def test_the_leaders_compaction_looks_at_no_file_of_a_settled_segment(
@@ -299,7 +354,7 @@ def test_the_leaders_compaction_looks_at_no_file_of_a_settled_segment(
         return real(path, *args, **kwargs)  # type: ignore[call-overload,arg-type]
 
     monkeypatch.setattr(os, "stat", counted)
-    report = compact(root, LATER, recheck_s=3600.0, groups=groups)
+    report = compact(root, LATER, rechecks=segments.Rechecks(3600.0), groups=groups)
     monkeypatch.undo()
     assert report.closed == [unclosed] and report.current == 3
     store_files = [os.sep + top + os.sep for top in ("telemetry", "steps", "_manifests")]

@@ -31,7 +31,7 @@ from guardctl.analyze.load import read_frame, source_files
 from guardctl.config import Layer, build_settings, load_settings
 from guardctl.errors import ConfigError
 from guardctl.sections.store import StoreSettings
-from guardctl.storage import layout, segments, store
+from guardctl.storage import closed, layout, segments, store
 from guardctl.storage.compact import compact
 
 __all__ = ["fleet"]  # the shared fixture, imported for pytest to find
@@ -131,6 +131,38 @@ def test_a_segment_that_outlived_its_files_is_never_written_again_from_the_rest(
     again = _prune_raw(root, LATER + DAY)  # a file the closed segment was not made from
     assert late.exists() and again.raw_kept[store.CHANGED] == 1
     _same_records(back, read_frame(root))
+
+
+def test_a_file_made_again_by_a_name_the_segment_outlived_is_read_beside_it(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root, names = _closed_store(fleet, tmp_path)
+    whole = read_frame(root)
+    _prune_raw(root, segments.span(names[0])[1] + DAY)  # type: ignore[index]
+    # A node whose clock fell a day behind writes into the day-old segment's file again: a
+    # new file by a name the closed segment was made from (a new inode, shorter than it was).
+    gone = next(n for n in closed.read_manifest(root, names[0]).files if "telemetry" in n)  # type: ignore[union-attr]
+    again = root / gone
+    node = again.parent.name
+    again.write_text(json.dumps({"v": 1, "kind": "host", "ts": START + 5.0, "node": node}) + "\n")
+    back = read_frame(root)
+    assert back.count("host") == whole.count("host") + 1  # every record of the others kept
+    assert compact(root, LATER).closed == []  # never written again from the one file
+
+
+def test_a_pass_that_reaches_back_past_raw_retention_reads_closed_segments(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root, names = _closed_store(fleet, tmp_path)
+    pruned_at = segments.span(names[0])[1] + DAY  # type: ignore[index]
+    _prune_raw(root, pruned_at)
+    settings = build_settings([Layer("test", {"store": {"root": str(root)}})])
+    # The controller's analyzer, its clock the pruning host's: the windows it is asked for
+    # reach back to the segment whose files are gone, which its listing cannot find.
+    incremental = Analyzer(settings, clock=lambda: pruned_at)
+    at = START + 1440.0
+    assert incremental.analyze(at).to_dict() == analyze(root, settings, at).to_dict()
+    assert incremental.cold_passes == 1
 
 
 def test_readers_find_the_same_records_and_verdicts_once_every_json_lines_file_is_gone(
