@@ -108,7 +108,7 @@ def compact(
         if rechecks is not None:
             rechecks.saw(name, bounds[1], now)
     if rechecks is not None:
-        rechecks.forget_settled()
+        rechecks.forget_settled(now)
     return report
 
 

@@ -224,7 +224,12 @@ class Rechecks:
     def saw(self, name: str, end: float, now: float) -> None:
         self.last_look[name] = (end, now)
 
-    def forget_settled(self) -> None:
-        """Let go of the segments looked at after their window: never due again."""
+    def forget_settled(self, now: float) -> None:
+        """Let go of the segments looked at after their window (never due again), and of those
+        a window past it (a caller that did not pass meanwhile, or a segment no longer listed)."""
         window = self.window_s
-        self.last_look = {n: (e, t) for n, (e, t) in self.last_look.items() if t < e + window}
+        self.last_look = {
+            n: (e, t)
+            for n, (e, t) in self.last_look.items()
+            if t < e + window and now < e + 2 * window
+        }

@@ -297,8 +297,11 @@ def test_a_closed_segment_is_looked_at_again_less_often_the_older_it_is() -> Non
     assert rechecks.due("s", 0.0, 10_900.0)  # the window is over: one last look
     rechecks.saw("s", 0.0, 10_900.0)
     assert not rechecks.due("s", 0.0, 20_000.0)  # then never again
-    rechecks.forget_settled()
-    assert rechecks.last_look == {} and not rechecks.due("s", 0.0, 20_000.0)
+    rechecks.saw("v", 0.0, 600.0)  # one never looked at again (its files no longer listed)
+    rechecks.forget_settled(20_000.0)
+    assert "v" in rechecks.last_look and not rechecks.due("s", 0.0, 20_000.0)
+    rechecks.forget_settled(2 * 3 * 3600.0)  # a window past the window: let go of
+    assert rechecks.last_look == {}
     assert not segments.Rechecks().due("t", 0.0, 20_000.0)  # past it, never looked at: as it is
     # A leader passing a minute apart looks at a segment some 25 times in its 3 hours, not 178.
     looks = 0
