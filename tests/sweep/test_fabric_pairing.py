@@ -145,6 +145,22 @@ def test_any_single_fault_is_localised(kind: str, index: int, extra: int) -> Non
     assert outcome.rounds <= 4
 
 
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_a_judge_that_misses_no_slow_test_drains_no_healthy_node(data: st.DataObject) -> None:
+    t = tree()
+    nodes = t.nodes()
+    suspects = sorted(set(data.draw(st.lists(st.sampled_from(nodes), min_size=1, max_size=3))))
+    goods = engine.by_leaf([n for n in nodes if n not in suspects], suspects, t)
+    pairs = [(a, b) for a in nodes for b in nodes if a < b]
+    components = sorted({c for pair in pairs for c in fabric.carried(pair, t)})
+    # One or two faults anywhere but in a known-good partner's link (known good by premise).
+    faulty = [c for c in components if not (c.startswith("link:") and c[5:] in goods)]
+    faults = set(data.draw(st.lists(st.sampled_from(faulty), min_size=1, max_size=2)))
+    outcome = pairing.find_bad("regroup", suspects, goods, fabric_oracle(t, faults), topology=t)
+    assert {f"link:{n}" for n in outcome.bad} <= faults, (faults, outcome.bad)
+
+
 def test_partners_by_leaf_and_the_reference_group_away_from_the_suspects() -> None:
     t = tree()
     idle = [n for n in t.nodes() if n not in ("n05", "n06")]
