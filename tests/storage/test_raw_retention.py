@@ -25,7 +25,7 @@ from test_closed_segments import (
     fleet,
 )
 
-from guardctl.analyze import analyze
+from guardctl.analyze import analyze, incremental
 from guardctl.analyze.incremental import Analyzer
 from guardctl.analyze.load import read_frame, source_files
 from guardctl.config import Layer, build_settings, load_settings
@@ -226,6 +226,31 @@ def test_the_controllers_listing_keeps_only_files_a_pass_or_the_leader_may_need(
     # Asked for a time its listing left out: the files of then are listed again.
     at = START + 1440.0
     assert idle.analyze(at).to_dict() == analyze(root, settings, at).to_dict()
+
+
+def test_passes_over_an_idle_store_read_it_once_while_nothing_changes(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root, names = _closed_store(fleet, tmp_path)
+    layout.manifest_path(root, names[1]).unlink()  # a segment left to close: still listed
+    settings = load_settings(environ={})
+    clock = [LATER]  # a day on, nothing written since
+    idle = Analyzer(settings, root, clock=lambda: clock[0])
+
+    def cold_after(seconds: float) -> int:
+        clock[0] += seconds
+        assert idle.analyze().to_dict() == analyze(root, settings).to_dict()
+        return idle.cold_passes
+
+    assert cold_after(0.0) == 1
+    assert cold_after(60.0) == 1  # nothing it could read changed: the same pass
+    _append_late_record(root, names[1])  # a file it listed grew
+    assert cold_after(60.0) == 2
+    assert cold_after(60.0) == 2
+    compact(root, LATER)  # a segment closed
+    assert cold_after(60.0) == 3
+    assert cold_after(incremental.IDLE_REUSE_S - 60.0) == 3
+    assert cold_after(60.0) == 4  # however still the store, read again that often
 
 
 def test_raw_retention_past_the_retention_is_the_retention(fleet: Path, tmp_path: Path) -> None:
