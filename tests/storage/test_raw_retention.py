@@ -26,6 +26,7 @@ from test_closed_segments import (
 )
 
 from guardctl.analyze import analyze, incremental
+from guardctl.analyze.frame import Frame
 from guardctl.analyze.incremental import Analyzer
 from guardctl.analyze.load import read_frame, source_files
 from guardctl.config import Layer, build_settings, load_settings
@@ -114,14 +115,21 @@ def test_prune_lets_go_only_of_json_lines_their_closed_segment_holds_whole(
     assert after.bad["truncated"] == 1  # the cut line, counted as before
 
 
-def test_a_segment_that_outlived_its_files_is_never_written_again_from_the_rest(
-    fleet: Path, tmp_path: Path
-) -> None:
+def _first_outlived(fleet: Path, tmp_path: Path) -> tuple[Path, str, Frame]:
+    """A closed store whose first segment's JSON Lines raw retention removed (a day after it
+    ended); that segment, and the store's records before."""
     root, names = _closed_store(fleet, tmp_path)
     whole = read_frame(root)
     _prune_raw(root, segments.span(names[0])[1] + DAY)  # type: ignore[index]
-    assert not _files_of(root, names[0])
-    late = root / "telemetry" / "node-late" / f"{names[0]}.jsonl"  # a backlog, days late
+    return root, names[0], whole
+
+
+def test_a_segment_that_outlived_its_files_is_never_written_again_from_the_rest(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root, first, whole = _first_outlived(fleet, tmp_path)
+    assert not _files_of(root, first)
+    late = root / "telemetry" / "node-late" / f"{first}.jsonl"  # a backlog, days late
     late.parent.mkdir()
     record = {"v": 1, "kind": "host", "ts": START - 300.0, "node": "node-late", "cpu_pct": 3.0}
     late.write_text(json.dumps(record) + "\n")
@@ -136,12 +144,10 @@ def test_a_segment_that_outlived_its_files_is_never_written_again_from_the_rest(
 def test_a_file_made_again_by_a_name_the_segment_outlived_is_read_beside_it(
     fleet: Path, tmp_path: Path
 ) -> None:
-    root, names = _closed_store(fleet, tmp_path)
-    whole = read_frame(root)
-    _prune_raw(root, segments.span(names[0])[1] + DAY)  # type: ignore[index]
+    root, first, whole = _first_outlived(fleet, tmp_path)
     # A node whose clock fell a day behind writes into the day-old segment's file again: a
     # new file by a name the closed segment was made from (a new inode, shorter than it was).
-    gone = next(n for n in closed.read_manifest(root, names[0]).files if "telemetry" in n)  # type: ignore[union-attr]
+    gone = next(n for n in closed.read_manifest(root, first).files if "telemetry" in n)  # type: ignore[union-attr]
     again = root / gone
     node = again.parent.name
     again.write_text(json.dumps({"v": 1, "kind": "host", "ts": START + 5.0, "node": node}) + "\n")
