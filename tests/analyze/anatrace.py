@@ -8,6 +8,7 @@ and then :meth:`Trace.write` writes real files in the store layout through
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,16 @@ class Trace:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("\n".join(lines) + "\n")
         return self.root
+
+    def write_afresh(self) -> Path:
+        """Write this trace as the store's whole history: the records there before, and the
+        closed segments made of them, go first. Writing over them instead would rewrite files
+        in place, which no writer does (the store's files only grow): a file rewritten at
+        least as long, on its old inode, reads as the old file grown."""
+        for top in (layout.telemetry_dir(self.root), layout.steps_dir(self.root)):
+            shutil.rmtree(top, ignore_errors=True)
+        shutil.rmtree(layout.segments_dir(self.root), ignore_errors=True)
+        return self.write()
 
     def analyze(self, *assignments: str, at: float | None = None) -> Analysis:
         self.write()

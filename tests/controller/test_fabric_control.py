@@ -7,7 +7,6 @@ every surface (status, history, report, --explain, the Prometheus export) shows 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,6 @@ def telemetry(store: Path, *, leaf: bool = True, hw: tuple[str, ...] = ()) -> No
     """A job on the eight nodes whose telemetry ends now: with *leaf*, every node under s1
     waits fifty times longer to send (xmit_wait) from the second minute; *hw*: GPUs in HW
     slowdown. Written afresh (what was there before goes)."""
-    shutil.rmtree(store / "telemetry", ignore_errors=True)
     tr = Trace(store, nodes=len(NODES), minutes=20, seed=7)
     tr.names = list(NODES)
     tr.t = tr.t - tr.t[-1] + time.time()
@@ -54,7 +52,7 @@ def telemetry(store: Path, *, leaf: bool = True, hw: tuple[str, ...] = ()) -> No
     for node in hw:
         tr.gpu["clock_event_reasons"][onset:, tr.node(node), :] = 0x8
         tr.gpu["sm_clock_mhz"][onset:, tr.node(node), :] = 1200
-    tr.write()
+    tr.write_afresh()
 
 
 def settings(store: Path, **control: Any) -> Settings:

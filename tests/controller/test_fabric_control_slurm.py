@@ -6,7 +6,6 @@ is healthy again; status, history and --explain say so. guardctl runs as a proce
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,6 @@ LEAF = ["node4", "node5", "node6"]  # under s2 (tree_lab: s1 holds node1-3)
 def telemetry(store: Path, *, degraded: bool) -> None:
     """A job on the six nodes, ending now; *degraded*: s2's nodes wait fifty times longer to
     send from the second minute. Written afresh."""
-    shutil.rmtree(store / "telemetry", ignore_errors=True)
     tr = Trace(store, nodes=len(NODES), minutes=20, seed=7)
     tr.names = list(NODES)
     tr.t = tr.t - tr.t[-1] + time.time()
@@ -34,7 +32,7 @@ def telemetry(store: Path, *, degraded: bool) -> None:
         wait = np.diff(tr.nic["xmit_wait"], axis=0, prepend=tr.nic["xmit_wait"][:1])
         wait[tr.at(2) :, [tr.node(n) for n in LEAF], :] *= 50
         tr.nic["xmit_wait"] = np.cumsum(wait, 0)
-    tr.write()
+    tr.write_afresh()
 
 
 def reserved(lab: Any) -> str:
