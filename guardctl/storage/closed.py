@@ -115,6 +115,24 @@ def read_manifest(root: Path, segment: str) -> Manifest | None:
         return None
 
 
+def looked_at(root: Path, segment: str) -> float | None:
+    """When closed *segment* was last closed or found as it was closed by the leader (its
+    manifest's modification time, :func:`mark_looked`); None when it is not closed, or that
+    cannot be read."""
+    try:
+        return layout.manifest_path(root, segment).stat().st_mtime
+    except OSError:
+        return None
+
+
+def mark_looked(root: Path, segment: str, when: float) -> None:
+    """Say on closed *segment*'s manifest (its modification time, the bytes unchanged) that
+    the leader found it as it was closed at *when*: a leader taking over goes by it."""
+    # A store this process may not write: the next leader looks again.
+    with contextlib.suppress(OSError):
+        os.utime(layout.manifest_path(root, segment), (when, when))
+
+
 # --- a frame's kind as an Arrow table, and back ----------------------------------------------
 
 

@@ -86,7 +86,11 @@ def compact(
         if bounds[1] + grace_s > now:
             report.open += 1
             continue
-        if rechecks is not None and name in closed_names and not rechecks.due(name, bounds[1], now):
+        if (
+            rechecks is not None
+            and name in closed_names
+            and _not_due(root, name, bounds[1], now, rechecks)
+        ):
             report.current += 1  # closed, and not due to be looked at again
             continue
         if is_current(root, name, groups[name]):
@@ -94,6 +98,8 @@ def compact(
             report.looked += 1
             if rechecks is not None:
                 rechecks.saw(name, bounds[1], now)
+                if not dry_run:
+                    closed.mark_looked(root, name, now)
             continue
         if budget_s is not None and time.monotonic() - started >= budget_s:
             report.deferred += 1
@@ -107,9 +113,20 @@ def compact(
         report.closed.append(name)
         if rechecks is not None:
             rechecks.saw(name, bounds[1], now)
+            closed.mark_looked(root, name, now)  # in the leader's clock, as its looks
     if rechecks is not None:
         rechecks.forget_settled(now)
     return report
+
+
+def _not_due(root: Path, name: str, end: float, now: float, rechecks: segments.Rechecks) -> bool:
+    """Whether closed segment *name* need not be looked at now. One this leader never looked
+    at counts as looked at when a leader last did (its manifest's time, :func:`closed.mark_looked`:
+    a stat, once, of each recent manifest), so that a new leader's first pass does not stat
+    every node's file of the last hours again."""
+    if name not in rechecks.last_look and now < end + rechecks.window_s:
+        rechecks.adopt(name, end, closed.looked_at(root, name), now)
+    return not rechecks.due(name, end, now)
 
 
 def is_current(root: Path, name: str, files: Sequence[str]) -> bool:

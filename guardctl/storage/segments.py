@@ -16,6 +16,7 @@ training ranks import uses it.
 from __future__ import annotations
 
 import calendar
+import functools
 import math
 import os
 import re
@@ -46,10 +47,7 @@ RECHECK_FRACTION = 1 / 6
 
 _NAME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(?:(\d{2})_(\d{1,2})m)?")
 _SUFFIXES = (".jsonl", ".cols")  # a file and its column mirror
-# A pass over 100k GPUs names ~100k files that share a few segment names: each name is parsed
-# once, then remembered (the table is emptied when it grows past this, to stay bounded).
-_PARSED: dict[str, tuple[str, float, float] | None] = {}
-_PARSED_MAX = 10_000
+PARSED_MAX = 10_000  # segment names remembered parsed
 
 Span = tuple[float, float]
 
@@ -96,7 +94,7 @@ def file_span(path: str | os.PathLike[str]) -> Span | None:
 
 def span(name: str) -> Span | None:
     """When the segment *name* starts and ends; None for ``other`` (or any non-name)."""
-    parsed = _parse_stem(name)
+    parsed = _parse_name(name)
     return None if parsed is None else (parsed[1], parsed[2])
 
 
@@ -168,21 +166,12 @@ def _parse_file(text: str) -> tuple[str, float, float] | None:
         return None
     # The segment name follows the directory, or the node and rank of a step file.
     start = max(text.rfind("/", 0, end), text.rfind(".", 0, end)) + 1
-    return _parse_stem(text[start:end])
+    return _parse_name(text[start:end])
 
 
-def _parse_stem(stem: str) -> tuple[str, float, float] | None:
-    try:
-        return _PARSED[stem]
-    except KeyError:
-        pass
-    parsed = _parse_name(stem)
-    if len(_PARSED) >= _PARSED_MAX:
-        _PARSED.clear()
-    _PARSED[stem] = parsed
-    return parsed
-
-
+# A pass over 100k GPUs names ~100k files that share a few segment names: each name is parsed
+# once, then remembered (bounded).
+@functools.lru_cache(maxsize=PARSED_MAX)
 def _parse_name(stem: str) -> tuple[str, float, float] | None:
     match = _NAME.fullmatch(stem)
     if match is None:
@@ -209,7 +198,8 @@ class Rechecks:
     may still grow as it was closed: a segment that ended less than *window_s* ago is looked
     at again once :data:`RECHECK_FRACTION` of its age has passed since, and once more after
     the window, then never. A segment this caller never looked at is looked at while within
-    the window, and taken as it is after it."""
+    the window, and taken as it is after it, unless it knows when the leader before it last
+    looked (:meth:`adopt`): a leader taking over keeps its predecessor's schedule."""
 
     window_s: float = LATE_S
     last_look: dict[str, tuple[float, float]] = field(default_factory=dict)  # name: (end, when)
@@ -223,6 +213,15 @@ class Rechecks:
 
     def saw(self, name: str, end: float, now: float) -> None:
         self.last_look[name] = (end, now)
+
+    def adopt(self, name: str, end: float, looked_at: float | None, now: float) -> None:
+        """Take segment *name*, which this caller never looked at, as looked at when the
+        leader before it last did (*looked_at*, None if unknown), where that lies between its
+        end and *now*. A time outside (clocks apart, a store copied) leaves it to be looked at."""
+        if name in self.last_look or looked_at is None or now >= end + self.window_s:
+            return
+        if end <= looked_at <= now:
+            self.saw(name, end, looked_at)
 
     def forget_settled(self, now: float) -> None:
         """Let go of the segments looked at after their window (never due again), and of those

@@ -30,3 +30,7 @@ def test_the_leaders_call_lists_nothing_and_agrees_with_the_walk(tmp_path: Path)
     every, by_age = result["passes"]["every pass"], result["passes"]["by age"]
     assert every["segments_looked"] >= 60 * 12 and every["files_looked"] >= 3 * 60 * 12
     assert 0 < by_age["segments_looked"] < every["segments_looked"] / 4
+    # A leader taking over keeps to the last one's looks: only what is due then, not all.
+    over = result["taking_over"]
+    assert over["nothing to go by"] >= 12
+    assert over["going by the last leader's looks"] < over["nothing to go by"] / 2

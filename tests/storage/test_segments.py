@@ -88,9 +88,9 @@ def test_files_without_a_segment_name_are_other() -> None:
 
 
 def test_remembered_names_stay_bounded() -> None:
-    for i in range(segments._PARSED_MAX + 10):
+    for i in range(segments.PARSED_MAX + 10):
         segments.segment_of(f"n1/{i:08d}.jsonl")
-    assert len(segments._PARSED) <= segments._PARSED_MAX
+    assert segments._parse_name.cache_info().currsize <= segments.PARSED_MAX
     assert segments.segment_of("n1/20261206T1010_10m.jsonl") == "20261206T1010_10m"
 
 
