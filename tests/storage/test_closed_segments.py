@@ -341,9 +341,7 @@ def test_bytes_a_closed_segment_gains_are_read_at_once_and_closed_in_when_it_is_
     _same_records(read_frame(root, closed_segments=False), read_frame(root))
 
 
-def test_a_new_leader_looks_again_only_at_what_was_closed_long_enough_ago(
-    fleet: Path, tmp_path: Path
-) -> None:
+def test_a_leader_taking_over_keeps_to_the_last_ones_looks(fleet: Path, tmp_path: Path) -> None:
     root = _copy(fleet, tmp_path / "store")
     first = sorted(segments.group_files(source_files(root)))[0]
     end = segments.span(first)[1]  # type: ignore[index]
@@ -351,19 +349,21 @@ def test_a_new_leader_looks_again_only_at_what_was_closed_long_enough_ago(
     assert compact(root, now).closed  # closed by the last leader
     manifests = sorted(layout.manifests_dir(root).iterdir())
 
-    def closed_at(when: float, *paths: Path) -> None:
+    def looked_at(when: float, *paths: Path) -> None:
         for path in paths:
             os.utime(path, (when, when))
 
-    closed_at(now - 60.0, *manifests)  # a minute ago
+    looked_at(now - 60.0, *manifests)  # the last leader looked a minute ago
     assert compact(root, now, rechecks=segments.Rechecks()).looked == 0
-    closed_at(end + 60.0, layout.manifest_path(root, first))  # 59 minutes ago: due
+    looked_at(end + 60.0, layout.manifest_path(root, first))  # 59 minutes ago: due
     assert compact(root, now, rechecks=segments.Rechecks()).looked == 1
-    closed_at(now + 600.0, *manifests)  # a clock ahead of this one's: each looked at
+    assert layout.manifest_path(root, first).stat().st_mtime == now  # this look, for the next
+    assert compact(root, now + 60.0, rechecks=segments.Rechecks()).looked == 0
+    looked_at(now + 600.0, *manifests)  # a clock ahead of this one's: each looked at
     ahead = compact(root, now, rechecks=segments.Rechecks())
     assert ahead.looked == len(manifests) - ahead.open
     last = max(segments.span(m.stem)[1] for m in manifests)  # type: ignore[index]
-    closed_at(last + 60.0, *manifests)  # past every window: taken as it is, no last look
+    looked_at(last + 60.0, *manifests)  # past every window: taken as it is, no last look
     assert compact(root, last + segments.LATE_S + 60.0, rechecks=segments.Rechecks()).looked == 0
 
 
