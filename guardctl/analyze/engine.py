@@ -311,55 +311,49 @@ def analyze_frame(
     *,
     at: float | None = None,
     window_s: float | None = None,
-    step_ends: np.ndarray | None = None,
-    parts: feat.Parts | None = None,
-    keep_history: bool = False,
     until: float | None = None,
 ) -> Analysis:
     """Judge every node seen in *frame* over the windows ending at *at* (default: newest data,
-    none after *until*, whose nodes are reported in ``ahead``).
-
-    *step_ends*: the step records' times as :func:`features.step_times` gives them, kept by
-    a caller that carries them from pass to pass; *parts*: windows' figures such a caller
-    keeps, with the history windows' rank rows where *keep_history*
-    (:func:`features.extract`).
-    """
+    none after *until*, whose nodes are reported in ``ahead``)."""
     window_s = window_s or cfg.window_s
-    n = cfg.persist_n
     ahead: dict[str, float] = {}
     if at is None:  # (each node's newest record: found once, for both)
         newest = _newest_per_node(frame)
         ahead = _ahead_of(frame.nodes, newest, until) if until is not None else {}
         at = _end_of(newest, window_s, until)
     if at is None:
-        return Analysis(
-            math.nan,
-            math.nan,
-            (),
-            frame.files,
-            frame.records,
-            dict(frame.bad),
-            (cfg.persist_k, n),
-            ahead=ahead,
-        )
-    f = feat.extract(
-        frame,
-        at,
-        window_s,
-        n,
-        min_samples=cfg.min_samples,
-        min_coverage=cfg.min_coverage,
-        min_peers=cfg.min_peers,
-        min_rank_peers=cfg.min_rank_peers,
-        own_history=cfg.own_history,
-        low_q=cfg.low_quantile,
-        hw_xids=cfg.hardware_xids,
-        ends=step_ends,
-        parts=parts,
-        keep_history=keep_history,
-        job_paces=cfg.job_slowdown > 0,
-        threads=cfg.pass_threads(),
-    )
+        return nothing_judged(frame, cfg, ahead)
+    f = feat.extract(frame, at, window_s, cfg.persist_n, **feature_settings(cfg))
+    return judge(frame, f, cfg, ahead)
+
+
+def nothing_judged(frame: Frame, cfg: AnalyzeSettings, ahead: dict[str, float]) -> Analysis:
+    """The analysis of a frame with no window to judge (no records, or none in time)."""
+    counts = (frame.files, frame.records, dict(frame.bad))
+    return Analysis(math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n), ahead=ahead)
+
+
+def feature_settings(cfg: AnalyzeSettings) -> dict[str, Any]:
+    """The settings :func:`features.extract` takes, from the ``[analyze]`` section."""
+    return {
+        "min_samples": cfg.min_samples,
+        "min_coverage": cfg.min_coverage,
+        "min_peers": cfg.min_peers,
+        "min_rank_peers": cfg.min_rank_peers,
+        "own_history": cfg.own_history,
+        "low_q": cfg.low_quantile,
+        "hw_xids": cfg.hardware_xids,
+        "job_paces": cfg.job_slowdown > 0,
+        "threads": cfg.pass_threads(),
+    }
+
+
+def judge(
+    frame: Frame, f: feat.Features, cfg: AnalyzeSettings, ahead: dict[str, float]
+) -> Analysis:
+    """Every node's verdict, the stages and the jobs' slowdowns, from *frame*'s features *f*
+    (*ahead*: the nodes with records stamped after the time asked for)."""
+    n, at, window_s = cfg.persist_n, f.at, f.window_s
     flags = run_detectors(f, cfg)
     hit = _node_flags(flags, len(f.nodes), n, f.has_data)
     count = hit.sum(axis=0)

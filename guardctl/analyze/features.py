@@ -11,8 +11,8 @@ when that job is big enough, else every row of that window without one.
 
 Each window's tables are figured from its records alone and then joined; the
 peers and a counter's step across a window's edge are given at the join, so a
-caller that judges the same window again can keep its tables (``extract``'s
-*parts*: the incremental analyzer's passes a minute apart).
+caller that judges the same window again can keep its tables (:func:`extract_again`: the
+incremental analyzer's passes a minute apart).
 """
 
 from __future__ import annotations
@@ -876,7 +876,7 @@ class WindowPart:
     """One window's figures before peers are given, and what they were made of.
 
     A later pass that judges the same window (same end, same length) takes each table
-    whose records did not change as it is (:func:`extract`'s *parts*).
+    whose records did not change as it is (:func:`extract_again`).
     """
 
     tables: dict[str, Table] = field(default_factory=dict)  # gpu, host, nic, rank (w = 0)
@@ -1100,6 +1100,18 @@ def _join_counters(t: Table, same: np.ndarray) -> None:
         t[name] = t[name] + np.maximum(np.where(valid, first - np.where(valid, before, 0), 0), 0)
 
 
+@dataclass
+class Kept:
+    """What a caller that judges the same windows pass after pass (the incremental analyzer)
+    keeps from one pass to the next: the step records' :func:`step_times` (*ends*), each
+    window's figures (*parts*, by window end and length) and, with *history*, the history
+    windows' rank rows (:func:`history_rows`), for a caller that lets go of their records."""
+
+    parts: Parts = field(default_factory=dict)
+    ends: np.ndarray | None = None
+    history: bool = False
+
+
 def extract(
     frame: Frame,
     at: float,
@@ -1113,26 +1125,58 @@ def extract(
     hw_xids: tuple[int, ...],
     min_rank_peers: int = 3,
     own_history: int = 0,
-    ends: np.ndarray | None = None,
-    parts: Parts | None = None,
-    keep_history: bool = False,
     job_paces: bool = False,
     threads: int = 1,
 ) -> Features:
-    """Compute every feature table for the *n_windows* windows ending at *at*.
+    """Compute every feature table for the *n_windows* windows ending at *at*, from *frame*
+    alone.
 
     Step records of the *own_history* windows before those give each rank its own
-    reference (:func:`own_reference`). *ends*: the step records' :func:`step_times`,
-    where the caller keeps them from pass to pass. *parts*: windows' figures kept from
-    earlier passes (by window end and length); a window not there, or whose records
-    changed, is figured and added; with *keep_history*, so are the history windows' rank
-    rows (:func:`history_rows`), for a caller that lets go of their records. With
-    *job_paces*, each job's step time in the history windows too (:func:`history_steps`).
-    *threads*: the threads that figure the tables (and the sampling interval beside them).
+    reference (:func:`own_reference`). With *job_paces*, each job's step time in the
+    history windows too (:func:`history_steps`). *threads*: the threads that figure the
+    tables (and the sampling interval beside them).
     """
-    ends = step_times(frame) if ends is None else ends
+    return extract_again(
+        frame,
+        at,
+        window_s,
+        n_windows,
+        Kept(),
+        min_samples=min_samples,
+        min_coverage=min_coverage,
+        min_peers=min_peers,
+        low_q=low_q,
+        hw_xids=hw_xids,
+        min_rank_peers=min_rank_peers,
+        own_history=own_history,
+        job_paces=job_paces,
+        threads=threads,
+    )
+
+
+def extract_again(
+    frame: Frame,
+    at: float,
+    window_s: float,
+    n_windows: int,
+    kept: Kept,
+    *,
+    min_samples: int,
+    min_coverage: float,
+    min_peers: int,
+    low_q: float,
+    hw_xids: tuple[int, ...],
+    min_rank_peers: int = 3,
+    own_history: int = 0,
+    job_paces: bool = False,
+    threads: int = 1,
+) -> Features:
+    """:func:`extract` for a caller that keeps what a pass figured (*kept*): a window in
+    ``kept.parts`` whose records did not change is not figured again; a window not there,
+    or whose records changed, is figured and added."""
+    parts, keep_history = kept.parts, kept.history
+    ends = step_times(frame) if kept.ends is None else kept.ends
     wins, counts = _assigned(frame, ends, at, window_s, n_windows)
-    parts = {} if parts is None else parts
     mine = [parts.setdefault((at - w * window_s, window_s), WindowPart()) for w in range(n_windows)]
     with ThreadPoolExecutor(threads) as pool:  # (the sampling interval beside the tables)
         interval = pool.submit(_interval, frame, wins)

@@ -23,7 +23,7 @@ records. :class:`Analyzer` keeps, from pass to pass:
   minute apart meets two windows judged before);
 - the column mirrors open, up to a quarter of the open-files limit;
 
-and then judges those records with :func:`~guardctl.analyze.engine.analyze_frame`,
+and then judges those records with :func:`~guardctl.analyze.engine.judge`,
 exactly as a cold pass judges its own. The result is what
 ``engine.analyze(path, settings, at)`` returns for the same files.
 
@@ -63,16 +63,19 @@ from guardctl.analyze.engine import (
     Analysis,
     ahead_of,
     analyze,
-    analyze_frame,
     default_at,
+    feature_settings,
     history_needed,
+    judge,
     steps_needed,
     until_now,
 )
 from guardctl.analyze.features import (
     CHUNK,
+    Kept,
     Parts,
     WindowPart,
+    extract_again,
     figure_history,
     figure_windows,
     step_ends,
@@ -649,15 +652,11 @@ class Analyzer:
                 raise _Restart("a history window's steps changed after they were let go")
             mine = [(end - w * length, length) for w in range(cfg.persist_n)]
             kept = [dict(self._parts[k].tables) if k in self._parts else {} for k in mine]
-            result = analyze_frame(
-                frame,
-                cfg,
-                at=end,
-                window_s=window_s,
-                step_ends=ends,
-                parts=self._parts,
-                keep_history=bool(self.grid_s),
+            kept_parts = Kept(self._parts, ends, history=bool(self.grid_s))
+            f = extract_again(
+                frame, end, length, cfg.persist_n, kept_parts, **feature_settings(cfg)
             )
+            result = judge(frame, f, cfg, {})
             self._rows_ahead(frame, ends, end, judged, length)
             self._windows_ahead(frame, ends, end, length)
             self.read["tables_kept"] = sum(

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from guardctl.analyze import features
-from guardctl.analyze.engine import default_at, load_recent, steps_needed
+from guardctl.analyze.engine import default_at, feature_settings, load_recent, steps_needed
 from guardctl.analyze.features import (
     GroupIndex,
     _interval,
@@ -283,18 +283,10 @@ def test_kept_window_tables_held_narrow_join_as_the_wide_ones(
     frame = load_recent(tmp_path, settings, steps_needed(cfg))
     at = default_at(frame, cfg.window_s)
     assert at is not None
-    kw = {
-        "min_samples": cfg.min_samples,
-        "min_coverage": cfg.min_coverage,
-        "min_peers": cfg.min_peers,
-        "min_rank_peers": cfg.min_rank_peers,
-        "own_history": cfg.own_history,
-        "low_q": cfg.low_quantile,
-        "hw_xids": cfg.hardware_xids,
-    }
-    parts: dict[tuple[float, float], features.WindowPart] = {}
-    narrow = features.extract(frame, at, cfg.window_s, cfg.persist_n, parts=parts, **kw)
-    held = [t for part in parts.values() for t in part.tables.values()]
+    kw = feature_settings(cfg)
+    kept = features.Kept()
+    narrow = features.extract_again(frame, at, cfg.window_s, cfg.persist_n, kept, **kw)
+    held = [t for part in kept.parts.values() for t in part.tables.values()]
     assert any(t.narrowed for t in held)
     assert all(t[c].dtype == np.int32 for t in held for c in t.narrowed)
     monkeypatch.setattr(features, "_narrowed", lambda t: t)
