@@ -277,11 +277,6 @@ def _segment_files(root: Path) -> list[Path]:
     return sorted(p for p in found if segments.file_span(p.name) is not None)
 
 
-def expired_files(root: Path, cutoff: float) -> list[Path]:
-    """Telemetry and step files (and their column mirrors) whose segment ended by *cutoff*."""
-    return _ended_by(_segment_files(root), cutoff) + expired_segments(root, cutoff)
-
-
 def _ended_by(files: list[Path], cutoff: float) -> list[Path]:
     out = []
     for path in files:
