@@ -8,9 +8,14 @@ the pass's own analysis had listed it; it now takes the files as the pass's anal
 them (:meth:`Analyzer.segment_files`). This measures one such call both ways, in the same run:
 
 - ``walk`` (the old way, still ``guardctl store compact``'s): ``compact(root, now,
-  recheck_s=segments.LATE_S)``, which lists the store itself;
+  rechecks=...)``, which lists the store itself;
 - ``from the pass``: the same call given the analyzer's listing (made before, untimed: the
   pass made it for its analysis anyway).
+
+Both as a new leader's first call with nothing to go by (every closed segment that may still
+grow looked at). Then an hour of the leader's passes a minute apart, looking at those
+segments every pass (as it was) and by age (``segments.Rechecks``), and the first pass of a
+leader taking over after that hour, going by the last one's looks or with nothing to go by.
 
 The store is synthetic and made fast: *nodes* node directories, each holding every
 10-minute segment of *days* days as an empty ``.jsonl`` and its ``.cols`` mirror (what
@@ -134,7 +139,8 @@ def one_call(call: Callable[[], CompactReport]) -> tuple[float, CompactReport, l
 
 def measure(root: Path, rounds: int, idle_s: float) -> dict[str, Any]:
     now = store_now(root)
-    analyzer = Analyzer(build_settings([Layer("bench", {"store": {"root": str(root)}})]))
+    settings = build_settings([Layer("bench", {"store": {"root": str(root)}})])
+    analyzer = Analyzer(settings, clock=lambda: now)  # the store's time, made or reused
     groups = analyzer.segment_files(list_again=True)  # the pass's listing: made anyway
     ways: dict[str, Callable[[], CompactReport]] = {
         "walk": lambda: compact(root, now, budget_s=60.0, rechecks=NewLeader()),
