@@ -463,7 +463,7 @@ start_slurmds() {
 
 # Wait until the controller answers and every node has registered: its state
 # is not "unknown" nor flagged not-responding ("*"), and, for each slurmd
-# started by this run, its SlurmdStartTime is not older than that start.
+# started by this run, its SlurmdStartTime is not older than that start (within 2 s).
 # A fresh lab is then all idle; a restarted one may still hold old jobs,
 # drained or down nodes, which are reported.
 wait_ready() {
@@ -486,6 +486,11 @@ wait_ready() {
         if ((SECONDS >= deadline)); then
             log "nodes not ready after ${timeout}s:"
             printf '%s\n' "${out:-(sinfo gave no answer)}" >&2
+            log "their slurmd start times, and when this run started them:"
+            printf '%s\n' "${nodeinfo:-(scontrol gave no answer)}" >&2
+            for i in $(seq 1 "$nodes"); do
+                printf 'node%s started %s\n' "$i" "${started_at[node$i]:-(not by this run)}" >&2
+            done
             log "logs: $home/log/"
             return 1
         fi
@@ -505,7 +510,10 @@ node_ready() {
     t=$(awk -v n="$node" '$1 == n {print $2; exit}' <<<"$nodeinfo")
     [[ -n $t && $t != None && $t != Unknown ]] || return 1
     t=$(date -d "$t" +%s 2>/dev/null) || return 1
-    ((t >= since))
+    # 2 s of slack: slurmd (22.05) may report a start a second before the time taken just
+    # before starting it, which left a fresh lab "not ready" with every node idle; a slurmd
+    # of an earlier run started long before.
+    ((t + 2 >= since))
 }
 
 # ---------------------------------------------------------------- main
