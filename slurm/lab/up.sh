@@ -510,9 +510,9 @@ node_ready() {
     t=$(awk -v n="$node" '$1 == n {print $2; exit}' <<<"$nodeinfo")
     [[ -n $t && $t != None && $t != Unknown ]] || return 1
     t=$(date -d "$t" +%s 2>/dev/null) || return 1
-    # 2 s of slack: slurmd (22.05) may report a start a second before the time taken just
-    # before starting it, which left a fresh lab "not ready" with every node idle; a slurmd
-    # of an earlier run started long before.
+    # 2 s of slack: both times are wall-clock seconds, from two processes (a clock stepped
+    # back while the lab starts must not leave it "not ready" with every node idle); a
+    # slurmd of an earlier run started long before.
     ((t + 2 >= since))
 }
 
