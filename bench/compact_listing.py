@@ -188,10 +188,10 @@ class EveryPass(segments.Rechecks):
 
 
 class NewLeader(segments.Rechecks):
-    """A leader with no time of closing to go by (a manifest's time ahead of its clock, or
-    the leader as it was): its first call looks at every closed segment that may still grow."""
+    """A leader with no last look to go by (a manifest's time ahead of its clock, or the
+    leader as it was): its first call looks at every closed segment that may still grow."""
 
-    def adopt(self, name: str, end: float, closed_at: float | None, now: float) -> None:
+    def adopt(self, name: str, end: float, looked_at: float | None, now: float) -> None:
         return None
 
 

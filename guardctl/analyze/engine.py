@@ -322,14 +322,16 @@ def analyze_frame(
         ahead = _ahead_of(frame.nodes, newest, until) if until is not None else {}
         at = _end_of(newest, window_s, until)
     if at is None:
-        return nothing_judged(frame, cfg, ahead)
+        return nothing_judged((frame.files, frame.records, dict(frame.bad)), cfg, ahead)
     f = feat.extract(frame, at, window_s, cfg.persist_n, **feature_settings(cfg))
     return judge(frame, f, cfg, ahead)
 
 
-def nothing_judged(frame: Frame, cfg: AnalyzeSettings, ahead: dict[str, float]) -> Analysis:
-    """The analysis of a frame with no window to judge (no records, or none in time)."""
-    counts = (frame.files, frame.records, dict(frame.bad))
+def nothing_judged(
+    counts: tuple[int, int, dict[str, int]], cfg: AnalyzeSettings, ahead: dict[str, float]
+) -> Analysis:
+    """The analysis when no window can be judged (no records, or none in time); *counts*:
+    the input's files, records and bad lines."""
     return Analysis(math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n), ahead=ahead)
 
 

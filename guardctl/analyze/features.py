@@ -1112,46 +1112,16 @@ class Kept:
     history: bool = False
 
 
-def extract(
-    frame: Frame,
-    at: float,
-    window_s: float,
-    n_windows: int,
-    *,
-    min_samples: int,
-    min_coverage: float,
-    min_peers: int,
-    low_q: float,
-    hw_xids: tuple[int, ...],
-    min_rank_peers: int = 3,
-    own_history: int = 0,
-    job_paces: bool = False,
-    threads: int = 1,
-) -> Features:
+def extract(frame: Frame, at: float, window_s: float, n_windows: int, **settings: Any) -> Features:
     """Compute every feature table for the *n_windows* windows ending at *at*, from *frame*
-    alone.
+    alone; *settings*: :func:`extract_again`'s keywords.
 
     Step records of the *own_history* windows before those give each rank its own
     reference (:func:`own_reference`). With *job_paces*, each job's step time in the
     history windows too (:func:`history_steps`). *threads*: the threads that figure the
     tables (and the sampling interval beside them).
     """
-    return extract_again(
-        frame,
-        at,
-        window_s,
-        n_windows,
-        Kept(),
-        min_samples=min_samples,
-        min_coverage=min_coverage,
-        min_peers=min_peers,
-        low_q=low_q,
-        hw_xids=hw_xids,
-        min_rank_peers=min_rank_peers,
-        own_history=own_history,
-        job_paces=job_paces,
-        threads=threads,
-    )
+    return extract_again(frame, at, window_s, n_windows, Kept(), **settings)
 
 
 def extract_again(

@@ -67,6 +67,7 @@ from guardctl.analyze.engine import (
     feature_settings,
     history_needed,
     judge,
+    nothing_judged,
     steps_needed,
     until_now,
 )
@@ -631,9 +632,7 @@ class Analyzer:
             end = at if at is not None else self._on_grid(newest)
             counts = self._input(hours, extra)
             if end is None:
-                return Analysis(
-                    math.nan, math.nan, (), *counts, (cfg.persist_k, cfg.persist_n), ahead=ahead
-                )
+                return nothing_judged(counts, cfg, ahead)
             if end - self._reach(window_s) < self._floor:  # the newest window moved back
                 cold = self._cold(end if self.grid_s else at, window_s, until)  # past the kept
                 return dataclasses.replace(cold, ahead=ahead)

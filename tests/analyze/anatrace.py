@@ -172,9 +172,8 @@ class Trace:
         closed segments made of them, go first. Writing over them instead would rewrite files
         in place, which no writer does (the store's files only grow): a file rewritten at
         least as long, on its old inode, reads as the old file grown."""
-        for top in (layout.telemetry_dir(self.root), layout.steps_dir(self.root)):
-            shutil.rmtree(top, ignore_errors=True)
-        shutil.rmtree(layout.segments_dir(self.root), ignore_errors=True)
+        for top in (layout.telemetry_dir, layout.steps_dir, layout.segments_dir):
+            shutil.rmtree(top(self.root), ignore_errors=True)
         return self.write()
 
     def analyze(self, *assignments: str, at: float | None = None) -> Analysis:
