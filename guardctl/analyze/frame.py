@@ -480,8 +480,10 @@ def _renumber(col: np.ndarray, lut: np.ndarray, optional: bool) -> np.ndarray:
     return out
 
 
-def concat(frames: Sequence[Frame]) -> Frame:
-    """Join frames (one per file) into one, merging their string tables."""
+def concat(frames: Sequence[Frame], *, consume: bool = False) -> Frame:
+    """Join frames (one per file) into one, merging their string tables. With *consume*,
+    *frames* are emptied of their records as they are joined, so that each column's parts
+    are let go once it is whole (the caller must hold no other reference to them)."""
     if len(frames) == 1:  # nothing to merge: no copy (a pass over 100k GPUs reads one segment)
         return frames[0]
     out = Frame()
@@ -496,6 +498,8 @@ def concat(frames: Sequence[Frame]) -> Frame:
             for name, table, optional in _STRING_COLS[kind]:
                 cols[name] = _renumber(cols[name], maps[table], optional)
             parts[kind].append(cols)
+        if consume:
+            frame.cols = {}
         out.bad.update(frame.bad)
         out.files += frame.files
         out.lines += frame.lines
@@ -503,8 +507,13 @@ def concat(frames: Sequence[Frame]) -> Frame:
         if len(pieces) == 1:  # one frame holds this kind (steps and telemetry mirrors): no copy
             out.cols[kind] = pieces[0]
         elif pieces:
-            out.cols[kind] = {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
+            out.cols[kind] = {name: _joined(pieces, name) for name in list(pieces[0])}
     return out
+
+
+def _joined(pieces: list[dict[str, np.ndarray]], name: str) -> np.ndarray:
+    """The column *name* of every piece end to end; the pieces no longer hold it."""
+    return np.concatenate([p.pop(name) for p in pieces])
 
 
 def select(frame: Frame, start: float, end: float) -> Frame:

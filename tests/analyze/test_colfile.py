@@ -150,6 +150,31 @@ def test_string_rows_whose_hashes_collide_are_still_told_apart(
     assert _canonical(_same_as_parsed(root)) == hashed
 
 
+def _exact(frame: Frame) -> tuple[object, ...]:
+    """Everything a frame holds, in its own order: tables, columns and input counts."""
+    tables = tuple(tuple(getattr(frame, t)) for t in ("nodes", "jobs", "ports", "states"))
+    cols = {k: {n: c.tolist() for n, c in cs.items()} for k, cs in frame.cols.items()}
+    return tables, cols, frame.files, frame.lines, dict(frame.bad)
+
+
+def test_mirrors_read_a_few_at_a_time_make_the_frame_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "sim"
+    simulate(root, nodes=24, duration=600.0, seed=7, faults="all:1")
+    damaged = Path(mirror_format.mirror_path(sorted(root.rglob("*.jsonl"))[5]))
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x24  # one mirror among the others not usable: its file is parsed
+    damaged.write_bytes(bytes(data))
+    whole = _read(root, True)
+    monkeypatch.setattr(mirrors, "CHUNK_BYTES", 3 * mirror_format.WIDTH * 100)
+    pieces = _read(root, True)
+    files = len(list(root.rglob("*.jsonl")))
+    assert whole.files == files and whole.records > 20_000
+    assert _exact(pieces) == _exact(whole)
+    assert _canonical(pieces) == _canonical(_read(root, False))
+
+
 def test_writer_keeps_the_mirror_in_step_batch_by_batch(tmp_path: Path) -> None:
     path = _agent_file(tmp_path)
     _agent_writes(path, "gn01", 5)
