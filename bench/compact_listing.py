@@ -17,7 +17,8 @@ grow looked at). Then an hour of the leader's passes a minute apart, looking at 
 segments every pass (as it was) and by age (``segments.Rechecks``), and the first pass of a
 leader taking over after that hour, going by the last one's looks or with nothing to go by.
 
-The store is synthetic and made fast: *nodes* node directories, each holding every
+The store is synthetic and made fast: *nodes* node directories (the layout earlier
+versions' agents wrote, still read; what is stat'ed is the same in either), each holding every
 10-minute segment of *days* days as an empty ``.jsonl`` and its ``.cols`` mirror (what
 retention keeps at a site), every segment closed (its manifest written as compaction writes
 it for empty files). So each call finds nothing to write: what it costs is finding that out,
@@ -74,13 +75,21 @@ def segment_names(days: int, end: float) -> list[str]:
 
 
 def make_store(
-    root: Path, nodes: int, days: int, *, raw_days: int | None = None, mirrored: int | None = None
+    root: Path,
+    nodes: int,
+    days: int,
+    *,
+    raw_days: int | None = None,
+    mirrored: int | None = None,
+    by_node: bool = True,
 ) -> None:
     """Every node's empty files of every segment, and each segment's manifest.
 
     *raw_days*: only the newest days keep their JSON Lines (the older segments are left as
     closed segments alone, as a shorter raw retention leaves them); *mirrored*: only the
-    newest segments keep their column mirrors (None: every one with its JSON Lines)."""
+    newest segments keep their column mirrors (None: every one with its JSON Lines);
+    *by_node*: a directory per node, as agents before segments' directories wrote
+    (``telemetry/<node>/<segment>.jsonl``; else ``telemetry/<segment>/<node>.jsonl``)."""
     shared_store.init(root)
     end = time.time() // SEGMENT_S * SEGMENT_S
     names = segment_names(days, end)
@@ -89,19 +98,26 @@ def make_store(
     flags = os.O_CREAT | os.O_WRONLY | os.O_EXCL
     node_names = [f"node{i:05d}" for i in range(nodes)]
     for node in node_names:
-        directory = root / "telemetry" / node
-        directory.mkdir(parents=True)
         for name in raw:
-            os.close(os.open(directory / f"{name}.jsonl", flags, 0o644))
+            path = node_file(root, node, name, by_node)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, flags, 0o644))
             if name in with_mirror:
-                os.close(os.open(directory / f"{name}.cols", flags, 0o644))
+                os.close(os.open(path.with_suffix(".cols"), flags, 0o644))
     layout.manifests_dir(root).mkdir(parents=True, exist_ok=True)
     for name in names:
         bounds = segments.span(name)
         assert bounds is not None
-        files = {f"telemetry/{node}/{name}.jsonl": (0, 0) for node in node_names}
+        files = {os.fspath(node_file(Path(), node, name, by_node)): (0, 0) for node in node_names}
         manifest = closed.Manifest(name, bounds[0], bounds[1], files=files, kinds={})
         layout.manifest_path(root, name).write_text(json.dumps(manifest.to_dict()))
+
+
+def node_file(root: Path, node: str, segment: str, by_node: bool = True) -> Path:
+    """A node agent's file of *segment*, in either layout."""
+    if by_node:
+        return layout.telemetry_dir(root) / node / f"{segment}.jsonl"
+    return layout.telemetry_dir(root) / segment / f"{node}.jsonl"
 
 
 def store_now(root: Path) -> float:

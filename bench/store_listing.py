@@ -14,14 +14,19 @@ agent creates the new segment's files, so what a node directory holds is listed 
 - ``1d``: only the last day's JSON Lines and mirrors (the 13 days before kept as closed
   segments alone: their manifests), what ``[store] raw_retention_hours = 24`` leaves (288);
 - ``1d-nocols``: the same without the mirrors of closed segments: only the newest segment
-  keeps its mirror (145).
+  keeps its mirror (145);
+- ``1d-by-segment``: the files of ``1d-nocols`` laid out as the agents write them now, in a
+  directory per segment (``telemetry/<segment>/<node>.jsonl``) instead of one per node.
 
 For each shape, in the same process and run:
 
 - the cold walk: ``source_files(root)`` and ``segments.group_files`` (seconds each; the
-  directories listed and the entries they held);
-- a segment boundary: the next segment's JSON Lines and mirror created in every node
-  directory (as the agents do), then one ``Analyzer.segment_files(list_again=True)`` (the
+  directories listed and the entries they held), what ``guardctl store compact`` lists;
+- the cold pass: what ``guardctl analyze`` lists to find the segments of its windows
+  (``segment_groups`` picking ``segments.recent``: a segment's directory it does not read is
+  never listed);
+- a segment boundary: the next segment's JSON Lines and mirror created for every node (as
+  the agents do), then one ``Analyzer.segment_files(list_again=True)`` (the
   controller's listing and grouping); and the call after it, ``SETTLE_S`` later: a directory
   whose stamp was first seen within the last ``SETTLE_S`` (and is younger than ``OLD_S``) is
   listed again at the next call, so a boundary costs the controller two listings of every
@@ -68,36 +73,54 @@ from compact_listing import (  # noqa: E402
     SEGMENT_S,
     counted_listings,
     make_store,
+    node_file,
     report,
     store_parser,
 )
 
 from guardctl.analyze.incremental import Analyzer  # noqa: E402
-from guardctl.analyze.load import Listing, source_files  # noqa: E402
+from guardctl.analyze.load import Listing, segment_groups, source_files  # noqa: E402
 from guardctl.config import Layer, build_settings  # noqa: E402
 from guardctl.storage import layout, segments  # noqa: E402
 
 RAW_DAYS = 1  # the shorter raw retention compared against keeping every day
-STEPS = ("cold walk", "boundary", "after settling", "steady")
+STEPS = ("cold walk", "cold pass", "boundary", "after settling", "steady")
+# What a cold pass reads: 3 windows of 5 minutes and the ranks' own history of 3 more.
+COLD_SPAN_S = 1800.0
 
 
-def shapes(days: int) -> dict[str, dict[str, int | None]]:
+def shapes(days: int) -> dict[str, dict[str, Any]]:
     """Each store shape's name and how make_store makes it."""
     return {
         f"{days}d": {"raw_days": None, "mirrored": None},
         f"{RAW_DAYS}d": {"raw_days": RAW_DAYS, "mirrored": None},
         f"{RAW_DAYS}d-nocols": {"raw_days": RAW_DAYS, "mirrored": 1},
+        f"{RAW_DAYS}d-by-segment": {"raw_days": RAW_DAYS, "mirrored": 1, "by_node": False},
     }
 
 
-def node_dirs(root: Path) -> list[Path]:
+def telemetry_dirs(root: Path) -> list[Path]:
     return sorted(p for p in layout.telemetry_dir(root).iterdir() if p.is_dir())
 
 
-def newest_segment_end(directory: Path) -> float:
-    """When the newest segment a node directory holds ends."""
-    spans = [s for s in map(segments.file_span, os.listdir(directory)) if s is not None]
-    return max(spans)[1]
+def by_node(root: Path) -> bool:
+    """Whether the store's agents' files lie in a directory per node (else per segment)."""
+    return segments.span(telemetry_dirs(root)[0].name) is None
+
+
+def node_names(root: Path) -> list[str]:
+    if by_node(root):
+        return [p.name for p in telemetry_dirs(root)]
+    return sorted(p.stem for p in telemetry_dirs(root)[-1].glob("*.jsonl"))
+
+
+def newest_segment_end(root: Path) -> float:
+    """When the newest segment the store's node files belong to ends."""
+    if by_node(root):  # every node's directory holds the same segments
+        spans = map(segments.file_span, os.listdir(telemetry_dirs(root)[0]))
+    else:
+        spans = map(segments.span, os.listdir(layout.telemetry_dir(root)))
+    return max(s for s in spans if s is not None)[1]
 
 
 @contextmanager
@@ -117,7 +140,8 @@ class Shape:
 
     def __init__(self, name: str, root: Path) -> None:
         self.name, self.root = name, root
-        self.nodes = node_dirs(root)
+        self.by_node = by_node(root)
+        self.nodes = node_names(root)
         self.analyzer = Analyzer(build_settings([Layer("bench", {"store": {"root": str(root)}})]))
         self.made: list[Path] = []  # files the boundaries made, removed at the end
         self.listed_at = 0.0  # (monotonic) when the last listing began
@@ -156,15 +180,24 @@ class Shape:
         self.record("cold walk", found, len(groups))
         self.times.setdefault("cold walk: grouping", []).append(found["group_s"])
 
+    def cold_pass(self, idle_s: float) -> None:
+        time.sleep(idle_s)
+        with counted() as found:
+            groups = segment_groups(
+                self.root, pick=lambda names: segments.recent(names, COLD_SPAN_S)
+            )
+        self.record("cold pass", found, len(groups))
+
     def boundary(self, idle_s: float) -> None:
-        """The agents start the next segment in every node directory; the controller lists."""
-        start = newest_segment_end(self.nodes[0])  # every node's directory holds the same
+        """The agents start the next segment, every node's files; the controller lists."""
+        start = newest_segment_end(self.root)
         name = segments.segment_name(start, SEGMENT_S // 60)
-        for directory in self.nodes:
+        for node in self.nodes:
+            path = node_file(self.root, node, name, self.by_node)
+            path.parent.mkdir(exist_ok=True)
             for suffix in (".jsonl", ".cols"):
-                path = directory / f"{name}{suffix}"
-                path.touch(exist_ok=False)
-                self.made.append(path)
+                path.with_suffix(suffix).touch(exist_ok=False)
+                self.made.append(path.with_suffix(suffix))
         time.sleep(idle_s)
         self.listed_at = time.monotonic()
         groups = self.timed_call("boundary")
@@ -193,6 +226,8 @@ class Shape:
     def clean_up(self) -> None:
         for path in self.made:
             path.unlink()
+            if not self.by_node and not any(path.parent.iterdir()):
+                path.parent.rmdir()  # the boundary's segment directory
         self.made.clear()
 
     def memory(self) -> dict[str, int]:
@@ -208,7 +243,9 @@ class Shape:
         return {"current": current, "peak": peak}
 
     def result(self) -> dict[str, Any]:
-        entries = [len(os.listdir(d)) for d in self.nodes]
+        entries = [len(os.listdir(d)) for d in telemetry_dirs(self.root)]
+        if not self.by_node:  # a node's entries: as many in each segment's directory
+            entries = [sum(entries) / len(self.nodes)]
         steps = {
             step: {
                 "fastest_s": min(times),
@@ -244,7 +281,8 @@ def measure(top: Path, days: int, rounds: int, idle_s: float) -> dict[str, Any]:
         shape.settled_listing()
     try:
         for _ in range(rounds):  # the shapes alternate: each round sees the same conditions
-            for step in (Shape.cold_walk, Shape.boundary, Shape.after_settling, Shape.steady):
+            steps = (Shape.cold_walk, Shape.cold_pass, Shape.boundary, Shape.after_settling)
+            for step in (*steps, Shape.steady):
                 for shape in found:
                     step(shape, idle_s)
     finally:
@@ -299,20 +337,21 @@ def cell(shape: dict[str, Any], step: str) -> str:
 def print_table(result: dict[str, Any]) -> None:
     first = next(iter(result["shapes"].values()))
     print(
-        f"{first['nodes']} node directories on {result['filesystem']}, {result['idle_s']:g} s "
+        f"{first['nodes']} nodes on {result['filesystem']}, {result['idle_s']:g} s "
         f"idle before each call, median (fastest) of {result['rounds']}, load average "
         f"{' '.join(f'{x:.1f}' for x in result['loadavg'])}"
     )
     print(
-        "| shape | entries per node | cold walk s (of which grouping) | boundary s "
-        "| after settling s | steady s | memory per node |"
+        "| shape | entries per node | cold walk s (of which grouping) | cold pass s "
+        "| boundary s | after settling s | steady s | memory per node |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name, shape in result["shapes"].items():
         grouping = shape["steps"]["cold walk: grouping"]["median_s"]
         print(
             f"| {name} | {shape['entries_per_node']:,.0f} "
-            f"| {cell(shape, 'cold walk')} [{grouping:.4f}] | {cell(shape, 'boundary')} "
+            f"| {cell(shape, 'cold walk')} [{grouping:.4f}] | {cell(shape, 'cold pass')} "
+            f"| {cell(shape, 'boundary')} "
             f"| {cell(shape, 'after settling')} | {cell(shape, 'steady')} "
             f"| {shape['memory_per_node'] / 1024:.1f} KiB x{shape['ratio']['memory']:.2f} |"
         )

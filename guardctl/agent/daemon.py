@@ -7,7 +7,7 @@ record (kind ``agent``) per collector. The node's training ranks hand their step
 to the agent over a node-local socket (:mod:`guardctl.agent.handoff`), so the agent is the
 node's one writer on the shared filesystem: every ``write_interval_s`` it appends everything
 queued, of every kind, as one batch (one write, one fsync) to
-``<store>/telemetry/<node>/<hour>.jsonl``, and rewrites the local status file with each
+``<store>/telemetry/<segment>/<node>.jsonl``, and rewrites the local status file with each
 collector's health; at most once a minute, after a batch the store took, the node's
 clock heartbeat (:mod:`guardctl.clock`). A crash loses what was queued, at most one
 ``write_interval_s``. SIGTERM or SIGINT ends it after the sample in progress, writing what

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -648,13 +648,19 @@ def load_recent(
     are there or not: a store idle for longer than the raw retention is analysed from the
     Parquet files of its last segments."""
     root = path if path is not None else settings.store.root
-    groups = segment_groups(root, closed_segments=settings.analyze.cache)
-    wanted = segments.recent(groups, span, until)
+    wanted: list[str] | None = None
+
+    def pick(names: Collection[str]) -> list[str] | None:
+        nonlocal wanted
+        wanted = segments.recent(names, span, until)
+        return wanted
+
+    # only the wanted segments' files are handed on: older ones are never even stat'ed (nor
+    # listed, where a segment's directory holds them)
+    groups = segment_groups(root, closed_segments=settings.analyze.cache, pick=pick)
     if wanted is None:
         return load(path, settings, groups=groups)
-    # only the wanted segments' files are handed on: older ones are never even stat'ed
-    recent = {name: groups[name] for name in wanted}
-    return load(path, settings, since=segments.earliest_start(wanted), groups=recent)
+    return load(path, settings, since=segments.earliest_start(wanted), groups=groups)
 
 
 def bad_summary(bad: Counter[str] | dict[str, int]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +98,8 @@ class Listing:
 
     A listing may keep only the files that can still matter to its passes (*since*): a
     store keeps weeks of closed segments, whose names (millions at a large site) only a
-    cold pass needs, and it reads those segments from Parquet.
+    cold pass needs, and it reads those segments from Parquet. A closed segment's own
+    directory (``telemetry/<segment>/``) that ended before *since* is then not looked at.
     """
 
     SETTLE_S = 3.0
@@ -128,6 +129,8 @@ class Listing:
         self.listed = 0
         while todo:
             directory = todo.pop()
+            if self._keep is not None and self._keep.passes_over(directory):
+                continue
             entry = self._visit(directory, now, wall)
             if entry is None:
                 changed = True
@@ -184,10 +187,20 @@ class _Kept:
                 kept.append(name)
         return kept
 
+    def passes_over(self, directory: str) -> bool:
+        """Whether *directory* is a closed segment's (``telemetry/<segment>/``) that ended
+        before *since*: none of its files would be kept, so it is not even looked at."""
+        name = os.path.basename(directory)
+        bounds = segments.span(name)
+        return bounds is not None and bounds[1] < self.since and name in self._closed_names()
+
     def _is_closed(self, name: str) -> bool:
+        return segments.segment_of(name) in self._closed_names()
+
+    def _closed_names(self) -> frozenset[str]:
         if self._closed is None:
             self._closed = layout.closed_segments(self.root)
-        return segments.segment_of(name) in self._closed
+        return self._closed
 
 
 def source_files(path: Path) -> list[str]:
@@ -211,17 +224,55 @@ def source_files(path: Path) -> list[str]:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
 
 
-def segment_groups(path: Path, *, closed_segments: bool = True) -> dict[str, list[str]]:
+def segment_groups(
+    path: Path,
+    *,
+    closed_segments: bool = True,
+    pick: Callable[[Collection[str]], Collection[str] | None] | None = None,
+) -> dict[str, list[str]]:
     """The files under *path* by segment (:func:`source_files`), and in a store every closed
     segment besides: one whose JSON Lines raw retention removed (``guardctl store prune``)
-    has no files here, and is read from its Parquet files alone."""
-    groups = segments.group_files(source_files(path))
+    has no files here, and is read from its Parquet files alone.
+
+    With *pick* (every segment's name -> those wanted; None: all), only the picked segments
+    are returned, and a segment's directory of node files (``telemetry/<segment>/``) that
+    was not picked is never listed: a store keeps a day of them, 12,500 files each at 100k
+    GPUs, and a pass reads three or four."""
+    if pick is None or not is_store(path):
+        groups = segments.group_files(source_files(path))
+        by_dir: dict[str, str] = {}
+    else:
+        groups, by_dir = _store_files(path)
     root = _closed_root(path, closed_segments)
+    names = set(groups) | set(by_dir)
     if root is not None:
-        for name in layout.closed_segments(root):  # one listing of the manifests' directory
+        names |= {n for n in layout.closed_segments(root) if segments.span(n) is not None}
+    picked = names if pick is None else (pick(names) or names)
+    out = {name: groups.get(name, []) for name in sorted(picked)}
+    for name in picked:
+        if name in by_dir:
+            listed = _list_dir(by_dir[name])
+            out[name] = sorted(out[name] + (listed[0] if listed is not None else []))
+    return out
+
+
+def _store_files(path: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """A store's files by segment, but for its segments' directories (segment -> directory),
+    which are left unlisted."""
+    files: list[str] = []
+    by_dir: dict[str, str] = {}
+    for top in layout.telemetry_inputs(path):
+        listed = _list_dir(os.fspath(top))
+        if listed is None:
+            continue
+        files += listed[0]
+        for sub in listed[1]:
+            name = os.path.basename(sub)
             if segments.span(name) is not None:
-                groups.setdefault(name, [])
-    return groups
+                by_dir[name] = sub
+            else:  # a directory per node (earlier versions' agents) or per job: walked
+                files += _walk_jsonl(sub)
+    return segments.group_files(sorted(files)), by_dir
 
 
 def _closed_root(path: Path, closed_segments: bool) -> Path | None:

@@ -37,9 +37,9 @@ from guardctl.config import Settings
 from guardctl.errors import GuardctlError
 from guardctl.hooks.registry import CheckResult, Hook, HookContext, checks, guarded
 from guardctl.nodeops import NodeOps
-from guardctl.nodes import expand, fold, validate_name
+from guardctl.nodes import expand, fold
 from guardctl.sections.hooks import HooksSettings
-from guardctl.storage import layout, segments, store
+from guardctl.storage import layout, store
 from guardctl.telemetry import schema
 
 STRAGGLER_RATIO = 1.10  # a node's median compute time this far above the job's median
@@ -372,16 +372,6 @@ def _job_nodes(env: Mapping[str, str]) -> list[str]:
         return []
 
 
-def _node_files(root: Path, node: str, since: float, until: float) -> list[Path]:
-    """The node agent's record files whose segment overlaps [since, until]."""
-    try:
-        directory = layout.telemetry_dir(root) / validate_name(node)
-        names = [n for n in os.listdir(directory) if n.endswith(".jsonl")]  # not the mirrors
-    except (ValueError, OSError):  # not a node name, or no agent wrote there
-        return []
-    return [directory / name for name in sorted(segments.overlapping(names, since, until))]
-
-
 def straggler_summary(root: Path, job: str, nodes: Sequence[str] = ()) -> str:
     """One line on the finished job's slowest node, from its probe step records.
 
@@ -396,7 +386,10 @@ def straggler_summary(root: Path, job: str, nodes: Sequence[str] = ()) -> str:
     paths = [directory] if directory.is_dir() else []
     now = time.time()
     for node in nodes:
-        paths += _node_files(root, node, now - LAST_HOUR_S, now)
+        try:
+            paths += layout.node_files(root, node, now - LAST_HOUR_S, now)
+        except ValueError:  # not a node's name
+            continue
     if not paths:
         return ""
     per_node: dict[str, list[float]] = defaultdict(list)

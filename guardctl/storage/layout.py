@@ -2,8 +2,10 @@
 
 ::
 
-    <root>/telemetry/<node>/<segment>.jsonl       node agent records (gpu, host, nic);
-                                                  one writer: that node's agent
+    <root>/telemetry/<segment>/<node>.jsonl       node agent records (gpu, host, nic, and its
+                                                  ranks' steps); one writer: that node's agent
+                                                  (earlier versions wrote
+                                                  telemetry/<node>/<segment>.jsonl: still read)
     <root>/steps/<job>/<node>.r<rank>.<segment>.jsonl  probe step records; one writer: that rank
     <root>/segments/kind=<kind>/date=<YYYY-MM-DD>/hour=<HH>/<segment>.parquet
                                                      closed segments: every node's records of
@@ -30,6 +32,7 @@ import time
 from pathlib import Path
 
 from guardctl.nodes import validate_name
+from guardctl.storage import segments
 from guardctl.storage.segments import DEFAULT_MINUTES, segment_name
 
 
@@ -45,8 +48,43 @@ def telemetry_dir(root: Path) -> Path:
 
 
 def node_telemetry_file(root: Path, node: str, ts: float, minutes: int = DEFAULT_MINUTES) -> Path:
-    """The node agent's file for the *minutes*-long segment holding *ts*."""
-    return telemetry_dir(root) / validate_name(node) / f"{segment_name(ts, minutes)}.jsonl"
+    """The node agent's file for the *minutes*-long segment holding *ts*: in the segment's
+    directory, so that a reader lists only the segments it reads, and each once it is
+    complete, never a directory per node (12,500 at 100k GPUs, every one changing at each
+    segment's start); and retention removes whole directories."""
+    return telemetry_dir(root) / segment_name(ts, minutes) / f"{validate_name(node)}.jsonl"
+
+
+def node_files(root: Path, node: str, since: float, until: float) -> list[Path]:
+    """The node agent's JSON Lines files of *node* whose segment overlaps [since, until], in
+    either layout: in each segment's directory, and in the node's own directory, where
+    earlier versions wrote them. ValueError for a name that is not a node's."""
+    name = validate_name(node)
+    top = telemetry_dir(root)
+    try:
+        with os.scandir(top) as entries:
+            subdirs = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:  # no agent wrote here yet
+        return []
+    found = []
+    for sub in subdirs:
+        if sub == name:
+            found += _jsonl_in(top / sub)
+        elif _overlaps(segments.span(sub), since, until):
+            path = top / sub / f"{name}.jsonl"
+            found += [path] if path.is_file() else []
+    return sorted(p for p in found if _overlaps(segments.file_span(p), since, until))
+
+
+def _overlaps(span: tuple[float, float] | None, since: float, until: float) -> bool:
+    return span is not None and span[0] <= until and span[1] > since
+
+
+def _jsonl_in(directory: Path) -> list[Path]:
+    try:
+        return [directory / n for n in os.listdir(directory) if n.endswith(".jsonl")]
+    except OSError:
+        return []
 
 
 def steps_dir(root: Path) -> Path:

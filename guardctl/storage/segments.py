@@ -92,6 +92,17 @@ def file_span(path: str | os.PathLike[str]) -> Span | None:
     return None if parsed is None else (parsed[1], parsed[2])
 
 
+def series(path: str | os.PathLike[str]) -> str:
+    """What a writer's files of successive segments share: the path without its segment's
+    name (the path itself for a file without one)."""
+    text = os.fspath(path)
+    parsed = _parse_file(text)
+    if parsed is None:
+        return text
+    at = text.rfind(parsed[0])
+    return text[:at] + text[at + len(parsed[0]) :]
+
+
 def span(name: str) -> Span | None:
     """When the segment *name* starts and ends; None for ``other`` (or any non-name)."""
     parsed = _parse_name(name)
@@ -164,9 +175,14 @@ def _parse_file(text: str) -> tuple[str, float, float] | None:
             break
     else:
         return None
-    # The segment name follows the directory, or the node and rank of a step file.
-    start = max(text.rfind("/", 0, end), text.rfind(".", 0, end)) + 1
-    return _parse_name(text[start:end])
+    # A node agent's file is named by its node in its segment's directory
+    # (telemetry/<segment>/<node>.jsonl); a rank's step file names its segment after its node
+    # and rank (<node>.r<rank>.<segment>.jsonl), as agents' files did in a directory per node.
+    slash = text.rfind("/", 0, end)
+    parsed = _parse_name(text[text.rfind("/", 0, slash) + 1 : slash]) if slash > 0 else None
+    if parsed is None:
+        parsed = _parse_name(text[max(slash, text.rfind(".", 0, end)) + 1 : end])
+    return parsed
 
 
 # A pass over 100k GPUs names ~100k files that share a few segment names: each name is parsed

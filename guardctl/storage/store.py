@@ -213,8 +213,9 @@ def _check_mirror(file: Path, report: CheckReport, manifests: _Manifests) -> Non
 
 
 def _closed_whole(file: Path, manifests: _Manifests) -> bool:
-    """Whether *file* lies in a store (``telemetry/<node>/`` or ``steps/<job>/``) whose closed
-    segment was made from all of it (*manifests*: those read so far, by store and segment)."""
+    """Whether *file* lies in a store (``telemetry/<segment>/``, ``telemetry/<node>/`` or
+    ``steps/<job>/``) whose closed segment was made from all of it (*manifests*: those read
+    so far, by store and segment)."""
     root = file.parent.parent.parent
     if file.parent.parent not in layout.telemetry_inputs(root):
         return False
@@ -274,13 +275,13 @@ def _segment_files(root: Path) -> list[Path]:
         if top.is_dir():
             found += [p for p in top.rglob("*") if p.suffix in (".jsonl", ".cols")]
     # Files not named by the layout are not ours to delete.
-    return sorted(p for p in found if segments.file_span(p.name) is not None)
+    return sorted(p for p in found if segments.file_span(p) is not None)
 
 
 def _ended_by(files: list[Path], cutoff: float) -> list[Path]:
     out = []
     for path in files:
-        bounds = segments.file_span(path.name)
+        bounds = segments.file_span(path)
         if bounds is not None and bounds[1] <= cutoff and path.is_file():
             out.append(path)
     return out
@@ -329,9 +330,9 @@ def raw_expired_files(
         mirror_cutoff = raw_cutoff
     by_segment: dict[str, list[Path]] = {}
     for path in files:
-        bounds = segments.file_span(path.name)
+        bounds = segments.file_span(path)
         if path.suffix == ".jsonl" and bounds is not None and cutoff < bounds[1] <= mirror_cutoff:
-            by_segment.setdefault(segments.segment_of(path.name), []).append(path)
+            by_segment.setdefault(segments.segment_of(path), []).append(path)
     if not by_segment:
         return []
     listed = set(files)

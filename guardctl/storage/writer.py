@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from guardctl.storage import segments
+
 if TYPE_CHECKING:
     from guardctl.telemetry.mirror import Mirror
 
@@ -97,7 +99,8 @@ class LineWriter:
             os.close(fd)
             raise
         # One file per time segment: a descriptor for an older segment is not needed again.
-        for old in [p for p in self._fds if p.parent == path.parent]:
+        series = segments.series(path)
+        for old in [p for p in self._fds if p != path and segments.series(p) == series]:
             os.close(self._fds.pop(old))
             if self.mirror is not None:
                 self.mirror.forget(old)

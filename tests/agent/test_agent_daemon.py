@@ -38,7 +38,7 @@ def test_one_sample_writes_every_collector(tmp_path: Path, fake_nvml: FakeNvml) 
     agent.close()
     path = layout.node_telemetry_file(tmp_path, "gpu01", TS)
     # TS is 12:00:00: the default segment, ten minutes from then
-    assert path == tmp_path / "telemetry" / "gpu01" / "20261130T1200_10m.jsonl"
+    assert path == tmp_path / "telemetry" / "20261130T1200_10m" / "gpu01.jsonl"
     result = read_path(path)
     kinds = [r["kind"] for r in result.records]
     assert kinds == ["gpu"] * 8 + ["host"] + ["nic"] * 2 + ["agent"] * 3
@@ -63,13 +63,13 @@ def test_segment_rotation(tmp_path: Path, fake_nvml: FakeNvml) -> None:
     agent.sample(TS + 3599.5)
     agent.sample(TS + 3600.5)
     agent.close()
-    files = sorted(p.name for p in (tmp_path / "telemetry" / "n1").iterdir())
+    files = sorted(str(p.relative_to(tmp_path)) for p in (tmp_path / "telemetry").rglob("n1.*"))
     # each segment's file (ten minutes by default) with its column mirror
     assert files == [
-        "20261130T1250_10m.cols",
-        "20261130T1250_10m.jsonl",
-        "20261130T1300_10m.cols",
-        "20261130T1300_10m.jsonl",
+        "telemetry/20261130T1250_10m/n1.cols",
+        "telemetry/20261130T1250_10m/n1.jsonl",
+        "telemetry/20261130T1300_10m/n1.cols",
+        "telemetry/20261130T1300_10m/n1.jsonl",
     ]
     frame = read_frame(tmp_path / "telemetry")
     assert frame.count("host") == 2 and frame.files == 2

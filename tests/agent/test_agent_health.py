@@ -15,13 +15,13 @@ import pytest
 from agent_helpers import FakeNvml, settings
 from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
+from storetools import agent_records
 
 from guardctl.agent.daemon import Agent
 from guardctl.analyze import analyze
 from guardctl.cli import main
 from guardctl.config import Settings, load_settings
 from guardctl.storage import store as shared_store
-from guardctl.telemetry.schema import read_path
 
 TS = 1_796_040_000.0  # 2026-11-30T12:00:00Z
 INTERVAL = 5.0
@@ -114,7 +114,7 @@ def test_before_it_failed_the_same_node_was_healthy(store: Path) -> None:
 
 
 def test_health_records_are_schema_v1(store: Path) -> None:
-    result = read_path(store / "telemetry" / "gpu07")
+    result = agent_records(store, "gpu07")
     assert result.bad_total == 0
     health = [r for r in result.records if r["kind"] == "agent" and r["collector"] == "nvml"]
     assert len(health) == SAMPLES

@@ -119,7 +119,8 @@ def test_prune_deletes_only_expired_hourly_files(tmp_path: Path) -> None:
     gone = {k for k, p in files.items() if not p.exists()}
     assert gone == {"old_node", "edge", "old_step"}
     assert not (tmp_path / "steps" / "4242").exists()  # the job's empty directory went too
-    assert (tmp_path / "steps").is_dir() and (tmp_path / "telemetry" / "n1").is_dir()
+    assert (tmp_path / "steps").is_dir() and files["recent"].parent.is_dir()
+    assert not files["old_node"].parent.exists()  # a segment's directory went with its files
 
 
 def test_prune_cli_dry_run_and_json(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from agent_helpers import settings
+from storetools import agent_files, agent_records
 
 from guardctl import identity, probe
 from guardctl.agent import handoff
@@ -70,7 +71,7 @@ def steps(rank: probe.Probe, count: int) -> None:
 
 
 def node_records(top: Path, node: str = "node1") -> list[dict[str, object]]:
-    result = read_path(top / "store" / "telemetry" / node)
+    result = agent_records(top / "store", node)
     assert result.bad_total == 0
     return result.records
 
@@ -96,7 +97,7 @@ def test_steps_reach_the_agents_node_file_and_no_rank_file(shared: Path) -> None
     assert kinds == {"host", "nic", "agent", "step"}  # one file holds every kind
     assert [r["step"] for r in records if r["kind"] == "step"] == list(range(8))
     assert step_files(shared) == []  # no rank wrote the shared store
-    assert len(list((shared / "store" / "telemetry" / "node1").glob("*.jsonl"))) == 1
+    assert len(agent_files(shared / "store", "node1")) == 1
     assert agent.status()["handoff"]["accepted"] == 8
 
 

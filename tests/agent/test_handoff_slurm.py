@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from labtools import job_python
+from storetools import agent_records
 
 from guardctl.nodes import expand
 from guardctl.storage import store as store_layout
@@ -113,7 +114,7 @@ def test_a_users_job_writes_through_the_agents_and_directly_without(lab: Any) ->
         status = json.loads((run / f"{node}.json").read_text())
         assert status["handoff"]["accepted"] == 4, (status, errors[node])
         assert status["handoff"]["refused"] == {}
-        mine = read_path(store / "telemetry" / node).records
+        mine = agent_records(store, node).records
         assert {r["kind"] for r in mine} == {"host", "agent", "step"}  # one file, every kind
     assert all(not (run / f"{n}.sock").exists() for n in agents)  # each agent removed its own
 

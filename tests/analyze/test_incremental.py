@@ -113,6 +113,12 @@ def _start(
     return store, replay, settings, Analyzer(settings, store)
 
 
+def _by_node(replay: Replay) -> list[str]:
+    """The agents' files of a replay, each node's segments one after the other."""
+    files = (r for r in replay.lines if r.startswith("telemetry"))
+    return sorted(files, key=lambda rel: (Path(rel).stem, rel))
+
+
 def _same(inc: Analyzer, store: Path, settings: Settings, at: float | None = None) -> dict:
     got = inc.analyze(at).to_dict()
     want = analyze(store, settings, at).to_dict()
@@ -152,7 +158,7 @@ def test_passes_a_minute_apart_equal_cold_passes(
     monkeypatch.setattr(incremental, "READ_BYTES", read_bytes)
     store, replay, settings, inc = _start(replays, trace, tmp_path, unmirrored=3)
     grid = Analyzer(settings, store, grid_s=60.0)  # the controller's: windows on the minute
-    telemetry = sorted(r for r in replay.lines if r.startswith("telemetry"))
+    telemetry = _by_node(replay)
     late, cut, replaced = telemetry[3], telemetry[5], telemetry[9]
     replay.held[late] = START + 700  # an agent that catches up four minutes late
     # and one whose first 11 minutes come at once, into windows judged before
@@ -200,7 +206,7 @@ def test_passes_a_minute_apart_equal_cold_passes(
     # Steps are placed again only where new records joined them (the first pass and the
     # two restarts place them all).
     assert sorted(placed)[len(placed) // 2] < 0.5, placed
-    assert any("T00" in name for name in os.listdir(store / telemetry[0].rsplit("/", 1)[0]))
+    assert "T00" in Path(telemetry[1]).parent.name  # (of the node of telemetry[0])
     # A pass judges two older windows unchanged and takes them as they are (two windows
     # of four tables): those the pass five minutes before judged, or, in the five minutes
     # after a first pass or a restart (the cut file, the replaced one), those that pass
@@ -842,7 +848,7 @@ def test_gpu_records_that_name_their_job_give_a_kept_windows_peers_as_a_cold_pas
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
     replay = replays(src, store)
-    late = max(r for r in replay.lines if "/ln03/" in r)  # its second hour's file
+    late = max(r for r in replay.lines if r.endswith("/ln03.jsonl"))  # its second hour's file
     replay.held[late] = START + 60 * 33  # ln03's agent catches up after 12 minutes
     settings = load_settings(environ={})
     grid = Analyzer(settings, store, grid_s=60.0)

@@ -165,6 +165,7 @@ def test_a_node_far_in_the_future_does_not_move_the_window(tmp_path: Path) -> No
 def test_huge_file_and_huge_line(tmp_path: Path) -> None:
     tr = _write_trace(tmp_path)
     big = tr.root / "telemetry" / "gn01" / "huge.jsonl"
+    big.parent.mkdir(exist_ok=True)
     with big.open("wb") as fh:
         fh.write(
             b'{"v":1,"kind":"host","ts":1.0,"node":"gn01","junk":"' + b"x" * (48 << 20) + b'"}\n'

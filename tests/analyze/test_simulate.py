@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from storetools import agent_files
 
 from guardctl.analyze import analyze, load
 from guardctl.cli import main
@@ -37,7 +38,7 @@ def test_every_line_is_exactly_what_the_schema_writes(tmp_path: Path) -> None:
 def test_store_layout_truth_and_seeding(tmp_path: Path) -> None:
     truth = simulate(tmp_path / "a", nodes=24, duration=600, seed=9)
     simulate(tmp_path / "b", nodes=24, duration=600, seed=9)
-    assert (tmp_path / "a" / "telemetry" / "node0001").is_dir()
+    assert agent_files(tmp_path / "a", "node0001")
     assert any((tmp_path / "a" / "steps").iterdir())
     doc = json.loads((tmp_path / "a" / "truth.json").read_text())
     assert {f["kind"] for f in doc["faults"]} == set(FAULTS.names())
@@ -109,7 +110,7 @@ def test_handoff_trace_has_one_file_per_node_and_segment_and_the_same_verdicts(
     truth = simulate(handed, handoff=True, **shape)
     assert not (handed / "steps").exists()
     steps = list((own / "steps").rglob("*.jsonl"))  # <node>.r<rank>.<segment>.jsonl
-    node_segments = {Path("telemetry", *p.name.split(".")[::2]) for p in steps}
+    node_segments = {Path("telemetry", *p.name.split(".")[:-1][::-2]) for p in steps}
     telemetry = {p.relative_to(own) for p in (own / "telemetry").rglob("*.jsonl")}
     files = {p.relative_to(handed) for p in handed.rglob("*.jsonl")}
     assert steps and files == {p.with_suffix(".jsonl") for p in node_segments} | telemetry
@@ -185,9 +186,8 @@ def test_named_nodes_and_pinned_faults(tmp_path: Path) -> None:
         ("slow_gpu", "node3"),
         ("link_errors", "node6"),
     }
-    assert sorted(p.name for p in (tmp_path / "t" / "telemetry").iterdir()) == [
-        f"node{i}" for i in range(1, 9)
-    ]
+    named = {p.stem for p in (tmp_path / "t" / "telemetry").glob("*/*.jsonl")}
+    assert named == {f"node{i}" for i in range(1, 9)}
     with pytest.raises(UsageError, match="not a busy node"):
         simulate(
             tmp_path / "u",

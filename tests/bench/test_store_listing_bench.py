@@ -29,19 +29,34 @@ def test_each_shape_is_listed_again_at_a_boundary_and_not_when_steady(tmp_path: 
     )
     assert done.returncode == 0, done.stderr[-2000:]
     shapes = json.loads(done.stdout)["shapes"]
-    # Two days with mirrors; one day with mirrors; one day with the newest segment's mirror.
+    # Two days with mirrors; one day with mirrors; one day with the newest segment's mirror,
+    # in a directory per node and in a directory per segment.
     entries = {"2d": 2 * PER_DAY * 2, "1d": PER_DAY * 2, "1d-nocols": PER_DAY + 1}
+    entries["1d-by-segment"] = PER_DAY + 1
     assert {name: shape["entries_per_node"] for name, shape in shapes.items()} == entries
-    raw = {"2d": 2 * PER_DAY, "1d": PER_DAY, "1d-nocols": PER_DAY}  # segments with JSON Lines
+    raw = {"2d": 2 * PER_DAY, "1d": PER_DAY, "1d-nocols": PER_DAY, "1d-by-segment": PER_DAY}
     for name, shape in shapes.items():
         steps, raw_segments = shape["steps"], raw[name]
         assert steps["cold walk"]["segments"] == raw_segments
         assert steps["cold walk"]["entries_listed"] >= NODES * entries[name]
+        # A cold pass reads the last half hour's segments and the skew's margin: a few.
+        assert 3 <= steps["cold pass"]["segments"] <= 8
+        by_segment = name.endswith("by-segment")
         for step in ("boundary", "after settling"):  # (the bench checks the new segment's files)
             assert 1 <= steps[step]["segments"] <= raw_segments + 1  # (old ones may be left out)
-            assert steps[step]["dirs_listed"] == NODES
-            assert steps[step]["entries_listed"] == NODES * (entries[name] + 2)
+            if by_segment:  # telemetry/ (a new directory in it), and the new segment's
+                assert steps[step]["dirs_listed"] == 2
+                assert steps[step]["entries_listed"] == PER_DAY + 1 + NODES * 2
+            else:  # every node's directory
+                assert steps[step]["dirs_listed"] == NODES
+                assert steps[step]["entries_listed"] == NODES * (entries[name] + 2)
         assert steps["steady"]["dirs_listed"] == 0 and steps["steady"]["entries_listed"] == 0
         assert shape["memory_per_node"] > 0
-        nodes = sorted((store / name / "telemetry").iterdir())
-        assert [len(os.listdir(node)) for node in nodes] == [entries[name]] * NODES
+        telemetry = store / name / "telemetry"
+        if by_segment:  # only the segments' directories of the last half hour and more listed
+            assert steps["cold pass"]["dirs_listed"] <= steps["cold pass"]["segments"] + 3
+            assert len(list(telemetry.glob("*/*.jsonl"))) == PER_DAY * NODES
+        else:
+            assert steps["cold pass"]["dirs_listed"] >= NODES
+            nodes = sorted(telemetry.iterdir())
+            assert [len(os.listdir(node)) for node in nodes] == [entries[name]] * NODES

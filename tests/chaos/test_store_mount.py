@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from storetools import agent_files
 
 from guardctl.agent.daemon import Agent
 from guardctl.storage import layout, store
@@ -98,7 +99,7 @@ def test_store_init_marks_the_store_for_the_agent(tmp_path: Path) -> None:
         "node1",
     )
     assert proc.returncode == 0, proc.stderr
-    assert list((root / "telemetry" / "node1").glob("*.jsonl"))
+    assert agent_files(root, "node1")
 
 
 @contextlib.contextmanager
@@ -131,7 +132,7 @@ def test_a_running_agent_buffers_while_the_store_is_unmounted(tmp_path: Path) ->
     with bind_mount(server, mount_point):  # back: the backlog goes to the shared store
         assert agent.sample(TS + 2)
         agent.close()
-    records = (server / "telemetry" / "node1").glob("*.jsonl")
+    records = agent_files(server, "node1")
     lines = [line for path in records for line in path.read_text().splitlines()]
     assert len(lines) == 6  # three samples of one collector and its health record
     assert layout.node_telemetry_file(server, "node1", TS).is_file()

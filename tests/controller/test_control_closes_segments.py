@@ -39,8 +39,7 @@ def telemetry(store: Path, *, ago_s: float = 0.0, minutes: int = 25) -> None:
     tr.t = tr.t - tr.t[-1] + time.time() - ago_s
     files: dict[Path, list[str]] = {}
     for rec in [*tr.records(), *tr.step_records()]:
-        name = segments.segment_name(rec["ts"], 10)
-        path = store / "telemetry" / rec["node"] / f"{name}.jsonl"
+        path = layout.node_telemetry_file(store, rec["node"], rec["ts"], 10)
         files.setdefault(path, []).append(schema.dumps(rec))
     for path, lines in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +136,8 @@ def test_the_leaders_closing_lists_no_directory_its_pass_listed(
         listed = count_listings(monkeypatch)
         assert c.run_pass().leader
         if n == 0:
-            assert {os.fspath(store / "telemetry" / node) for node in NODES} <= set(listed)
+            written = {os.fspath(p.parent) for p in (store / "telemetry").glob("*/*.jsonl")}
+            assert written and written <= set(listed)
         twice = {d: n for d, n in listed.items() if n > 1}
         assert not twice, twice
     assert closed_by(lines) == ended(store)  # and the closing still happened, from that listing
@@ -171,7 +171,7 @@ def test_the_leader_closes_what_lands_between_passes(tmp_path: Path) -> None:
     # An agent's backlog lands: a segment never seen (an hour ago) and bytes in a closed one.
     telemetry(store, ago_s=3600.0, minutes=10)
     grown = first[-1]
-    node_file = store / "telemetry" / NODES[0] / f"{grown}.jsonl"
+    node_file = store / "telemetry" / grown / f"{NODES[0]}.jsonl"
     last = node_file.read_text().splitlines()[-1]
     with node_file.open("a") as out:
         out.write(last + "\n")

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 from labtools import JOB_USER, Lab, in_root, job_guardctl, let_job_user_run
-
-from guardctl.telemetry.schema import read_path
+from storetools import agent_records
 
 pytestmark = pytest.mark.skipif(
     in_root(),
@@ -74,9 +73,10 @@ def test_the_slow_node_of_a_users_real_job_is_quarantined_by_the_daemon(lab: Lab
 
     # The job was the ordinary user's; its ranks handed their step records to their own node's
     # agent, which wrote them in its node file: no rank wrote the shared store.
-    telemetry = top / "store" / "telemetry"
     steps = {
-        f"node{i}": [r for r in read_path(telemetry / f"node{i}").records if r["kind"] == "step"]
+        f"node{i}": [
+            r for r in agent_records(top / "store", f"node{i}").records if r["kind"] == "step"
+        ]
         for i in (1, 2, 3, 4)
     }
     assert all(steps.values()), {node: len(s) for node, s in steps.items()}

@@ -102,6 +102,17 @@ def test_recent_hardware_xid_fails_an_application_xid_does_not(tmp_path: Path) -
     path.write_text("".join(schema.dumps(r) + "\n" for r in records))
     result = xid.run(ctx)
     assert not result.ok and result.message.startswith("gpu4 XID 79")
+    # A node whose agent wrote nothing lately: nothing judged, and said so.
+    quiet = xid.run(HookContext(s, "node8", nvml=fake_nvml()))
+    assert quiet.ok and quiet.skipped and "no agent telemetry" in quiet.message
+    # An agent of an earlier version: its directory per node is read as well.
+    old = path.parent.parent / "node8" / f"{path.parent.name}.jsonl"
+    old.parent.mkdir()
+    old.write_text(
+        schema.dumps(schema.make_record("gpu", "node8", ctx.now - 5, gpu=0, xid=48)) + "\n"
+    )
+    result = xid.run(HookContext(s, "node8", nvml=fake_nvml()))
+    assert not result.ok and result.message.startswith("gpu0 XID 48")
 
 
 def test_epilog_straggler_summary(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from controltools import fleet_trace
 from labtools import job_guardctl
+from storetools import agent_files
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "operate" / "install.md"
@@ -224,12 +225,12 @@ def test_an_administrator_installs_observes_acts_and_uninstalls(
         "node1",
         options=("--set", f"agent.status_file={tmp_path / 'run' / 'agent-once.json'}"),
     )
-    assert list((store / "telemetry" / "node1").iterdir())
+    assert agent_files(store, "node1")
     agents = start_agents(admin)
     try:
         for node in lab.nodes:
             wait_for(tmp_path / "run" / f"agent-{node}.json")
-            assert (store / "telemetry" / node).is_dir()
+            assert agent_files(store, node)
     finally:
         for agent in agents:
             agent.send_signal(signal.SIGTERM)

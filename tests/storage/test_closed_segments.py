@@ -51,9 +51,9 @@ def _copy(src: Path, dst: Path) -> Path:
 def _append_late_record(root: Path, segment: str = "*") -> Path:
     """Append a host record to the store's first node file (of *segment*), inside its segment
     (as an agent writing its backlog after an outage would); that file."""
-    node_file = sorted((root / "telemetry").glob(f"*/{segment}.jsonl"))[0]
+    node_file = sorted((root / "telemetry").glob(f"{segment}/*.jsonl"))[0]
     ts = segments.file_span(node_file)[0] + 5.0  # type: ignore[index]
-    late = {"v": 1, "kind": "host", "ts": ts, "node": node_file.parent.name, "cpu_pct": 1.5}
+    late = {"v": 1, "kind": "host", "ts": ts, "node": node_file.stem, "cpu_pct": 1.5}
     with open(node_file, "ab") as fh:
         fh.write(json.dumps(late).encode() + b"\n")
     return node_file
@@ -253,12 +253,12 @@ def test_a_kind_from_another_compaction_is_not_trusted(fleet: Path, tmp_path: Pa
     assert manifest is not None
     step = layout.parquet_path(root, "step", name, manifest.start)
     older = step.read_bytes()
-    node_file = sorted((root / "telemetry").glob(f"*/{name}.jsonl"))[0]
+    node_file = sorted((root / "telemetry" / name).glob("*.jsonl"))[0]
     late = {
         "v": 1,
         "kind": "step",
         "ts": manifest.start + 5.0,
-        "node": node_file.parent.name,
+        "node": node_file.stem,
         "job": "late",
         "rank": 0,
         "step": 1,

@@ -8,6 +8,7 @@ analyzer going cold) finds the same records and verdicts as before.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -25,18 +26,21 @@ from test_closed_segments import (
     fleet,
 )
 
-from guardctl.analyze import analyze, incremental
+from guardctl.analyze import analyze, engine, incremental
 from guardctl.analyze.frame import Frame
 from guardctl.analyze.incremental import Analyzer
 from guardctl.analyze.load import read_frame, source_files
 from guardctl.config import Layer, build_settings, load_settings
 from guardctl.errors import ConfigError
 from guardctl.sections.store import StoreSettings
+from guardctl.simulate import simulate
 from guardctl.storage import closed, layout, segments, store
 from guardctl.storage.compact import compact
 
 __all__ = ["fleet"]  # the shared fixture, imported for pytest to find
 
+# (the package's name `load` is the function that reads a store)
+loading = importlib.import_module("guardctl.analyze.load")
 KEEP_ALL = 1000 * 86400.0  # a retention that deletes none of the fleet's files
 DAY = 86400.0
 
@@ -48,7 +52,9 @@ def _names(root: Path) -> list[str]:
 def _files_of(root: Path, name: str) -> list[Path]:
     """A segment's JSON Lines files and column mirrors, telemetry and steps."""
     tops = layout.telemetry_inputs(root)
-    return sorted(p for top in tops for p in top.rglob(f"*{name}.*"))
+    return sorted(
+        p for top in tops for p in top.rglob("*") if p.is_file() and segments.segment_of(p) == name
+    )
 
 
 def _closed_store(fleet: Path, tmp_path: Path) -> tuple[Path, list[str]]:
@@ -72,7 +78,7 @@ def test_prune_lets_go_only_of_json_lines_their_closed_segment_holds_whole(
     root = _copy(fleet, tmp_path / "store")
     names = _names(root)  # 23:50, 00:00, 00:10, 00:20
     assert len(names) == 4
-    unfinished = sorted((root / "telemetry").glob(f"*/{names[0]}.jsonl"))[1]
+    unfinished = sorted((root / "telemetry" / names[0]).glob("*.jsonl"))[1]
     _cut_short(unfinished)  # its last line is not in the closed segment
     compact(root, LATER)
     grown = _append_late_record(root, names[0])  # an agent's backlog, into 23:50
@@ -129,8 +135,8 @@ def test_a_segment_that_outlived_its_files_is_never_written_again_from_the_rest(
 ) -> None:
     root, first, whole = _first_outlived(fleet, tmp_path)
     assert not _files_of(root, first)
-    late = root / "telemetry" / "node-late" / f"{first}.jsonl"  # a backlog, days late
-    late.parent.mkdir()
+    late = root / "telemetry" / first / "node-late.jsonl"  # a backlog, days late
+    late.parent.mkdir()  # (its segment's directory went with its last file)
     record = {"v": 1, "kind": "host", "ts": START - 300.0, "node": "node-late", "cpu_pct": 3.0}
     late.write_text(json.dumps(record) + "\n")
     assert compact(root, LATER).closed == []  # rewriting it from one file would lose the rest
@@ -149,7 +155,8 @@ def test_a_file_made_again_by_a_name_the_segment_outlived_is_read_beside_it(
     # new file by a name the closed segment was made from (a new inode, shorter than it was).
     gone = next(n for n in closed.read_manifest(root, first).files if "telemetry" in n)  # type: ignore[union-attr]
     again = root / gone
-    node = again.parent.name
+    node = again.stem
+    again.parent.mkdir()  # (its segment's directory went with its last file)
     again.write_text(json.dumps({"v": 1, "kind": "host", "ts": START + 5.0, "node": node}) + "\n")
     back = read_frame(root)
     assert back.count("host") == whole.count("host") + 1  # every record of the others kept
@@ -227,6 +234,8 @@ def test_the_controllers_listing_keeps_only_files_a_pass_or_the_leader_may_need(
     assert idle.analyze().to_dict() == analyze(root, settings).to_dict()
     assert idle.cold_passes == 1  # the newest records are in closed segments: read cold
     assert set(idle.segment_files()) == {names[1]}  # the one segment left to close
+    looked = {os.path.basename(d) for d in idle._listing._dirs}  # its directories, not others'
+    assert names[1] in looked and not looked & {names[0], *names[2:]}
     jsonl = [os.fspath(p) for p in _files_of(root, names[1]) if p.suffix == ".jsonl"]
     assert sorted(idle.segment_files()[names[1]]) == jsonl
     # Asked for a time its listing left out: the files of then are listed again.
@@ -306,3 +315,71 @@ def test_raw_retention_must_be_positive(bad: float) -> None:
     assert "raw_retention_hours: must be positive" in str(err.value)
     assert "\n" not in str(err.value)
     assert StoreSettings().raw_retention_hours == 24.0
+
+
+def test_a_store_in_both_layouts_reads_closes_and_prunes_as_one(
+    fleet: Path, tmp_path: Path
+) -> None:
+    """Agents upgraded one by one: the first segment as earlier versions wrote it (a
+    directory per node, ``telemetry/<node>/<segment>.jsonl``), the second half each way, the
+    rest in segments' directories; mirrors moved with their files."""
+    root = _copy(fleet, tmp_path / "store")
+    names = _names(root)
+    whole = read_frame(root, closed_segments=False)
+    first, second = (len(list((root / "telemetry" / n).glob("*.jsonl"))) for n in names[:2])
+    moved = 0
+    for name in names[:2]:
+        for j, path in enumerate(sorted((root / "telemetry" / name).glob("*.jsonl"))):
+            if name == names[1] and j % 2:
+                continue
+            old = root / "telemetry" / path.stem / f"{name}.jsonl"
+            old.parent.mkdir(exist_ok=True)
+            for suffix in (".jsonl", ".cols"):
+                if path.with_suffix(suffix).exists():
+                    os.rename(path.with_suffix(suffix), old.with_suffix(suffix))
+            moved += 1
+    (root / "telemetry" / names[0]).rmdir()  # (empty: written by no agent of this version)
+    left = len(list((root / "telemetry" / names[1]).glob("*.jsonl")))
+    assert second > 2 and left == second // 2 and moved == first + second - left
+    _same_records(whole, read_frame(root, closed_segments=False))
+    settings = load_settings(environ={})
+    assert analyze(root, settings, SOON).to_dict() == analyze(fleet, settings, SOON).to_dict()
+    assert sorted(compact(root, LATER).closed) == names  # each from the files of both layouts
+    _same_records(whole, read_frame(root))
+    done = _prune_raw(root, LATER + DAY)
+    assert done.raw_files and not list((root / "telemetry").iterdir())  # directories too
+    _same_records(whole, read_frame(root))
+
+
+def test_a_cold_pass_lists_only_the_directories_of_the_segments_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "store"
+    simulate(
+        root, nodes=16, duration=4800.0, seed=3, start=START, segment_minutes=10, faults="none"
+    )
+    names = _names(root)
+    listed: list[str] = []
+    real = loading._list_dir
+
+    def counted(directory: str) -> tuple[list[str], list[str]] | None:
+        listed.append(directory)
+        return real(directory)
+
+    monkeypatch.setattr(loading, "_list_dir", counted)
+    settings = load_settings(environ={})
+    span = engine.steps_needed(settings.analyze)  # 30 minutes, and the clock skew's margin
+    frame = engine.load_recent(root, settings, span, LATER)
+    wanted = segments.recent(names, span, LATER)
+    assert wanted and len(wanted) < len(names) - 2
+    assert {os.path.basename(d) for d in listed} & set(names) == set(wanted)
+    assert frame.records
+    assert frame.span()[0] >= segments.span(wanted[0])[0] - segments.SKEW_S  # type: ignore[index]
+    assert (
+        analyze(root, settings).to_dict()
+        == analyze(
+            root,
+            settings,
+            frame.span()[1],  # type: ignore[index]
+        ).to_dict()
+    )

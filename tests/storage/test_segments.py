@@ -38,9 +38,10 @@ def test_every_length_names_and_parses_back(minutes: int) -> None:
         assert name.endswith("" if minutes == 60 else f"_{minutes}m")
         telemetry = layout.node_telemetry_file(Path("s"), "n1", ts, minutes)
         step = layout.step_file(Path("s"), "7", "n1", 3, ts, minutes)
-        assert telemetry == Path("s/telemetry/n1") / f"{name}.jsonl"
+        assert telemetry == Path("s/telemetry") / name / "n1.jsonl"
+        old_layout = Path("s/telemetry/n1") / f"{name}.jsonl"  # earlier versions': still read
         assert step == Path("s/steps/7") / f"n1.r3.{name}.jsonl"
-        for path in (telemetry, step, step.with_suffix(".cols")):
+        for path in (telemetry, old_layout, step, step.with_suffix(".cols")):
             assert segments.segment_of(path) == name
             assert segments.file_span(path) == (start, start + length)
 
@@ -52,8 +53,9 @@ def test_a_short_segment_says_its_start_and_length() -> None:
 
 
 def test_hourly_names_of_old_stores_are_read_as_they_are() -> None:
-    assert layout.node_telemetry_file(Path("s"), "n1", T10 + 5, 60).name == "20261206T10.jsonl"
+    assert layout.node_telemetry_file(Path("s"), "n1", T10 + 5, 60).parent.name == "20261206T10"
     assert segments.segment_of("telemetry/n1/20251201T00.jsonl") == "20251201T00"
+    assert segments.segment_of("telemetry/20251201T00/n1.jsonl") == "20251201T00"
     assert segments.segment_of("steps/j1/n1.r0.20251201T00.jsonl") == "20251201T00"
     start = float(calendar.timegm((2025, 12, 1, 0, 0, 0)))
     assert segments.file_span("20251201T00.cols") == (start, start + 3600)
@@ -146,16 +148,26 @@ def test_the_agent_writes_its_segments_and_closes_the_older_file(tmp_path: Path)
         agent.sample(T10 + offset)
     fds = dict(agent.store.writer._fds)
     agent.close()
-    names = sorted(p.name for p in (tmp_path / "telemetry" / "n1").glob("*.jsonl"))
-    assert names == ["20261206T1000_10m.jsonl", "20261206T1010_10m.jsonl"]
-    assert list(fds) == [tmp_path / "telemetry" / "n1" / "20261206T1010_10m.jsonl"]
+    names = sorted(p.parent.name for p in (tmp_path / "telemetry").glob("*/n1.jsonl"))
+    assert names == ["20261206T1000_10m", "20261206T1010_10m"]
+    assert list(fds) == [tmp_path / "telemetry" / "20261206T1010_10m" / "n1.jsonl"]
 
 
-def test_the_line_writer_keeps_one_descriptor_a_directory(tmp_path: Path) -> None:
+def test_the_line_writer_keeps_one_descriptor_per_series_of_files(tmp_path: Path) -> None:
     writer = LineWriter()
-    for ts in (T10, T10 + 60, T10 + 120):
-        writer.append(layout.node_telemetry_file(tmp_path, "n1", ts, 1), b"{}\n")
-    assert list(writer._fds) == [layout.node_telemetry_file(tmp_path, "n1", T10 + 120, 1)]
+    for ts in (T10, T10 + 60, T10 + 120):  # a node's files of three segments: the last open
+        for node in ("n1", "n2"):  # (two nodes in each segment's directory: both open)
+            writer.append(layout.node_telemetry_file(tmp_path, node, ts, 1), b"{}\n")
+    for rank in (0, 1):
+        writer.append(layout.step_file(tmp_path, "7", "n1", rank, T10, 1), b"{}\n")
+    writer.append(layout.step_file(tmp_path, "7", "n1", 0, T10 + 60, 1), b"{}\n")
+    assert sorted(writer._fds) == sorted(
+        [
+            *(layout.node_telemetry_file(tmp_path, node, T10 + 120, 1) for node in ("n1", "n2")),
+            layout.step_file(tmp_path, "7", "n1", 0, T10 + 60, 1),
+            layout.step_file(tmp_path, "7", "n1", 1, T10, 1),
+        ]
+    )
     writer.close()
 
 
@@ -200,12 +212,12 @@ def _verdicts(analysis: dict[str, Any]) -> dict[str, Any]:
 
 def test_ten_minute_files_are_what_the_writers_made(traces: dict[int, Path]) -> None:
     short = traces[10]
-    telemetry = {p.name for p in (short / "telemetry").rglob("*.jsonl")}
+    telemetry = {p.parent.name for p in (short / "telemetry").rglob("*.jsonl")}
     steps = {p.name.split(".")[-2] for p in (short / "steps").rglob("*.jsonl")}
-    assert telemetry == {f"20261130T12{m}_10m.jsonl" for m in ("20", "30", "40", "50")}
+    assert telemetry == {f"20261130T12{m}_10m" for m in ("20", "30", "40", "50")}
     assert steps == {f"20261130T12{m}_10m" for m in ("20", "30", "40", "50")}
-    hourly = {p.name for p in (traces[60] / "telemetry").rglob("*.jsonl")}
-    assert hourly == {"20261130T12.jsonl"}
+    hourly = {p.parent.name for p in (traces[60] / "telemetry").rglob("*.jsonl")}
+    assert hourly == {"20261130T12"}
 
 
 def test_cold_and_incremental_passes_judge_as_over_hourly_files(
@@ -261,6 +273,7 @@ def test_the_epilog_reads_the_short_segments_of_the_jobs_last_hour(tmp_path: Pat
         # before the job's last hour, a slow step of node1 that must not count
         rec = make_record("step", node, now - 7200, job="42", rank=0, step_s=9.0, compute_s=9.0)
         old = layout.node_telemetry_file(tmp_path, node, now - 7200, 10)
+        old.parent.mkdir(parents=True, exist_ok=True)
         old.write_text(dumps(rec) + "\n")
         old.with_suffix(".cols").write_bytes(b"not records")  # a mirror is not read as records
     summary = straggler_summary(tmp_path, "42", ["node1", "node2", "node3"])
