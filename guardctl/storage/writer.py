@@ -41,6 +41,8 @@ WriteFn = Callable[[int, bytes], int]
 # Bytes written per os.write (and fsync): bounds one syscall's size; a node's batch of a few
 # seconds (a few hundred kB) is one write.
 MAX_BYTES_PER_WRITE = 8 << 20
+# A directory the writer makes (an agent's segment directory): every reader may list it.
+DIRECTORY_MODE = 0o755
 # How far back a partial last line is searched for on open.
 _TAIL_SCAN = 1 << 20
 
@@ -91,7 +93,7 @@ class LineWriter:
             self.mirror.append(path, start, data)
 
     def _open(self, path: Path) -> int:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_directory(path.parent)
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             _drop_partial_tail(fd)
@@ -122,6 +124,20 @@ class LineWriter:
         self._fds.clear()
         if self.mirror is not None:
             self.mirror.close()
+
+
+def _make_directory(directory: Path) -> None:
+    """*directory*, made if missing with mode 0755 whatever the umask: an agent's segment
+    directory is written by every node's agent and read by operators and the site's own
+    engines (docs/telemetry.md, ownership and modes)."""
+    if directory.is_dir():
+        return
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir()
+    except FileExistsError:  # another node's agent made it first
+        return
+    os.chmod(directory, DIRECTORY_MODE)
 
 
 def _drop_partial_tail(fd: int) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import calendar
+import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -169,6 +171,22 @@ def test_the_line_writer_keeps_one_descriptor_per_series_of_files(tmp_path: Path
         ]
     )
     writer.close()
+
+
+def test_a_segments_directory_is_readable_by_all_whatever_the_agents_umask(
+    tmp_path: Path,
+) -> None:
+    writer = LineWriter()
+    old = os.umask(0o077)
+    try:
+        writer.append(layout.node_telemetry_file(tmp_path, "n1", T10, 10), b"{}\n")
+        writer.append(layout.node_telemetry_file(tmp_path, "n2", T10, 10), b"{}\n")
+    finally:
+        os.umask(old)
+        writer.close()
+    directory = layout.node_telemetry_file(tmp_path, "n1", T10, 10).parent
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o755
+    assert sorted(p.name for p in directory.iterdir()) == ["n1.jsonl", "n2.jsonl"]
 
 
 def test_a_probe_without_settings_takes_the_length_from_its_environment(
