@@ -112,7 +112,7 @@ def prune_command(
     files to the last byte: readers then read it from Parquet. A segment not closed, or whose
     files changed since, keeps its files until it is closed again or the retention. The
     column mirrors of a closed segment's files go once it can no longer grow (3 hours after
-    its end). Run it hourly: node directories then hold a day of files, not the whole
+    its end). Run it hourly: the store then holds a day of files, not the whole
     retention.
     """
     cfg = app.settings.store

@@ -49,9 +49,9 @@ def telemetry_dir(root: Path) -> Path:
 
 def node_telemetry_file(root: Path, node: str, ts: float, minutes: int = DEFAULT_MINUTES) -> Path:
     """The node agent's file for the *minutes*-long segment holding *ts*: in the segment's
-    directory, so that a reader lists only the segments it reads, and each once it is
-    complete, never a directory per node (12,500 at 100k GPUs, every one changing at each
-    segment's start); and retention removes whole directories."""
+    directory, so that a reader lists only the segments it reads, and the controller lists
+    again only the one being written, never a directory per node (12,500 at 100k GPUs,
+    every one changing at each segment's start); and retention removes whole directories."""
     return telemetry_dir(root) / segment_name(ts, minutes) / f"{validate_name(node)}.jsonl"
 
 
