@@ -310,13 +310,18 @@ def _newest_segment_files(plan: dict[str, Any]) -> list[str]:
     return list(newest["files"])
 
 
-_NODE_OF = re.compile(r"(?:^|/)telemetry/([^/]+)/|(?:^|/)steps/[^/]+/(.+)\.r\d+\.[^/]+$")
+# A node's file: in a segment's directory (telemetry/<segment>/<node>.jsonl), in the node's
+# own (earlier agents: telemetry/<node>/<segment>.jsonl), or a rank's step file.
+_NODE_OF = re.compile(
+    r"(?:^|/)telemetry/\d{8}T[0-9_m]+/([^/]+)\.jsonl$"
+    r"|(?:^|/)telemetry/([^/]+)/|(?:^|/)steps/[^/]+/(.+)\.r\d+\.[^/]+$"
+)
 
 
 def _of_nodes(path: str, nodes: Sequence[str]) -> bool:
     """Whether a store file holds one of *nodes*' records (its directory or name says)."""
     found = _NODE_OF.search(path)
-    return bool(found) and (found.group(1) or found.group(2)) in nodes  # type: ignore[union-attr]
+    return bool(found) and next(g for g in found.groups() if g) in nodes  # type: ignore[union-attr]
 
 
 def _read_bytes(files: Sequence[str]) -> int:

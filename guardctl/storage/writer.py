@@ -132,11 +132,12 @@ def _make_directory(directory: Path) -> None:
     engines (docs/telemetry.md, ownership and modes)."""
     if directory.is_dir():
         return
-    directory.parent.mkdir(parents=True, exist_ok=True)
     try:
-        directory.mkdir()
-    except FileExistsError:  # another node's agent made it first
-        return
+        directory.mkdir(parents=True)
+    except FileExistsError:
+        if directory.is_dir():  # another node's agent made it first
+            return
+        raise
     os.chmod(directory, DIRECTORY_MODE)
 
 
