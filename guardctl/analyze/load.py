@@ -177,6 +177,7 @@ class _Kept:
 
     def __init__(self, root: Path, since: float) -> None:
         self.root, self.since = root, since
+        self._agents = os.fspath(layout.telemetry_dir(root))
         self._closed: frozenset[str] | None = None
 
     def files(self, names: list[str]) -> list[str]:
@@ -190,7 +191,9 @@ class _Kept:
     def passes_over(self, directory: str) -> bool:
         """Whether *directory* is a closed segment's (``telemetry/<segment>/``) that ended
         before *since*: none of its files would be kept, so it is not even looked at."""
-        name = os.path.basename(directory)
+        parent, name = os.path.split(directory)
+        if parent != self._agents:  # (a job's directory named like a segment is not one)
+            return False
         bounds = segments.span(name)
         return bounds is not None and bounds[1] < self.since and name in self._closed_names()
 
@@ -261,6 +264,7 @@ def _store_files(path: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
     which are left unlisted."""
     files: list[str] = []
     by_dir: dict[str, str] = {}
+    agents = layout.telemetry_dir(path)
     for top in layout.telemetry_inputs(path):
         listed = _list_dir(os.fspath(top))
         if listed is None:
@@ -268,7 +272,7 @@ def _store_files(path: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
         files += listed[0]
         for sub in listed[1]:
             name = os.path.basename(sub)
-            if segments.span(name) is not None:
+            if top == agents and segments.span(name) is not None:
                 by_dir[name] = sub
             else:  # a directory per node (earlier versions' agents) or per job: walked
                 files += _walk_jsonl(sub)
