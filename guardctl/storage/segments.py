@@ -47,6 +47,7 @@ RECHECK_FRACTION = 1 / 6
 
 _NAME = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(?:(\d{2})_(\d{1,2})m)?")
 _SUFFIXES = (".jsonl", ".cols")  # a file and its column mirror
+_AGENTS = "telemetry/"  # the store's directory of the agents' files, whose own are segments'
 PARSED_MAX = 10_000  # segment names remembered parsed
 
 Span = tuple[float, float]
@@ -179,10 +180,12 @@ def _parse_file(text: str) -> tuple[str, float, float] | None:
     # (telemetry/<segment>/<node>.jsonl); a rank's step file names its segment after its node
     # and rank (<node>.r<rank>.<segment>.jsonl), as agents' files did in a directory per node.
     slash = text.rfind("/", 0, end)
-    parsed = _parse_name(text[text.rfind("/", 0, slash) + 1 : slash]) if slash > 0 else None
-    if parsed is None:
-        parsed = _parse_name(text[max(slash, text.rfind(".", 0, end)) + 1 : end])
-    return parsed
+    parent = text.rfind("/", 0, slash) + 1 if slash > 0 else -1
+    if parent >= 0 and text[text.rfind("/", 0, parent - 1) + 1 : parent] == _AGENTS:
+        parsed = _parse_name(text[parent:slash])
+        if parsed is not None:
+            return parsed
+    return _parse_name(text[max(slash, text.rfind(".", 0, end)) + 1 : end])
 
 
 # A pass over 100k GPUs names ~100k files that share a few segment names: each name is parsed

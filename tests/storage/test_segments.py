@@ -15,6 +15,7 @@ from guardctl import probe
 from guardctl.agent.daemon import Agent
 from guardctl.analyze import analyze
 from guardctl.analyze.incremental import Analyzer
+from guardctl.analyze.load import segment_groups
 from guardctl.config import Layer, Settings, build_settings, load_settings
 from guardctl.errors import ConfigError
 from guardctl.hooks.run import straggler_summary
@@ -296,3 +297,11 @@ def test_the_epilog_reads_the_short_segments_of_the_jobs_last_hour(tmp_path: Pat
         old.with_suffix(".cols").write_bytes(b"not records")  # a mirror is not read as records
     summary = straggler_summary(tmp_path, "42", ["node1", "node2", "node3"])
     assert summary == "job 42: straggler(s) node3; slowest node3 compute 1.5 s vs job median 1 s"
+
+
+def test_a_job_named_like_a_segment_keeps_its_files_segments(tmp_path: Path) -> None:
+    store.init(tmp_path)
+    step = _touch(layout.step_file(tmp_path, "20261206T10", "n1", 0, T10 + 700, 10))
+    node = _touch(layout.node_telemetry_file(tmp_path, "n1", T10 + 700, 10))
+    groups = segment_groups(tmp_path, pick=lambda names: names)
+    assert groups == {"20261206T1010_10m": sorted([str(node), str(step)])}
