@@ -177,7 +177,6 @@ class _Kept:
 
     def __init__(self, root: Path, since: float) -> None:
         self.root, self.since = root, since
-        self._agents = os.fspath(layout.telemetry_dir(root))
         self._closed: frozenset[str] | None = None
 
     def files(self, names: list[str]) -> list[str]:
@@ -191,8 +190,8 @@ class _Kept:
     def passes_over(self, directory: str) -> bool:
         """Whether *directory* is a closed segment's (``telemetry/<segment>/``) that ended
         before *since*: none of its files would be kept, so it is not even looked at."""
-        parent, name = os.path.split(directory)
-        if parent != self._agents:  # (a job's directory named like a segment is not one)
+        name = layout.segment_directory(self.root, directory)
+        if name is None:
             return False
         bounds = segments.span(name)
         return bounds is not None and bounds[1] < self.since and name in self._closed_names()
@@ -264,15 +263,14 @@ def _store_files(path: Path) -> tuple[dict[str, list[str]], dict[str, str]]:
     which are left unlisted."""
     files: list[str] = []
     by_dir: dict[str, str] = {}
-    agents = layout.telemetry_dir(path)
     for top in layout.telemetry_inputs(path):
         listed = _list_dir(os.fspath(top))
         if listed is None:
             continue
         files += listed[0]
         for sub in listed[1]:
-            name = os.path.basename(sub)
-            if top == agents and segments.span(name) is not None:
+            name = layout.segment_directory(path, sub)
+            if name is not None:
                 by_dir[name] = sub
             else:  # a directory per node (earlier versions' agents) or per job: walked
                 files += _walk_jsonl(sub)

@@ -35,10 +35,9 @@ from guardctl.telemetry.mirror import (
 _VALID_KINDS = np.array([*KIND_CODE.values(), MARK, STOP, STRING], np.uint8)
 _SLOTS = {kind: kl.slots for kind, kl in LAYOUT.kinds.items()}
 # Rows of mirrors decoded together. The rows, and each kind's block gathered from them, are
-# each about 1.3 times the columns kept: read whole, a pass held both for every file at once
-# (at 30k GPUs over 20 minutes, 2.9 GiB at the peak for 0.9 GiB of columns). A few files at a
-# time, it holds the columns and the rows of a few hundred nodes, whose pages the next reuse.
-# (8 MiB decodes as fast; 128 MiB is 1.3 times slower.)
+# each larger than the columns kept: read whole, a pass would hold both for every file at
+# once. A few files at a time, it holds the columns and the rows of a few hundred nodes,
+# whose pages the next group reuses (docs/performance.md, "A cold pass over three windows").
 CHUNK_BYTES = 32 << 20
 
 
@@ -474,7 +473,7 @@ def _own_pages(col: np.ndarray) -> np.ndarray:
 
     A piece of a few files' column is a few MiB, which malloc serves from its heap, and
     pieces freed there stay with the process: joining them would then hold every piece
-    and the joined columns at once (at 30k GPUs 2.0 GiB at the peak, against 1.3).
+    and the joined columns at once.
     """
     if not col.nbytes:
         return np.ascontiguousarray(col)

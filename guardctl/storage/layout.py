@@ -55,6 +55,15 @@ def node_telemetry_file(root: Path, node: str, ts: float, minutes: int = DEFAULT
     return telemetry_dir(root) / segment_name(ts, minutes) / f"{validate_name(node)}.jsonl"
 
 
+def segment_directory(root: Path, directory: str) -> str | None:
+    """The segment whose agents' files *directory* holds (``telemetry/<segment>/``); None for
+    any other directory (a node's, of earlier versions, or a job's under ``steps/``)."""
+    parent, name = os.path.split(directory)
+    if parent != os.fspath(telemetry_dir(root)) or segments.span(name) is None:
+        return None
+    return name
+
+
 def node_files(root: Path, node: str, since: float, until: float) -> list[Path]:
     """The node agent's JSON Lines files of *node* whose segment overlaps [since, until], in
     either layout: in each segment's directory, and in the node's own directory, where
