@@ -35,6 +35,7 @@ from guardctl.config import Settings
 from guardctl.errors import ConfigError
 from guardctl.sections.analyze import AnalyzeSettings
 from guardctl.storage import segments
+from guardctl.telemetry import schema
 
 HEALTHY, SUSPECT, UNKNOWN, WATCH = "healthy", "suspect", "unknown", "watch"
 VERDICTS = (SUSPECT, WATCH, UNKNOWN, HEALTHY)  # the order summaries count them in
@@ -199,8 +200,17 @@ def run_detectors(f: feat.Features, cfg: AnalyzeSettings) -> list[Flags]:
 
 
 def _newest_per_node(frame: Frame) -> np.ndarray | None:
-    """Each node's newest record time (-inf: none), or None for a frame without records."""
+    """Each node's newest record time (-inf: none), or None for a frame without records (the
+    records let go as they were read count: see frame.cut)."""
     newest = []
+    if frame.let_go_newest is not None and frame.let_go_newest.size:
+        newest.append(
+            np.pad(
+                frame.let_go_newest,
+                (0, len(frame.nodes) - frame.let_go_newest.size),
+                constant_values=-np.inf,
+            )
+        )
     for cols in frame.cols.values():
         if cols["ts"].size:
             per = np.full(len(frame.nodes), -np.inf)
@@ -322,7 +332,7 @@ def analyze_frame(
         ahead = _ahead_of(frame.nodes, newest, until) if until is not None else {}
         at = _end_of(newest, window_s, until)
     if at is None:
-        return nothing_judged((frame.files, frame.records, dict(frame.bad)), cfg, ahead)
+        return nothing_judged((frame.files, frame.records_read, dict(frame.bad)), cfg, ahead)
     f = feat.extract(frame, at, window_s, cfg.persist_n, **feature_settings(cfg))
     return judge(frame, f, cfg, ahead)
 
@@ -375,7 +385,7 @@ def judge(
         at,
         tuple(verdicts),
         frame.files,
-        frame.records,
+        frame.records_read,
         dict(frame.bad),
         (cfg.persist_k, n),
         stages.find(f, cfg.stage_imbalance, cfg.persist_k),
@@ -588,9 +598,11 @@ def load(
     since: float | None = None,
     until: float | None = None,
     groups: Mapping[str, Sequence[str]] | None = None,
+    keep_from: Mapping[str, float] | None = None,
 ) -> Frame:
     """Read the telemetry under *path* (default: the configured store) for [since, until]
-    (only the segments of *groups*, files by segment, where given)."""
+    (only the segments of *groups*, files by segment, where given; per kind, only the records
+    from *keep_from* on, where given: see frame.cut)."""
     cfg = settings.analyze
     root = path if path is not None else settings.store.root
     return read_frame(
@@ -602,6 +614,7 @@ def load(
         workers=cfg.parsers(),
         threads=cfg.pass_threads(),
         column_files=cfg.column_files,
+        keep_from=keep_from,
     )
 
 
@@ -614,6 +627,21 @@ def steps_needed(cfg: AnalyzeSettings, window_s: float | None = None) -> float:
     """How many seconds before ``at`` a pass reads step records: the judged windows and the
     ranks' own history before them (``own_history``); a pass from the store reads this."""
     return (window_s or cfg.window_s) * (cfg.persist_n + cfg.own_history)
+
+
+def cutoffs(start: float, judged: float, window_s: float) -> dict[str, float]:
+    """Per kind, the time from which a pass needs its records: those of the windows it judges,
+    from *judged*, and the step records from *start* less a window (a step is placed at its
+    job's median time: a rank's record of it a little older still counts)."""
+    out = dict.fromkeys(schema.KINDS, judged)
+    out["step"] = start - window_s
+    return out
+
+
+def needed_from(at: float, cfg: AnalyzeSettings, window_s: float | None = None) -> dict[str, float]:
+    """Per kind, the oldest record time a pass whose windows end at *at* looks at."""
+    length = window_s or cfg.window_s
+    return cutoffs(at - steps_needed(cfg, length), at - history_needed(cfg, length), length)
 
 
 def analyze(
@@ -635,7 +663,13 @@ def analyze(
         frame = load(path, settings, since=at - span, until=at)
         return analyze_frame(frame, cfg, at=at, window_s=window_s)
     until = until_now(settings) if until is None else until
-    frame = load_recent(path, settings, span, until)
+    frame, floor = _read_recent(path, settings, span, until, window_s or cfg.window_s)
+    if floor is not None:
+        found = default_at(frame, window_s or cfg.window_s, until)
+        if found is None or found < floor:
+            # The windows end before the newest segment begins (most nodes' records stop
+            # earlier): records let go as older than needed may be needed after all.
+            frame = load_recent(path, settings, span, until)
     return analyze_frame(frame, cfg, window_s=window_s, until=until)
 
 
@@ -647,6 +681,20 @@ def load_recent(
     that the analysis can name its nodes). Closed segments count whether their JSON Lines
     are there or not: a store idle for longer than the raw retention is analysed from the
     Parquet files of its last segments."""
+    return _read_recent(path, settings, span, until)[0]
+
+
+def _read_recent(
+    path: Path | None,
+    settings: Settings,
+    span: float,
+    until: float | None,
+    window_s: float | None = None,
+) -> tuple[Frame, float | None]:
+    """What :func:`load_recent` reads; with *window_s*, less the records no pass whose windows
+    end after the newest segment begins needs (:func:`needed_from`), let go as they are read:
+    of the half hour and more of segments read for the steps, the other kinds' windows need
+    a quarter of an hour. Also returns where that segment begins (None: nothing let go)."""
     root = path if path is not None else settings.store.root
     wanted: list[str] | None = None
 
@@ -659,8 +707,15 @@ def load_recent(
     # listed, where a segment's directory holds them)
     groups = segment_groups(root, closed_segments=settings.analyze.cache, pick=pick)
     if wanted is None:
-        return load(path, settings, groups=groups)
-    return load(path, settings, since=segments.earliest_start(wanted), groups=groups)
+        return load(path, settings, groups=groups), None
+    since = segments.earliest_start(wanted)
+    # (a segment of no file: a directory made as nothing was written, or a closed segment
+    # whose files retention removed, which a store nobody wrote to for a day may hold)
+    newest = segments.newest([name for name in wanted if groups.get(name)], until)
+    if window_s is None or newest is None:
+        return load(path, settings, since=since, groups=groups), None
+    keep = needed_from(newest[0], settings.analyze, window_s)
+    return load(path, settings, since=since, groups=groups, keep_from=keep), newest[0]
 
 
 def bad_summary(bad: Counter[str] | dict[str, int]) -> str:

@@ -79,6 +79,11 @@ class Frame:
     bad: Counter[str] = field(default_factory=Counter)
     files: int = 0
     lines: int = 0
+    # Records read and let go at once as older than a pass needs (see cut): how many, and
+    # each node's newest time among them (aligned with nodes; -inf: none), so that a pass
+    # counts what it read and finds where its windows end as if it had kept them.
+    let_go: int = 0
+    let_go_newest: np.ndarray | None = None
 
     def count(self, kind: str) -> int:
         return int(self.cols[kind]["ts"].size)
@@ -86,6 +91,11 @@ class Frame:
     @property
     def records(self) -> int:
         return sum(self.count(k) for k in schema.KINDS)
+
+    @property
+    def records_read(self) -> int:
+        """The records held and those let go as they were read."""
+        return self.records + self.let_go
 
     def span(self) -> tuple[float, float] | None:
         """Oldest and newest timestamp of any record, or None when empty."""
@@ -489,8 +499,11 @@ def concat(frames: Sequence[Frame], *, consume: bool = False) -> Frame:
     out = Frame()
     tables: dict[str, tuple[list[str], dict[str, int]]] = {t: (getattr(out, t), {}) for t in TABLES}
     parts: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in schema.KINDS}
+    newest: list[tuple[np.ndarray, np.ndarray]] = []  # (node map, the nodes' let-go newest)
     for frame in frames:
         maps = {t: _remap(tables[t][0], getattr(frame, t), tables[t][1]) for t in tables}
+        if frame.let_go_newest is not None:
+            newest.append((maps["nodes"], frame.let_go_newest))
         for kind, cols in frame.cols.items():
             if not cols["ts"].size:
                 continue
@@ -503,6 +516,11 @@ def concat(frames: Sequence[Frame], *, consume: bool = False) -> Frame:
         out.bad.update(frame.bad)
         out.files += frame.files
         out.lines += frame.lines
+        out.let_go += frame.let_go
+    if newest:
+        out.let_go_newest = np.full(len(out.nodes), -np.inf)
+        for lut, times in newest:
+            np.maximum.at(out.let_go_newest, lut[: times.size], times)
     for kind, pieces in parts.items():
         if len(pieces) == 1:  # one frame holds this kind (steps and telemetry mirrors): no copy
             out.cols[kind] = pieces[0]
@@ -516,9 +534,29 @@ def _joined(pieces: list[dict[str, np.ndarray]], name: str) -> np.ndarray:
     return np.concatenate([p.pop(name) for p in pieces])
 
 
+def cut(frame: Frame, since: Mapping[str, float]) -> Frame:
+    """Let go of the records of each kind stamped before *since* (per kind; a kind not named
+    keeps all), in place: counted, and each node's newest among them kept (see Frame)."""
+    newest = frame.let_go_newest
+    for kind, cols in frame.cols.items():
+        old = cols["ts"] < since.get(kind, -math.inf)
+        gone = int(np.count_nonzero(old))
+        if not gone:
+            continue
+        if newest is None:
+            newest = np.full(len(frame.nodes), -np.inf)
+        np.maximum.at(newest, cols["node"][old], cols["ts"][old])
+        keep = ~old
+        frame.cols[kind] = {name: col[keep] for name, col in cols.items()}
+        frame.let_go += gone
+    frame.let_go_newest = newest
+    return frame
+
+
 def select(frame: Frame, start: float, end: float) -> Frame:
     """The records with ``start <= ts <= end`` (tables and input counts kept)."""
-    out = Frame(bad=frame.bad, files=frame.files, lines=frame.lines)
+    out = Frame(bad=frame.bad, files=frame.files, lines=frame.lines, let_go=frame.let_go)
+    out.let_go_newest = frame.let_go_newest
     for table in TABLES:
         setattr(out, table, getattr(frame, table))
     for kind, cols in frame.cols.items():

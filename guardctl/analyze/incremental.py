@@ -63,6 +63,7 @@ from guardctl.analyze.engine import (
     Analysis,
     ahead_of,
     analyze,
+    cutoffs,
     default_at,
     feature_settings,
     history_needed,
@@ -695,9 +696,9 @@ class Analyzer:
         later = self._steps_from(end, judged, length)
         if later > start:  # (else nothing more goes: no kind's records looked at again)
             self._prune(later, judged, length, marks, kinds=("step",))
-        cutoffs = _cutoffs(max(start, later), judged, length)
+        since = cutoffs(max(start, later), judged, length)
         for kind, cols in self._kept.items():
-            cols.fit(self._per_pass(cols, cutoffs[kind], end))
+            cols.fit(self._per_pass(cols, since[kind], end))
 
     def _on_grid(self, newest: float | None) -> float | None:
         if newest is None or not self.grid_s:
@@ -1313,11 +1314,11 @@ class Analyzer:
         *judged*, where the windows a pass judges begin. *marks* (per kind, where the
         tails read for this pass only begin) are moved with the records they follow.
         """
-        cutoffs = _cutoffs(start, judged, window_s)
+        since = cutoffs(start, judged, window_s)
         masks = {}
         for kind in kinds:
             cols = self._kept[kind]
-            keep = ~(cols.data["ts"][: cols.n] < cutoffs[kind])  # (a record without a time stays)
+            keep = ~(cols.data["ts"][: cols.n] < since[kind])  # (a record without a time stays)
             # Old records are mostly the first (a pass appends what is new): letting go
             # of them moves the few kept among them; else it waits until they are many.
             gone, moved = cols.cost_to_keep(keep)
@@ -1343,13 +1344,6 @@ class Analyzer:
         if not float(np.fmin.reduce(cols.data["ts"][: cols.n])) <= since + self.grid_s:
             return 0  # (a store younger than the span kept; NaN: no record has a time)
         return math.ceil(1.5 * cols.n * self.grid_s / (end - since))
-
-
-def _cutoffs(start: float, judged: float, window_s: float) -> dict[str, float]:
-    """Per kind, the time from which its records are kept (see Analyzer._prune)."""
-    cutoffs = {kind: judged for kind in schema.KINDS}
-    cutoffs["step"] = start - window_s  # steps are placed by their job's median time
-    return cutoffs
 
 
 def _has_history(part: WindowPart | None) -> bool:

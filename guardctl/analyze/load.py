@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guardctl.analyze import mirrors
-from guardctl.analyze.frame import Frame, Parser, concat
+from guardctl.analyze.frame import Frame, Parser, concat, cut
 from guardctl.errors import InputError
 from guardctl.storage import layout, segments
 from guardctl.telemetry.mirror import read_range
@@ -349,9 +349,12 @@ def read_frame(
     workers: int = 1,
     threads: int = 1,
     column_files: bool = True,
+    keep_from: Mapping[str, float] | None = None,
 ) -> Frame:
     """Read the records under *path* that may fall in [since, until] into one frame
-    (*workers* processes parse, *threads* threads decode the column mirrors).
+    (*workers* processes parse, *threads* threads decode the column mirrors); with
+    *keep_from* (per kind), the records stamped before are let go as each part is read
+    (:func:`guardctl.analyze.frame.cut`).
 
     In a store, a closed segment (:mod:`guardctl.storage.closed`) is read from its Parquet
     files, plus whatever its JSON Lines gained since it was closed. The files of open
@@ -377,7 +380,7 @@ def read_frame(
     tails: list[_Tail] = []
     todo: list[str] = []
     for name in wanted:
-        done = _read_closed(root, name, groups[name]) if root is not None else None
+        done = _read_closed(root, name, groups[name], keep_from) if root is not None else None
         if done is None:
             todo += groups[name]
         else:
@@ -387,18 +390,24 @@ def read_frame(
         late, _, pending = parse_tails(tails, workers)
         late.files = 0  # counted with the segment
         _count_pending(late, pending)
-        parts.append(late)
+        parts.append(_cut(late, keep_from))
     if todo:
-        parts.append(_read_files(todo, workers, threads, column_files))
+        parts.append(_read_files(todo, workers, threads, column_files, keep_from))
     return _join(parts)
 
 
-def _read_closed(root: Path, name: str, files: Sequence[str]) -> tuple[Frame, list[_Tail]] | None:
+def _cut(frame: Frame, keep_from: Mapping[str, float] | None) -> Frame:
+    return frame if keep_from is None else cut(frame, keep_from)
+
+
+def _read_closed(
+    root: Path, name: str, files: Sequence[str], keep_from: Mapping[str, float] | None
+) -> tuple[Frame, list[_Tail]] | None:
     """A closed segment's records and its files' bytes past what it holds; None when the
     segment is not closed or no longer matches its files (they are read instead)."""
     from guardctl.storage import closed
 
-    found = closed.read_held(root, name, files)
+    found = closed.read_held(root, name, files, keep_from)
     if found is None:
         return None
     frame, held = found
@@ -419,22 +428,29 @@ def _join(parts: Sequence[Frame]) -> Frame:
         bad.update(part.bad)
         files += part.files
         lines += part.lines
-    frame = concat([p for p in parts if p.records]) if parts else Frame()
-    if not frame.records and parts:
+    frame = concat([p for p in parts if p.records_read]) if parts else Frame()
+    if not frame.records_read and parts:
         frame = Frame()
     frame.bad, frame.files, frame.lines = bad, files, lines
     return frame
 
 
-def _read_files(files: Sequence[str], workers: int, threads: int, column_files: bool) -> Frame:
-    """Records of *files*, whole: from their column mirrors where usable, else parsed."""
+def _read_files(
+    files: Sequence[str],
+    workers: int,
+    threads: int,
+    column_files: bool,
+    keep_from: Mapping[str, float] | None = None,
+) -> Frame:
+    """Records of *files*, whole: from their column mirrors where usable, else parsed (less
+    those before *keep_from*, let go as each part is read)."""
     parts: list[Frame] = []
     todo = list(files)
     if column_files:
-        mirrored, todo = _read_mirrored(todo, workers, threads)
+        mirrored, todo = _read_mirrored(todo, workers, threads, keep_from)
         parts += mirrored
     if todo:
-        parts.append(_parse_whole(todo, workers))
+        parts.append(_cut(_parse_whole(todo, workers), keep_from))
     return _join(parts)
 
 
@@ -475,14 +491,14 @@ def _stat_all(files: Sequence[str]) -> tuple[list[str], list[int], list[int]]:
 
 
 def _read_mirrored(
-    files: Sequence[str], workers: int, threads: int
+    files: Sequence[str], workers: int, threads: int, keep_from: Mapping[str, float] | None
 ) -> tuple[list[Frame], list[str]]:
     """Records of *files* from their column mirrors, plus the bytes past what those cover.
 
     Returns the frames and the files without a usable mirror (to be parsed).
     """
     paths, sizes, inodes = _stat_all(files)
-    found = mirrors.read_many(paths, sizes, inodes, threads)
+    found = mirrors.read_many(paths, sizes, inodes, threads, keep_from)
     tails = [
         _Tail(p, p, covered, size, 0)
         for p, ok, covered, size in zip(paths, found.usable, found.covered, sizes, strict=True)
@@ -491,6 +507,7 @@ def _read_mirrored(
     rest, _, pending = parse_tails(tails, workers)  # written since the mirror's last batch
     rest.files = 0  # counted with the mirror
     _count_pending(rest, pending)
+    _cut(rest, keep_from)
     unmirrored = [p for p, ok in zip(paths, found.usable, strict=True) if not ok]
     return [found.frame, rest], unmirrored
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
-from guardctl.analyze.frame import Frame, concat, parse_lines
+from guardctl.analyze.frame import Frame, concat, cut, parse_lines
 from guardctl.telemetry.columns import LAYOUT, TABLE_OF, TABLES
 from guardctl.telemetry.mirror import (
     KIND_CODE,
@@ -423,10 +423,15 @@ def _global(
 
 
 def read_many(
-    paths: Sequence[str], sizes: Sequence[int], inodes: Sequence[int], threads: int = 1
+    paths: Sequence[str],
+    sizes: Sequence[int],
+    inodes: Sequence[int],
+    threads: int = 1,
+    keep_from: Mapping[str, float] | None = None,
 ) -> Mirrored:
     """The records the column files of *paths* (JSON Lines files of those sizes and inodes) hold,
-    decoded with *threads* threads.
+    decoded with *threads* threads; with *keep_from* (per kind), those stamped before are let
+    go as each few files are decoded (:func:`guardctl.analyze.frame.cut`).
 
     The files are read and decoded a few at a time (:data:`CHUNK_BYTES` of rows) into
     columns of their own, which are joined at the end: the rows of every file and the
@@ -440,16 +445,21 @@ def read_many(
     for i, path in enumerate(paths):
         reader.read(i, mirror_path(path), inodes[i])
         if reader.end >= CHUNK_BYTES:
-            parts.append(_decode_read(reader, sizes, threads, usable, covered))
+            parts.append(_decode_read(reader, sizes, threads, usable, covered, keep_from))
             reader.clear()
     if reader.files:
-        parts.append(_decode_read(reader, sizes, threads, usable, covered))
+        parts.append(_decode_read(reader, sizes, threads, usable, covered, keep_from))
     frame = concat(parts, consume=True) if parts else Frame()
     return Mirrored(frame, usable, covered)
 
 
 def _decode_read(
-    reader: _Reader, sizes: Sequence[int], threads: int, usable: list[bool], covered: list[int]
+    reader: _Reader,
+    sizes: Sequence[int],
+    threads: int,
+    usable: list[bool],
+    covered: list[int],
+    keep_from: Mapping[str, float] | None,
 ) -> Frame:
     """The records of the files in *reader*, their columns copied out of its rows (so that
     neither the rows nor each kind's gathered block outlive this), and what each file's
@@ -461,8 +471,13 @@ def _decode_read(
     frame = Frame()
     for table in TABLES:
         setattr(frame, table, decoded.frame_tables[table])
-    for kind, cols in decoded.cols.items():
-        frame.cols[kind] = {name: _own_pages(col) for name, col in cols.items()}
+    frame.cols.update(decoded.cols)
+    if keep_from is not None:
+        cut(frame, keep_from)
+    frame.cols = {
+        kind: {name: _own_pages(col) for name, col in cols.items()}
+        for kind, cols in frame.cols.items()
+    }
     frame.lines = decoded.lines
     frame.files = int(decoded.usable.sum())
     return frame

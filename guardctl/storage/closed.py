@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -38,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from guardctl.analyze.frame import Frame, concat
+from guardctl.analyze.frame import Frame, concat, cut
 from guardctl.fileio import atomic_write
 from guardctl.storage import layout
 from guardctl.telemetry import schema
@@ -65,6 +66,10 @@ class Manifest:
     # store-relative path -> its inode when read: a file replaced whole (not appended to) is
     # not the one the segment was made from, however long (none in manifests from before)
     inodes: dict[str, int] = field(default_factory=dict)
+    # node -> its newest record's time in the segment, any kind (None in manifests from
+    # before): a reader that needs only the newer records reads only those, and still knows
+    # where each node's records end
+    newest: dict[str, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +82,7 @@ class Manifest:
             "bad": dict(self.bad),
             "lines": self.lines,
             "inodes": self.inodes,
+            **({} if self.newest is None else {"newest": self.newest}),
         }
 
     def same_file(self, name: str, st: os.stat_result) -> bool:
@@ -104,7 +110,12 @@ class Manifest:
             bad=Counter({str(k): int(v) for k, v in obj["bad"].items()}),
             lines=int(obj["lines"]),
             inodes={str(k): int(v) for k, v in obj.get("inodes", {}).items()},
+            newest=_newest(obj.get("newest")),
         )
+
+
+def _newest(obj: Any) -> dict[str, float] | None:
+    return None if obj is None else {str(k): float(v) for k, v in obj.items()}
 
 
 def read_manifest(root: Path, segment: str) -> Manifest | None:
@@ -207,6 +218,7 @@ class SegmentWriter:
     def __init__(self, root: Path, segment: str, start: float) -> None:
         self.root, self.segment, self.start = root, segment, start
         self.rows: Counter[str] = Counter()
+        self.newest: dict[str, float] = {}
         self._writers: dict[str, tuple[pq.ParquetWriter, Path]] = {}
 
     def add(self, frame: Frame) -> None:
@@ -215,6 +227,12 @@ class SegmentWriter:
                 table = table_of(frame, kind)
                 self._writer(kind, table.schema).write_table(table, row_group_size=ROW_GROUP)
                 self.rows[kind] += frame.count(kind)
+        per = np.full(len(frame.nodes), -np.inf)
+        for cols in frame.cols.values():
+            np.maximum.at(per, cols["node"], cols["ts"])
+        for i in np.flatnonzero(np.isfinite(per)).tolist():
+            name = frame.nodes[i]
+            self.newest[name] = max(self.newest.get(name, -math.inf), float(per[i]))
 
     def _writer(self, kind: str, table_schema: pa.Schema) -> pq.ParquetWriter:
         if kind not in self._writers:
@@ -238,6 +256,7 @@ class SegmentWriter:
             _fsync(tmp)
             os.replace(tmp, path)
         manifest.kinds = dict(self.rows)
+        manifest.newest = dict(sorted(self.newest.items()))
         layout.manifests_dir(self.root).mkdir(parents=True, exist_ok=True)
         body = json.dumps(manifest.to_dict()).encode()
         atomic_write(layout.manifest_path(self.root, self.segment), body, fsync=True)
@@ -259,31 +278,63 @@ def _fsync(path: Path) -> None:
 
 
 def read(
-    root: Path, manifest: Manifest, since: float | None = None, until: float | None = None
+    root: Path,
+    manifest: Manifest,
+    since: float | None = None,
+    until: float | None = None,
+    keep_from: Mapping[str, float] | None = None,
 ) -> Frame:
     """The records of a closed segment, those in [since, until] where given (input counts
-    included, as the JSON Lines' own reading would count them)."""
+    included, as the JSON Lines' own reading would count them). With *keep_from* (per kind),
+    the records stamped before are let go (:func:`guardctl.analyze.frame.cut`): never read
+    where the manifest names each node's newest record (a kind's file none of whose row
+    groups reaches that time is not read past its footer)."""
+    skip = keep_from is not None and manifest.newest is not None and since is None and until is None
     frames = []
     for kind, rows in manifest.kinds.items():
         if not rows or kind not in schema.KINDS:
             continue
-        filters = _time_filter(since, until)
+        path = layout.parquet_path(root, kind, manifest.segment, manifest.start)
+        low = keep_from.get(kind) if skip and keep_from is not None else since
+        filters = _time_filter(low, until)
         table = pq.read_table(
-            layout.parquet_path(root, kind, manifest.segment, manifest.start),
+            path,
             filters=filters,
             # straight from the pages' dictionaries into the frame's tables: no re-encoding
             read_dictionary=["node", *STRINGS[kind]],
         )
-        if filters is None and table.num_rows != rows:
+        written = table.num_rows if filters is None else pq.read_metadata(path).num_rows
+        if written != rows:
             # Not the file this manifest was written with (two compactions of a segment that
             # grew, their renames interleaved): the segment's files are read instead.
-            raise ValueError(f"{manifest.segment}: {kind} has {table.num_rows} rows, not {rows}")
+            raise ValueError(f"{manifest.segment}: {kind} has {written} rows, not {rows}")
         frames.append(frame_of(kind, table))
     frame = concat(frames) if frames else Frame()
     frame.bad = Counter(manifest.bad)
     frame.lines = manifest.lines
     frame.files = len(manifest.files)
+    if skip and manifest.newest is not None:
+        _let_go(frame, manifest)
+    elif keep_from is not None:
+        cut(frame, keep_from)
     return frame
+
+
+def _let_go(frame: Frame, manifest: Manifest) -> None:
+    """Count the records a read with each kind's time filter left in the files, and take each
+    node's newest time from the manifest (names of nodes none of whose records were read
+    join the frame's table)."""
+    assert manifest.newest is not None
+    frame.let_go = sum(manifest.kinds.values()) - frame.records
+    index = {name: i for i, name in enumerate(frame.nodes)}
+    newest = np.full(len(frame.nodes) + len(manifest.newest), -np.inf)
+    for name, ts in manifest.newest.items():
+        i = index.get(name)
+        if i is None:
+            i = index[name] = len(frame.nodes)
+            frame.nodes.append(name)
+        newest[i] = ts
+    frame.let_go_newest = newest[: len(frame.nodes)]
 
 
 def _time_filter(since: float | None, until: float | None) -> list[tuple[str, str, float]] | None:
@@ -296,11 +347,12 @@ def _time_filter(since: float | None, until: float | None) -> list[tuple[str, st
 
 
 def read_held(
-    root: Path, segment: str, files: Sequence[str]
+    root: Path, segment: str, files: Sequence[str], keep_from: Mapping[str, float] | None = None
 ) -> tuple[Frame, dict[str, int]] | None:
-    """The records of closed *segment* and how many bytes of each of *files* (its paths) it
-    holds (:func:`covered`); None when the segment is not closed, no longer matches its
-    files, or cannot be read (half removed by retention, damaged): the files are read then."""
+    """The records of closed *segment* (less those before *keep_from*, see :func:`read`) and
+    how many bytes of each of *files* (its paths) it holds (:func:`covered`); None when the
+    segment is not closed, no longer matches its files, or cannot be read (half removed by
+    retention, damaged): the files are read then."""
     manifest = read_manifest(root, segment)
     if manifest is None:
         return None
@@ -308,7 +360,7 @@ def read_held(
     if held is None:
         return None
     try:
-        return read(root, manifest), held
+        return read(root, manifest, keep_from=keep_from), held
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return None
 

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""A cold ``guardctl analyze`` in a store that has been written for an hour and more.
+
+A cold pass reads the segments that can hold the half hour of step records it needs (the
+judged windows and the ranks' own history) and, for clocks apart, a quarter of an hour more:
+with 10-minute segments, about an hour of records of every kind, for windows that judge a
+quarter of an hour of GPU, NIC and host records. It lets go, as it reads, of every record
+older than the windows need (``guardctl.analyze.frame.cut``; from closed segments they are
+not even read). This measures that pass against the same pass keeping every record it reads
+(what ``guardctl analyze`` did before), in the same run, each in a fresh process, in two
+states of the same store:
+
+- ``files``: nothing closed (no controller's leader running), every segment read from the
+  agents' files and their column mirrors;
+- ``closed``: every segment but the newest closed into Parquet, as the leader keeps it.
+
+Both passes must return the same analysis (digests compared). The store is simulated with
+the node agents' layout (ranks hand their steps to the agent, 10-minute segments), or taken
+from ``--store DIR`` (made by an earlier run, kept)::
+
+    python bench/cold_pass.py --gpus 10k --minutes 65 --store DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from analyze_scale import HANDOFF_ENV, SIZES, _digest, _peak_mib  # noqa: E402
+
+from guardctl.analyze import engine  # noqa: E402
+from guardctl.config import Settings  # noqa: E402
+from guardctl.storage import segments  # noqa: E402
+from guardctl.storage.compact import compact  # noqa: E402
+
+SEGMENT_MINUTES = 10
+PASSES = ("every record", "needed records")
+
+
+def measure(mode: str, store: Path, cache: bool) -> dict[str, Any]:
+    """One cold pass in this process: its time, peak memory and analysis."""
+    settings = Settings()
+    settings = dataclasses.replace(
+        settings, analyze=dataclasses.replace(settings.analyze, cache=cache)
+    )
+    cfg = settings.analyze
+    t0 = time.perf_counter()
+    until = engine.until_now(settings)
+    if mode == "every record":  # every record of the segments read kept, as before
+        frame = engine.load_recent(store, settings, engine.steps_needed(cfg), until)
+        kept, read = frame.records, frame.records_read
+        result = engine.analyze_frame(frame, cfg, until=until)
+        del frame
+    else:
+        result = engine.analyze(store, settings, until=until)
+        read, kept = result.records, -1
+    seconds = time.perf_counter() - t0
+    return {
+        "seconds": round(seconds, 3),
+        "peak_mib": round(_peak_mib()),
+        "records": read,
+        "kept": kept,
+        "digest": _digest(result.to_dict()),
+    }
+
+
+def run_step(mode: str, store: Path, cache: bool) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--measure", mode, str(store), str(int(cache))],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    found: dict[str, Any] = json.loads(out.stdout)
+    print(f"  {mode} ({'closed' if cache else 'files'}): {found}", file=sys.stderr, flush=True)
+    return found
+
+
+def make_store(store: Path, gpus: int, minutes: int) -> None:
+    env = {**os.environ, "GUARDCTL_SEGMENT_MINUTES": str(SEGMENT_MINUTES), HANDOFF_ENV: "1"}
+    script = Path(__file__).resolve().parent / "analyze_scale.py"
+    t0 = time.perf_counter()
+    subprocess.run(
+        [sys.executable, str(script), "--simulate", str(store), str(gpus), str(minutes)],
+        check=True,
+        env=env,
+    )
+    print(f"simulated {minutes} minutes in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+
+def close_all_but_newest(store: Path) -> float:
+    """Close every segment that ended before the newest began, as the leader does a few
+    minutes after each ends; the seconds it took (0 when a kept store had them closed)."""
+    names = [p.name for p in (store / "telemetry").iterdir() if segments.span(p.name)]
+    newest = max(segments.span(name)[0] for name in names)  # type: ignore[index]
+    t0 = time.perf_counter()
+    report = compact(store, newest, grace_s=0.0, workers=os.cpu_count() or 1)
+    return time.perf_counter() - t0 if report.closed else 0.0
+
+
+def bench(store: Path, gpus: int, minutes: int, rounds: int) -> dict[str, Any]:
+    if not (store / "telemetry").is_dir():
+        make_store(store, gpus, minutes)
+    result: dict[str, Any] = {"gpus": gpus, "minutes": minutes, "states": {}}
+    for state in ("files", "closed"):
+        if state == "closed":
+            result["compact_s"] = round(close_all_but_newest(store), 1)
+        runs = {
+            mode: [run_step(mode, store, state == "closed") for _ in range(rounds)]
+            for mode in PASSES
+        }
+        digests = {r["digest"] for mode in PASSES for r in runs[mode]}
+        if len(digests) != 1:
+            raise SystemExit(f"{state}: the passes disagree: {sorted(digests)}")
+        result["states"][state] = {
+            mode: {
+                "seconds": [r["seconds"] for r in runs[mode]],
+                "peak_mib": [r["peak_mib"] for r in runs[mode]],
+                "records": runs[mode][0]["records"],
+                "kept": runs["every record"][0]["kept"] if mode == "every record" else None,
+            }
+            for mode in PASSES
+        }
+    return result
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [
+        "| store | pass | seconds (x every record) | peak MiB (x) | records read |",
+        "|---|---|---|---|---|",
+    ]
+    for state, passes in result["states"].items():
+        base = passes["every record"]
+        for mode, got in passes.items():
+            s, m = min(got["seconds"]), min(got["peak_mib"])
+            ratio_s, ratio_m = s / min(base["seconds"]), m / min(base["peak_mib"])
+            rows.append(
+                f"| {state} | {mode} | {'-'.join(map(str, got['seconds']))} ({ratio_s:.2f}x) "
+                f"| {m} ({ratio_m:.2f}x) | {got['records']:,} |"
+            )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", default="10k", choices=sorted(SIZES))
+    parser.add_argument("--minutes", type=int, default=65, help="how long the store was written")
+    parser.add_argument("--rounds", type=int, default=1, help="each pass this many times")
+    parser.add_argument("--store", type=Path, help="the store (kept, used again; required)")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--measure", nargs=3, help=argparse.SUPPRESS)  # MODE STORE CACHE
+    args = parser.parse_args()
+    if args.measure:
+        mode, store, cache = args.measure
+        print(json.dumps(measure(mode, Path(store), cache == "1")))
+        return 0
+    if args.store is None:
+        parser.error("--store DIR is required")
+    result = bench(args.store, SIZES[args.gpus], args.minutes, args.rounds)
+    print(json.dumps(result, indent=2) if args.json else table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
