@@ -28,7 +28,7 @@ import numpy as np
 from guardctl.analyze import features as feat
 from guardctl.analyze import health, slowdown, stages
 from guardctl.analyze.detectors import Flags, load_all
-from guardctl.analyze.frame import Frame
+from guardctl.analyze.frame import Frame, cut
 from guardctl.analyze.impact import job_impact
 from guardctl.analyze.load import read_frame, segment_groups
 from guardctl.config import Settings
@@ -599,10 +599,11 @@ def load(
     until: float | None = None,
     groups: Mapping[str, Sequence[str]] | None = None,
     keep_from: Mapping[str, float] | None = None,
+    read_before: Sequence[Frame] = (),
 ) -> Frame:
     """Read the telemetry under *path* (default: the configured store) for [since, until]
     (only the segments of *groups*, files by segment, where given; per kind, only the records
-    from *keep_from* on, where given: see frame.cut)."""
+    from *keep_from* on, where given: see frame.cut), joined with the frames *read_before*."""
     cfg = settings.analyze
     root = path if path is not None else settings.store.root
     return read_frame(
@@ -615,6 +616,7 @@ def load(
         threads=cfg.pass_threads(),
         column_files=cfg.column_files,
         keep_from=keep_from,
+        read_before=read_before,
     )
 
 
@@ -691,10 +693,13 @@ def _read_recent(
     until: float | None,
     window_s: float | None = None,
 ) -> tuple[Frame, float | None]:
-    """What :func:`load_recent` reads; with *window_s*, less the records no pass whose windows
-    end after the newest segment begins needs (:func:`needed_from`), let go as they are read:
-    of the half hour and more of segments read for the steps, the other kinds' windows need
-    a quarter of an hour. Also returns where that segment begins (None: nothing let go)."""
+    """What :func:`load_recent` reads; with *window_s*, less the records older than a pass
+    needs, let go as they are read (:func:`needed_from`): of the hour of segments read for
+    the steps and the clocks apart, the other kinds' windows need a quarter of an hour. The
+    newest segment is read first, whole: while most nodes write, the windows end where its
+    nodes' records do, and the older segments are read for a pass ending there. Also
+    returns that end (None: nothing let go); a pass whose windows end earlier must read
+    again what was let go."""
     root = path if path is not None else settings.store.root
     wanted: list[str] | None = None
 
@@ -714,8 +719,13 @@ def _read_recent(
     newest = segments.newest([name for name in wanted if groups.get(name)], until)
     if window_s is None or newest is None:
         return load(path, settings, since=since, groups=groups), None
-    keep = needed_from(newest[0], settings.analyze, window_s)
-    return load(path, settings, since=since, groups=groups, keep_from=keep), newest[0]
+    last = {name for name in wanted if (segments.span(name) or (-math.inf,))[0] >= newest[0]}
+    first = load(path, settings, since=since, groups={name: groups[name] for name in last})
+    end = max(default_at(first, window_s, until) or newest[0], newest[0])
+    keep = needed_from(end, settings.analyze, window_s)
+    older = {name: files for name, files in groups.items() if name not in last}
+    first = cut(first, keep)
+    return load(path, settings, since=since, groups=older, keep_from=keep, read_before=[first]), end
 
 
 def bad_summary(bad: Counter[str] | dict[str, int]) -> str:

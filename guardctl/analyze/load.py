@@ -350,11 +350,13 @@ def read_frame(
     threads: int = 1,
     column_files: bool = True,
     keep_from: Mapping[str, float] | None = None,
+    read_before: Sequence[Frame] = (),
 ) -> Frame:
     """Read the records under *path* that may fall in [since, until] into one frame
     (*workers* processes parse, *threads* threads decode the column mirrors); with
     *keep_from* (per kind), the records stamped before are let go as each part is read
-    (:func:`guardctl.analyze.frame.cut`).
+    (:func:`guardctl.analyze.frame.cut`). Frames *read_before* (and emptied: see
+    :func:`join`) are joined with what is read, in one copy.
 
     In a store, a closed segment (:mod:`guardctl.storage.closed`) is read from its Parquet
     files, plus whatever its JSON Lines gained since it was closed. The files of open
@@ -376,7 +378,7 @@ def read_frame(
     else:
         wanted = segments.needed(groups, since, until)
     root = _closed_root(path, closed_segments)
-    parts: list[Frame] = []
+    parts: list[Frame] = list(read_before)
     tails: list[_Tail] = []
     todo: list[str] = []
     for name in wanted:
@@ -393,7 +395,7 @@ def read_frame(
         parts.append(_cut(late, keep_from))
     if todo:
         parts.append(_read_files(todo, workers, threads, column_files, keep_from))
-    return _join(parts)
+    return join(parts)
 
 
 def _cut(frame: Frame, keep_from: Mapping[str, float] | None) -> Frame:
@@ -420,15 +422,16 @@ def _read_closed(
     return frame, tails
 
 
-def _join(parts: Sequence[Frame]) -> Frame:
-    """One frame from every part, input counts summed."""
+def join(parts: Sequence[Frame]) -> Frame:
+    """One frame from every part, input counts summed; the parts are emptied of their records
+    as they are joined (each column's pieces let go once it is whole)."""
     bad: Counter[str] = Counter()
     files = lines = 0
     for part in parts:
         bad.update(part.bad)
         files += part.files
         lines += part.lines
-    frame = concat([p for p in parts if p.records_read]) if parts else Frame()
+    frame = concat([p for p in parts if p.records_read], consume=True) if parts else Frame()
     if not frame.records_read and parts:
         frame = Frame()
     frame.bad, frame.files, frame.lines = bad, files, lines
@@ -451,7 +454,7 @@ def _read_files(
         parts += mirrored
     if todo:
         parts.append(_cut(_parse_whole(todo, workers), keep_from))
-    return _join(parts)
+    return join(parts)
 
 
 def read_consumed(
@@ -472,7 +475,7 @@ def read_consumed(
     rest, offsets, _ = parse_tails(tails, workers)
     for p, offset in offsets.items():
         consumed[p] = (offset, consumed[p][1])
-    frame = _join([found.frame, rest])
+    frame = join([found.frame, rest])
     frame.files = len(paths)
     return frame, consumed, dict(zip(paths, inodes, strict=True))
 
