@@ -41,7 +41,7 @@ from analyze_scale import HANDOFF_ENV, SIZES, _digest, _peak_mib  # noqa: E402
 
 from guardctl.analyze import engine  # noqa: E402
 from guardctl.config import Settings  # noqa: E402
-from guardctl.storage import segments  # noqa: E402
+from guardctl.storage import closed, segments  # noqa: E402
 from guardctl.storage.compact import compact  # noqa: E402
 
 SEGMENT_MINUTES = 10
@@ -59,28 +59,35 @@ def measure(mode: str, store: Path, cache: bool) -> dict[str, Any]:
     until = engine.until_now(settings)
     if mode == "every record":  # every record of the segments read kept, as before
         frame = engine.load_recent(store, settings, engine.steps_needed(cfg), until)
-        kept, read = frame.records, frame.records_read
+        kept = frame.records
         result = engine.analyze_frame(frame, cfg, until=until)
         del frame
     else:
         result = engine.analyze(store, settings, until=until)
-        read, kept = result.records, -1
     seconds = time.perf_counter() - t0
+    peak = _peak_mib()
+    if mode != "every record":  # (after the pass: what it kept, read again untimed)
+        frame, _ = engine._read_recent(
+            store, settings, engine.steps_needed(cfg), until, cfg.window_s
+        )
+        kept = frame.records
     return {
         "seconds": round(seconds, 3),
-        "peak_mib": round(_peak_mib()),
-        "records": read,
+        "peak_mib": round(peak),
+        "records": result.records,
         "kept": kept,
         "digest": _digest(result.to_dict()),
     }
 
 
-def run_step(mode: str, store: Path, cache: bool) -> dict[str, Any]:
+def run_step(mode: str, store: Path, cache: bool, pool: str | None = None) -> dict[str, Any]:
+    env = {**os.environ, **({closed.POOL_ENV: pool} if pool else {})}
     out = subprocess.run(
         [sys.executable, __file__, "--measure", mode, str(store), str(int(cache))],
         check=True,
         capture_output=True,
         text=True,
+        env=env,
     )
     found: dict[str, Any] = json.loads(out.stdout)
     print(f"  {mode} ({'closed' if cache else 'files'}): {found}", file=sys.stderr, flush=True)
@@ -109,35 +116,47 @@ def close_all_but_newest(store: Path) -> float:
     return time.perf_counter() - t0 if report.closed else 0.0
 
 
+# Per state of the store: each pass measured, as (label, pass, Arrow's memory pool: None for
+# guardctl's own choice). Arrow's default pool is measured against guardctl's choice where
+# Parquet files are read.
+PLANS: dict[str, list[tuple[str, str, str | None]]] = {
+    "files": [(mode, mode, None) for mode in PASSES],
+    "closed": [
+        *[(mode, mode, None) for mode in PASSES],
+        ("needed records, mimalloc", "needed records", "mimalloc"),
+    ],
+}
+
+
 def bench(store: Path, gpus: int, minutes: int, rounds: int) -> dict[str, Any]:
     if not (store / "telemetry").is_dir():
         make_store(store, gpus, minutes)
     result: dict[str, Any] = {"gpus": gpus, "minutes": minutes, "states": {}}
-    for state in ("files", "closed"):
+    for state, plan in PLANS.items():
         if state == "closed":
             result["compact_s"] = round(close_all_but_newest(store), 1)
         runs = {
-            mode: [run_step(mode, store, state == "closed") for _ in range(rounds)]
-            for mode in PASSES
+            label: [run_step(mode, store, state == "closed", pool) for _ in range(rounds)]
+            for label, mode, pool in plan
         }
-        digests = {r["digest"] for mode in PASSES for r in runs[mode]}
+        digests = {r["digest"] for got in runs.values() for r in got}
         if len(digests) != 1:
             raise SystemExit(f"{state}: the passes disagree: {sorted(digests)}")
         result["states"][state] = {
-            mode: {
-                "seconds": [r["seconds"] for r in runs[mode]],
-                "peak_mib": [r["peak_mib"] for r in runs[mode]],
-                "records": runs[mode][0]["records"],
-                "kept": runs["every record"][0]["kept"] if mode == "every record" else None,
+            label: {
+                "seconds": [r["seconds"] for r in got],
+                "peak_mib": [r["peak_mib"] for r in got],
+                "records": got[0]["records"],
+                "kept": got[0]["kept"],
             }
-            for mode in PASSES
+            for label, got in runs.items()
         }
     return result
 
 
 def table(result: dict[str, Any]) -> str:
     rows = [
-        "| store | pass | seconds (x every record) | peak MiB (x) | records read |",
+        "| store | pass | seconds (x every record) | peak MiB (x) | records read / kept |",
         "|---|---|---|---|---|",
     ]
     for state, passes in result["states"].items():
@@ -147,7 +166,7 @@ def table(result: dict[str, Any]) -> str:
             ratio_s, ratio_m = s / min(base["seconds"]), m / min(base["peak_mib"])
             rows.append(
                 f"| {state} | {mode} | {'-'.join(map(str, got['seconds']))} ({ratio_s:.2f}x) "
-                f"| {m} ({ratio_m:.2f}x) | {got['records']:,} |"
+                f"| {m} ({ratio_m:.2f}x) | {got['records']:,} / {got['kept']:,} |"
             )
     return "\n".join(rows)
 
