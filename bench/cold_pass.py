@@ -41,7 +41,8 @@ from analyze_scale import HANDOFF_ENV, SIZES, _digest, _peak_mib  # noqa: E402
 
 from guardctl.analyze import engine  # noqa: E402
 from guardctl.config import Settings  # noqa: E402
-from guardctl.storage import closed, segments  # noqa: E402
+from guardctl.storage import segments  # noqa: E402
+from guardctl.storage.arrow import POOL_ENV  # noqa: E402
 from guardctl.storage.compact import compact  # noqa: E402
 
 SEGMENT_MINUTES = 10
@@ -81,7 +82,7 @@ def measure(mode: str, store: Path, cache: bool) -> dict[str, Any]:
 
 
 def run_step(mode: str, store: Path, cache: bool, pool: str | None = None) -> dict[str, Any]:
-    env = {**os.environ, **({closed.POOL_ENV: pool} if pool else {})}
+    env = {**os.environ, **({POOL_ENV: pool} if pool else {})}
     out = subprocess.run(
         [sys.executable, __file__, "--measure", mode, str(store), str(int(cache))],
         check=True,

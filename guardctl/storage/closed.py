@@ -36,31 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from guardctl.analyze.frame import Frame, concat, cut
 from guardctl.fileio import atomic_write
 from guardctl.storage import layout
+from guardctl.storage.arrow import pa, pq
 from guardctl.telemetry import schema
 from guardctl.telemetry.columns import FLOATS, INT_MISSING, INTS, STRINGS, TABLE_OF
 
 MANIFEST_VERSION = 1
-POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"  # pyarrow's own choice of its memory pool
-
-
-def _prefer_jemalloc() -> None:
-    """Arrow's memory from jemalloc where this pyarrow has it and nobody chose a pool: it
-    gives freed memory back as a pass goes on, where mimalloc (pyarrow's default) keeps the
-    buffers of the segments read before: a cold pass over closed segments peaks at about 0.7
-    times the memory (docs/performance.md, "A cold pass in a store written for an hour")."""
-    if POOL_ENV in os.environ:
-        return
-    with contextlib.suppress(NotImplementedError):
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-
-
-_prefer_jemalloc()
 # Rows per row group: small enough that a query for a few nodes skips most of a segment.
 ROW_GROUP = 1 << 17
 COMPRESSION = "zstd"
