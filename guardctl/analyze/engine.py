@@ -202,15 +202,8 @@ def run_detectors(f: feat.Features, cfg: AnalyzeSettings) -> list[Flags]:
 def _newest_per_node(frame: Frame) -> np.ndarray | None:
     """Each node's newest record time (-inf: none), or None for a frame without records (the
     records let go as they were read count: see frame.cut)."""
-    newest = []
-    if frame.let_go_newest is not None and frame.let_go_newest.size:
-        newest.append(
-            np.pad(
-                frame.let_go_newest,
-                (0, len(frame.nodes) - frame.let_go_newest.size),
-                constant_values=-np.inf,
-            )
-        )
+    let_go = frame.let_go_times()
+    newest = [let_go] if let_go is not None and let_go.size else []
     for cols in frame.cols.values():
         if cols["ts"].size:
             per = np.full(len(frame.nodes), -np.inf)
@@ -237,8 +230,8 @@ def _end_of(per_node: np.ndarray | None, window_s: float, until: float | None) -
     per_node = per_node[np.isfinite(per_node)]
     if until is not None:
         per_node = per_node[per_node <= until]
-        if not per_node.size:
-            return None
+    if not per_node.size:
+        return None
     limit = float(np.median(per_node)) + window_s
     return float(per_node[per_node <= limit].max())
 

@@ -97,6 +97,14 @@ class Frame:
         """The records held and those let go as they were read."""
         return self.records + self.let_go
 
+    def let_go_times(self) -> np.ndarray | None:
+        """Each node's newest time among the records let go (-inf: none), one per node;
+        None when none were let go."""
+        times = self.let_go_newest
+        if times is None or times.size == len(self.nodes):
+            return times
+        return np.pad(times, (0, len(self.nodes) - times.size), constant_values=-np.inf)
+
     def span(self) -> tuple[float, float] | None:
         """Oldest and newest timestamp of any record, or None when empty."""
         lows = [c["ts"].min() for c in self.cols.values() if c["ts"].size]
@@ -537,7 +545,7 @@ def _joined(pieces: list[dict[str, np.ndarray]], name: str) -> np.ndarray:
 def cut(frame: Frame, since: Mapping[str, float]) -> Frame:
     """Let go of the records of each kind stamped before *since* (per kind; a kind not named
     keeps all), in place: counted, and each node's newest among them kept (see Frame)."""
-    newest = frame.let_go_newest
+    newest = frame.let_go_times()
     for kind, cols in frame.cols.items():
         old = cols["ts"] < since.get(kind, -math.inf)
         gone = int(np.count_nonzero(old))
