@@ -28,7 +28,7 @@ import numpy as np
 from guardctl.analyze import features as feat
 from guardctl.analyze import health, slowdown, stages
 from guardctl.analyze.detectors import Flags, load_all
-from guardctl.analyze.frame import Frame, cut
+from guardctl.analyze.frame import Frame, cut, newest_per_node
 from guardctl.analyze.impact import job_impact
 from guardctl.analyze.load import read_frame, segment_groups
 from guardctl.config import Settings
@@ -199,21 +199,6 @@ def run_detectors(f: feat.Features, cfg: AnalyzeSettings) -> list[Flags]:
     return [fl for flags in found for fl in flags if len(fl)]
 
 
-def _newest_per_node(frame: Frame) -> np.ndarray | None:
-    """Each node's newest record time (-inf: none), or None for a frame without records (the
-    records let go as they were read count: see frame.cut)."""
-    let_go = frame.let_go_times()
-    newest = [let_go] if let_go is not None and let_go.size else []
-    for cols in frame.cols.values():
-        if cols["ts"].size:
-            per = np.full(len(frame.nodes), -np.inf)
-            np.maximum.at(per, cols["node"], cols["ts"])
-            newest.append(per)
-    if not newest:
-        return None
-    return np.max(np.vstack(newest), axis=0)
-
-
 def default_at(frame: Frame, window_s: float, until: float | None = None) -> float | None:
     """Where the newest window ends: the newest record, ignoring a node far ahead of the rest.
 
@@ -221,7 +206,7 @@ def default_at(frame: Frame, window_s: float, until: float | None = None) -> flo
     move everyone's window past their data: neither one far ahead of the other
     nodes, nor one whose newest record is after *until* (now plus the tolerance).
     """
-    return _end_of(_newest_per_node(frame), window_s, until)
+    return _end_of(newest_per_node(frame), window_s, until)
 
 
 def _end_of(per_node: np.ndarray | None, window_s: float, until: float | None) -> float | None:
@@ -238,7 +223,7 @@ def _end_of(per_node: np.ndarray | None, window_s: float, until: float | None) -
 
 def ahead_of(frame: Frame, until: float) -> dict[str, float]:
     """The nodes whose newest record is stamped after *until*: node -> that record's time."""
-    return _ahead_of(frame.nodes, _newest_per_node(frame), until)
+    return _ahead_of(frame.nodes, newest_per_node(frame), until)
 
 
 def _ahead_of(nodes: list[str], per_node: np.ndarray | None, until: float) -> dict[str, float]:
@@ -321,7 +306,7 @@ def analyze_frame(
     window_s = window_s or cfg.window_s
     ahead: dict[str, float] = {}
     if at is None:  # (each node's newest record: found once, for both)
-        newest = _newest_per_node(frame)
+        newest = newest_per_node(frame)
         ahead = _ahead_of(frame.nodes, newest, until) if until is not None else {}
         at = _end_of(newest, window_s, until)
     if at is None:

@@ -542,6 +542,21 @@ def _joined(pieces: list[dict[str, np.ndarray]], name: str) -> np.ndarray:
     return np.concatenate([p.pop(name) for p in pieces])
 
 
+def newest_per_node(frame: Frame) -> np.ndarray | None:
+    """Each node's newest record time (-inf: none), one per node, or None for a frame
+    without records (the records let go as they were read count: see cut)."""
+    let_go = frame.let_go_times()
+    newest = [let_go] if let_go is not None and let_go.size else []
+    for cols in frame.cols.values():
+        if cols["ts"].size:
+            per = np.full(len(frame.nodes), -np.inf)
+            np.maximum.at(per, cols["node"], cols["ts"])
+            newest.append(per)
+    if not newest:
+        return None
+    return np.max(np.vstack(newest), axis=0)
+
+
 def cut(frame: Frame, since: Mapping[str, float]) -> Frame:
     """Let go of the records of each kind stamped before *since* (per kind; a kind not named
     keeps all), in place: counted, and each node's newest among them kept (see Frame)."""

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from guardctl.analyze.frame import Frame, concat, cut
+from guardctl.analyze.frame import Frame, concat, cut, newest_per_node
 from guardctl.fileio import atomic_write
 from guardctl.storage import layout
 from guardctl.storage.arrow import pa, pq
@@ -226,9 +226,9 @@ class SegmentWriter:
                 table = table_of(frame, kind)
                 self._writer(kind, table.schema).write_table(table, row_group_size=ROW_GROUP)
                 self.rows[kind] += frame.count(kind)
-        per = np.full(len(frame.nodes), -np.inf)
-        for cols in frame.cols.values():
-            np.maximum.at(per, cols["node"], cols["ts"])
+        per = newest_per_node(frame)
+        if per is None:
+            return
         for i in np.flatnonzero(np.isfinite(per)).tolist():
             name = frame.nodes[i]
             self.newest[name] = max(self.newest.get(name, -math.inf), float(per[i]))
