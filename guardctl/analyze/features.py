@@ -195,30 +195,35 @@ class GroupIndex:
         self._cell: np.ndarray | None = None
         self._grid: np.ndarray | None = None  # the matrix, used again metric after metric
         self.starts = np.cumsum(self.counts) - self.counts
-        first = self.starts.astype(index)
-        # Each row's place in its group, in the order written.
-        pos: np.ndarray = np.empty(rows, index)
-        pos[np.argsort(self.inv, kind="stable")] = np.arange(rows, dtype=index) - np.repeat(
-            first, self.counts
-        )
+        # Each row's place in the groups' time order (its group's start added), where the
+        # matrix holds the groups; else the time order is sorted when first asked for.
+        self._place: np.ndarray | None = None
+        self._ts: np.ndarray | None = None
         if self.dense:
+            first = self.starts.astype(index)
+            # Each row's place in its group, in the order written.
+            pos: np.ndarray = np.empty(rows, index)
+            pos[np.argsort(self.inv, kind="stable")] = np.arange(rows, dtype=index) - np.repeat(
+                first, self.counts
+            )
             grid = self._grid = np.full((self.n, self.width), np.inf)
             grid[self.inv, pos] = ts
             pos = _in_time_order(grid, self.inv, pos)
-        else:  # one group is huge (duplicated records, a broken agent): sort globally instead
-            pos[np.lexsort((ts, self.inv))] = np.arange(rows, dtype=index) - np.repeat(
-                first, self.counts
-            )
-        # Each row's place in the groups' time order, the group's start added (one column
-        # held where a place within the group and a flat matrix index would be two).
-        pos += first[self.inv]
-        self._place = pos
+            pos += first[self.inv]
+            self._place = pos
+        else:  # one group is huge (duplicated records, a broken agent, jobs of very unequal
+            # sizes): quantiles sort globally instead, and need no time order
+            self._ts = ts
 
     def time_order(self) -> np.ndarray:
         """Row indices sorted by group, then time (figured once: every counter needs it)."""
         if self._order is None:
-            self._order = np.empty(self.inv.size, self._place.dtype)
-            self._order[self._place] = np.arange(self.inv.size, dtype=self._place.dtype)
+            if self._place is None:
+                assert self._ts is not None
+                self._order = np.lexsort((self._ts, self.inv)).astype(self.inv.dtype)
+            else:
+                self._order = np.empty(self.inv.size, self._place.dtype)
+                self._order[self._place] = np.arange(self.inv.size, dtype=self._place.dtype)
         return self._order
 
     def quantiles(self, values: np.ndarray, qs: tuple[float, ...]) -> list[np.ndarray]:
@@ -226,6 +231,7 @@ class GroupIndex:
         if not self.dense:
             return group_quantiles(self.inv, self.n, values, qs)
         if self._cell is None:  # each row's place in the matrix, as one flat index
+            assert self._place is not None  # (set wherever the matrix holds the groups)
             shift = np.arange(self.n) * self.width - self.starts
             self._cell = shift[self.inv]  # (64-bit: numpy indexes with nothing narrower)
             self._cell += self._place
@@ -852,19 +858,56 @@ def coverage(
     return has.reshape(shape), seen.reshape(shape)
 
 
-def step_times(frame: Frame) -> np.ndarray:
+def step_times(frame: Frame, threads: int = 1) -> np.ndarray:
     """Per step record: the median time at which its job's ranks ended that step.
 
     Ranks end a step together; using their common time keeps one node's clock
     skew from putting its steps in a different window than its peers'.
     """
     c = frame.cols["step"]
-    return step_ends(c["ts"], c["job"], c["step"])
+    return step_ends(c["ts"], c["job"], c["step"], threads)
 
 
-def step_ends(ts: np.ndarray, job: np.ndarray, step: np.ndarray) -> np.ndarray:
+# Fewer step records than this are placed in one thread (a thread's start and the split
+# cost more than they save).
+_SPLIT_ROWS = 1 << 20
+
+
+def step_ends(ts: np.ndarray, job: np.ndarray, step: np.ndarray, threads: int = 1) -> np.ndarray:
     """:func:`step_times` of the records given as columns: whole (job, step) groups give
-    their groups' figures whatever other records there are."""
+    their groups' figures whatever other records there are. With *threads*, the jobs are
+    shared out among them (a cold pass's 35 minutes of steps at 100k GPUs: seconds of
+    sorting, which the other core would sit out)."""
+    if threads < 2 or ts.size < _SPLIT_ROWS:
+        return _step_ends(ts, job, step)
+    share = _shares(job, threads)
+    out = np.empty(ts.size)
+
+    def place(k: int) -> None:
+        rows = np.flatnonzero(share == k)
+        out[rows] = _step_ends(ts[rows], job[rows], step[rows])
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(place, range(threads)))
+    return out
+
+
+def _shares(job: np.ndarray, threads: int) -> np.ndarray:
+    """Per record, which of *threads* places it: whole jobs, the largest first to the
+    least loaded (one job may hold most of the records)."""
+    sizes = np.bincount(job + 1)  # (-1: a record of no job, a group of its own)
+    load = [0] * threads
+    owner = np.zeros(sizes.size, np.int32)
+    for j in np.argsort(sizes)[::-1].tolist():
+        if not sizes[j]:
+            break
+        k = load.index(min(load))
+        owner[j] = k
+        load[k] += int(sizes[j])
+    return owner[job + 1]
+
+
+def _step_ends(ts: np.ndarray, job: np.ndarray, step: np.ndarray) -> np.ndarray:
     if not ts.size:
         return ts
     gi = GroupIndex(ts, job, step - int(step.min()))
@@ -1145,7 +1188,7 @@ def extract_again(
     ``kept.parts`` whose records did not change is not figured again; a window not there,
     or whose records changed, is figured and added."""
     parts, keep_history = kept.parts, kept.history
-    ends = step_times(frame) if kept.ends is None else kept.ends
+    ends = step_times(frame, threads) if kept.ends is None else kept.ends
     wins, counts = _assigned(frame, ends, at, window_s, n_windows)
     mine = [parts.setdefault((at - w * window_s, window_s), WindowPart()) for w in range(n_windows)]
     with ThreadPoolExecutor(threads) as pool:  # (the sampling interval beside the tables)

@@ -57,6 +57,12 @@ def test_group_index_quantiles_match_a_plain_computation(huge_group: bool) -> No
     for i in range(0, n, 97):
         g = gi.inv[i]
         assert (gi.keys[0][g], gi.keys[1][g]) == (a[i], b[i])
+    # each group's rows in time order, the groups in order (placed in the matrix, or sorted
+    # when first asked for)
+    np.testing.assert_array_equal(gi.time_order(), np.lexsort((ts, gi.inv)))
+    first, last = gi.first_last(ts)
+    np.testing.assert_array_equal(first, gi.quantiles(ts, (0.0,))[0])
+    np.testing.assert_array_equal(last, gi.quantiles(ts, (1.0,))[0])
     # and the generic path says the same
     generic = group_quantiles(gi.inv, gi.n, values, (0.3,))[0]
     np.testing.assert_array_equal(generic, lo)
@@ -164,6 +170,31 @@ def test_windows_are_assigned_chunk_by_chunk_as_at_once(monkeypatch: pytest.Monk
     want = np.floor((900.0 - ts) / 300.0)
     want[~((want >= 0) & (want < 3))] = -1
     assert whole.tolist() == want.astype(int).tolist()
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_steps_placed_by_several_threads_are_placed_as_by_one(
+    monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    # Jobs of very unequal sizes (one holds most records), records of no job, out of order:
+    # each record's job's median time for its step, whatever thread placed it.
+    rng = np.random.default_rng(11)
+    n = 20_000
+    job = rng.choice([-1, 0, 1, 2, 3], n, p=[0.02, 0.7, 0.2, 0.06, 0.02])
+    step = rng.integers(100, 140, n)
+    ts = step * 10.0 + rng.normal(0, 0.5, n)
+    one = features.step_ends(ts, job, step)
+    want = np.empty(n)
+    for key in set(zip(job.tolist(), step.tolist(), strict=True)):
+        mine = (job == key[0]) & (step == key[1])
+        times = np.sort(ts[mine])
+        want[mine] = times[(times.size - 1) // 2]
+    np.testing.assert_array_equal(one, want)
+    monkeypatch.setattr(features, "_SPLIT_ROWS", 1000)
+    shares = features._shares(job, threads)
+    assert all(np.unique(shares[job == j]).size == 1 for j in range(-1, 4))  # whole jobs
+    assert np.unique(shares).size == threads
+    np.testing.assert_array_equal(features.step_ends(ts, job, step, threads), one)
 
 
 @pytest.mark.parametrize("ngroups", [50_000, 70_000], ids=["16-bit groups", "more groups"])
