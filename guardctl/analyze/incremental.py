@@ -1267,7 +1267,8 @@ class Analyzer:
         chunks = [slice(lo, lo + CHUNK) for lo in range(0, n, CHUNK)]
         redo = np.concatenate([c.start + np.flatnonzero(step[c] >= low[job[c]]) for c in chunks])
         old = ends[redo]
-        ends[redo] = step_ends(cols.data["ts"][redo], job[redo], step[redo])
+        threads = self.settings.analyze.pass_threads()  # (a first pass places them all)
+        ends[redo] = step_ends(cols.data["ts"][redo], job[redo], step[redo], threads)
         self.read["steps_placed"] = int(redo.size)
         # A record that moved leaves one window and joins another; a new one joins one.
         moved = (old != ends[redo]) & (redo < placed)
