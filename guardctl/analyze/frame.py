@@ -14,6 +14,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from typing import Any
@@ -498,10 +499,12 @@ def _renumber(col: np.ndarray, lut: np.ndarray, optional: bool) -> np.ndarray:
     return out
 
 
-def concat(frames: Sequence[Frame], *, consume: bool = False) -> Frame:
+def concat(frames: Sequence[Frame], *, consume: bool = False, threads: int = 1) -> Frame:
     """Join frames (one per file) into one, merging their string tables. With *consume*,
     *frames* are emptied of their records as they are joined, so that each column's parts
-    are let go once it is whole (the caller must hold no other reference to them)."""
+    are let go once it is whole (the caller must hold no other reference to them). With
+    *threads*, that many columns are joined at a time (the copies let go of the interpreter,
+    and the memory they write is the kernel's to give: it gives it on every core)."""
     if len(frames) == 1:  # nothing to merge: no copy (a pass over 100k GPUs reads one segment)
         return frames[0]
     out = Frame()
@@ -529,11 +532,21 @@ def concat(frames: Sequence[Frame], *, consume: bool = False) -> Frame:
         out.let_go_newest = np.full(len(out.nodes), -np.inf)
         for lut, times in newest:
             np.maximum.at(out.let_go_newest, lut[: times.size], times)
+    whole: dict[str, dict[str, np.ndarray]] = {}
     for kind, pieces in parts.items():
         if len(pieces) == 1:  # one frame holds this kind (steps and telemetry mirrors): no copy
             out.cols[kind] = pieces[0]
         elif pieces:
-            out.cols[kind] = {name: _joined(pieces, name) for name in list(pieces[0])}
+            whole[kind] = dict.fromkeys(pieces[0], np.empty(0))
+    todo = [(kind, name) for kind, cols in whole.items() for name in cols]
+    if threads > 1 and len(todo) > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            joined = list(pool.map(lambda at: _joined(parts[at[0]], at[1]), todo))
+    else:
+        joined = [_joined(parts[kind], name) for kind, name in todo]
+    for (kind, name), column in zip(todo, joined, strict=True):
+        whole[kind][name] = column
+    out.cols.update(whole)
     return out
 
 

@@ -395,7 +395,7 @@ def read_frame(
         parts.append(_cut(late, keep_from))
     if todo:
         parts.append(_read_files(todo, workers, threads, column_files, keep_from))
-    return join(parts)
+    return join(parts, threads)
 
 
 def _cut(frame: Frame, keep_from: Mapping[str, float] | None) -> Frame:
@@ -422,7 +422,7 @@ def _read_closed(
     return frame, tails
 
 
-def join(parts: Sequence[Frame]) -> Frame:
+def join(parts: Sequence[Frame], threads: int = 1) -> Frame:
     """One frame from every part, input counts summed; the parts are emptied of their records
     as they are joined (each column's pieces let go once it is whole)."""
     bad: Counter[str] = Counter()
@@ -431,7 +431,8 @@ def join(parts: Sequence[Frame]) -> Frame:
         bad.update(part.bad)
         files += part.files
         lines += part.lines
-    frame = concat([p for p in parts if p.records_read], consume=True) if parts else Frame()
+    read = [p for p in parts if p.records_read]
+    frame = concat(read, consume=True, threads=threads) if parts else Frame()
     if not frame.records_read and parts:
         frame = Frame()
     frame.bad, frame.files, frame.lines = bad, files, lines

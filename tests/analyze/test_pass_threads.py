@@ -8,11 +8,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from guardctl.analyze import engine, features, mirrors
+from guardctl.analyze import engine, features, frame, mirrors
 from guardctl.analyze.engine import analyze
 from guardctl.analyze.incremental import Analyzer
+from guardctl.analyze.load import read_frame
 from guardctl.config import Settings, build_settings, default_layers
 from guardctl.errors import ConfigError
 from guardctl.simulate import simulate
@@ -71,7 +73,8 @@ def test_a_bad_count_is_a_one_line_error_naming_the_key(
 def test_every_pool_of_a_pass_has_the_setting_s_threads(
     store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Decoding the mirrors, figuring the tables and running the detectors: each pool a cold
+    """Decoding the mirrors, joining what was read, figuring the tables and running the
+    detectors: each pool a cold
     pass and an incremental pass start has as many threads as ``[analyze] threads`` says."""
     sizes: list[int | None] = []
     real = concurrent.futures.ThreadPoolExecutor
@@ -80,7 +83,7 @@ def test_every_pool_of_a_pass_has_the_setting_s_threads(
         sizes.append(max_workers)
         return real(max_workers, *args, **kw)
 
-    for module in (engine, features, mirrors):
+    for module in (engine, features, frame, mirrors):
         monkeypatch.setattr(module, "ThreadPoolExecutor", counted)
     settings = _with_threads(Settings(), 3)
     analyze(store, settings)
@@ -99,3 +102,24 @@ def test_one_thread_judges_as_several_do(store: Path) -> None:
     assert analyze(store, one).to_dict() == analyze(store, four).to_dict()
     at = START + 600.0
     assert Analyzer(one, store).analyze(at).to_dict() == Analyzer(four, store).analyze(at).to_dict()
+
+
+def test_parts_joined_by_several_threads_are_joined_as_by_one(store: Path) -> None:
+    """The columns of the parts a pass reads are joined a few at a time: the same frame,
+    and the parts let go of what they held."""
+    files = sorted(str(p) for p in store.rglob("*.jsonl"))
+    assert len(files) > 2
+
+    def parts() -> list[frame.Frame]:
+        return [read_frame(store, files=files[i::3], closed_segments=False) for i in range(3)]
+
+    one = frame.concat(parts())
+    given = parts()
+    three = frame.concat(given, consume=True, threads=3)
+    assert all(not part.cols for part in given)
+    assert one.nodes == three.nodes and one.jobs == three.jobs and one.ports == three.ports
+    assert {k: list(c) for k, c in one.cols.items()} == {k: list(c) for k, c in three.cols.items()}
+    assert sum(bool(cols["ts"].size) for cols in one.cols.values()) >= 3  # (GPU, host, steps...)
+    for kind, cols in one.cols.items():
+        for name, values in cols.items():
+            np.testing.assert_array_equal(values, three.cols[kind][name])
