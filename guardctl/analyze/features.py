@@ -1191,11 +1191,14 @@ def extract_again(
     ends = step_times(frame, threads) if kept.ends is None else kept.ends
     wins, counts = _assigned(frame, ends, at, window_s, n_windows)
     mine = [parts.setdefault((at - w * window_s, window_s), WindowPart()) for w in range(n_windows)]
+    history = History(own_history, min_samples, low_q)
     with ThreadPoolExecutor(threads) as pool:  # (the sampling interval beside the tables)
         interval = pool.submit(_interval, frame, wins)
+        paces = None
+        if job_paces and not keep_history:  # from the step records alone: beside them too
+            paces = pool.submit(history_steps, frame, ends, at, window_s, n_windows, history)
         _figure(frame, wins, mine, counts, np.array(hw_xids, np.int64), low_q, pool)
     node_job, tables = _join(mine, len(frame.nodes), min_peers, min_rank_peers)
-    history = History(own_history, min_samples, low_q)
     old = history_rows(
         tables["rank"],
         frame,
@@ -1208,9 +1211,10 @@ def extract_again(
     )
     own_reference(tables["rank"], old, min_samples)
     before = Table({})
-    if job_paces:
-        keep = parts if keep_history else None
-        before = history_steps(frame, ends, at, window_s, n_windows, history, keep)
+    if paces is not None:
+        before = paces.result()
+    elif job_paces:  # from the kept windows' rank rows, which history_rows gave them
+        before = history_steps(frame, ends, at, window_s, n_windows, history, parts)
     shape = (n_windows, len(frame.nodes))
     has_data, seen = coverage(tables, shape, interval.result(), window_s, min_samples, min_coverage)
     return Features(
