@@ -532,20 +532,20 @@ def concat(frames: Sequence[Frame], *, consume: bool = False, threads: int = 1) 
         out.let_go_newest = np.full(len(out.nodes), -np.inf)
         for lut, times in newest:
             np.maximum.at(out.let_go_newest, lut[: times.size], times)
-    whole: dict[str, dict[str, np.ndarray]] = {}
+    todo: list[tuple[str, str]] = []  # (kind, column) to join
     for kind, pieces in parts.items():
         if len(pieces) == 1:  # one frame holds this kind (steps and telemetry mirrors): no copy
             out.cols[kind] = pieces[0]
         elif pieces:
-            whole[kind] = dict.fromkeys(pieces[0], np.empty(0))
-    todo = [(kind, name) for kind, cols in whole.items() for name in cols]
+            todo += [(kind, name) for name in pieces[0]]
     if threads > 1 and len(todo) > 1:
         with ThreadPoolExecutor(threads) as pool:
             joined = list(pool.map(lambda at: _joined(parts[at[0]], at[1]), todo))
     else:
         joined = [_joined(parts[kind], name) for kind, name in todo]
+    whole: dict[str, dict[str, np.ndarray]] = {}
     for (kind, name), column in zip(todo, joined, strict=True):
-        whole[kind][name] = column
+        whole.setdefault(kind, {})[name] = column
     out.cols.update(whole)
     return out
 
