@@ -876,8 +876,8 @@ _SPLIT_ROWS = 1 << 20
 def step_ends(ts: np.ndarray, job: np.ndarray, step: np.ndarray, threads: int = 1) -> np.ndarray:
     """:func:`step_times` of the records given as columns: whole (job, step) groups give
     their groups' figures whatever other records there are. With *threads*, the jobs are
-    shared out among them (a cold pass's 35 minutes of steps at 100k GPUs: seconds of
-    sorting, which the other core would sit out)."""
+    shared out among them: placing every step record a cold pass reads is a sort of them
+    all, which would keep one core busy and leave the others idle."""
     if threads < 2 or ts.size < _SPLIT_ROWS:
         return _step_ends(ts, job, step)
     share = _shares(job, threads)
