@@ -50,17 +50,18 @@ _FLOAT_MAX = float(np.finfo(np.float64).max)
 Columns = Mapping[str, np.ndarray]
 
 
-def _empty_kind(kind: str) -> dict[str, np.ndarray]:
+def _empty_kind(kind: str, rows: int = 0) -> dict[str, np.ndarray]:
+    """A kind's columns, *rows* long (their values not set)."""
     cols: dict[str, np.ndarray] = {
-        "ts": np.empty(0, np.float64),
-        "node": np.empty(0, np.int32),
+        "ts": np.empty(rows, np.float64),
+        "node": np.empty(rows, np.int32),
     }
     for name in FLOATS[kind]:
-        cols[name] = np.empty(0, np.float64)
+        cols[name] = np.empty(rows, np.float64)
     for name in INTS[kind]:
-        cols[name] = np.empty(0, np.int64)
+        cols[name] = np.empty(rows, np.int64)
     for name in STRINGS[kind]:
-        cols[name] = np.empty(0, np.int32)
+        cols[name] = np.empty(rows, np.int32)
     return cols
 
 
@@ -481,78 +482,163 @@ def _remap(table: list[str], names: Sequence[str], merged: dict[str, int]) -> np
     return np.array([merged[n] for n in names], np.int32)
 
 
-# Per kind: (string column, its table, whether it may be absent, i.e. hold -1).
-_STRING_COLS = {
-    kind: [("node", "nodes", False)]
-    + [(c, TABLE_OF[c], not set(kl.sources[c]) <= set(schema.REQUIRED[kind])) for c in kl.strings]
-    for kind, kl in LAYOUT.kinds.items()
-}
+# The string table each string column's indices point into.
+_TABLE_OF_COLUMN = {"node": "nodes", **TABLE_OF}
 
 
-def _renumber(col: np.ndarray, lut: np.ndarray, optional: bool) -> np.ndarray:
-    """String indices of one part as indices into the merged table (-1, absent, kept)."""
-    if not optional:
-        return lut[col]
-    out = np.full(col.shape, -1, np.int32)
-    known = col >= 0
-    out[known] = lut[col[known]]
-    return out
+class Builder:
+    """A frame filled a part at a time (a file's records, a closed segment's), each record
+    written once, into columns made as long as the parts' records at the start.
+
+    Joining parts made on their own copies every record again, into memory the kernel must
+    first hand over; a reader that knows how many records are coming (a closed segment's
+    manifest says) writes them straight into their place here. Rows a time filter left out
+    are never written: the memory past what was filled is never touched. Parts beyond the
+    rows given at the start (bytes appended to files since) make the columns longer.
+    """
+
+    def __init__(self, rows: Mapping[str, int], threads: int = 1) -> None:
+        self.threads = threads
+        self.out = Frame()  # tables and input counts; columns in frame()
+        self._rows = dict(rows)
+        self._merged: dict[str, dict[str, int]] = {t: {} for t in TABLES}
+        self._cols: dict[str, Columns] = {}
+        self._filled = dict.fromkeys(schema.KINDS, 0)
+        self._let_go: list[tuple[np.ndarray, np.ndarray]] = []  # (node map, let-go newest)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def names(self, table: str, names: Sequence[str]) -> np.ndarray:
+        """Where each of *names* is in this frame's *table* (interned where new), then -1:
+        indices into the result map -1 (an absent value) to -1."""
+        found = _remap(getattr(self.out, table), names, self._merged[table])
+        return np.append(found, np.int32(-1))
+
+    def rows(self, kind: str, n: int) -> dict[str, np.ndarray]:
+        """The next *n* rows of *kind*'s columns, for the caller to write."""
+        start = self._filled[kind]
+        self._make_room(kind, start + n)
+        self._filled[kind] = start + n
+        return {name: col[start : start + n] for name, col in self._cols[kind].items()}
+
+    def _make_room(self, kind: str, rows: int) -> None:
+        cols = self._cols.get(kind)
+        if cols is None:
+            self._cols[kind] = _empty_kind(kind, max(rows, self._rows.get(kind, 0)))
+        elif rows > cols["ts"].size:
+            grown = _empty_kind(kind, rows + rows // 8)
+            for name, col in cols.items():
+                grown[name][: self._filled[kind]] = col[: self._filled[kind]]
+            self._cols[kind] = grown
+
+    def add(self, frame: Frame) -> None:
+        """Write *frame*'s records (its string indices mapped into this frame's tables) and
+        add its input counts. A kind's records that are the only ones coming are taken as
+        they are, not copied."""
+        maps = {t: self.names(t, getattr(frame, t)) for t in TABLES}
+        copies: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        for kind, cols in frame.cols.items():
+            n = int(cols["ts"].size)
+            if not n:
+                continue
+            if kind not in self._cols and n == self._rows.get(kind):
+                self._take(kind, cols, maps)
+                continue
+            into = self.rows(kind, n)
+            for name, col in cols.items():
+                table = _TABLE_OF_COLUMN.get(name)
+                copies.append((into[name], col, None if table is None else maps[table]))
+        self.each(_write, copies)
+        if frame.let_go_newest is not None:
+            self._let_go.append((maps["nodes"], frame.let_go_newest))
+        self.add_counts(frame)
+
+    def _take(self, kind: str, cols: Columns, maps: Mapping[str, np.ndarray]) -> None:
+        taken: dict[str, np.ndarray] = {}
+        for name, col in cols.items():
+            table = _TABLE_OF_COLUMN.get(name)
+            lut = None if table is None else maps[table]
+            if lut is None or np.array_equal(lut[:-1], np.arange(lut.size - 1)):
+                taken[name] = col  # numbers, or names already numbered as in this frame
+            else:
+                taken[name] = lut[col]
+        self._cols[kind] = taken
+        self._filled[kind] = int(cols["ts"].size)
+
+    def add_counts(self, frame: Frame) -> None:
+        """Add *frame*'s input counts (bad lines, files, lines, records let go)."""
+        self.out.bad.update(frame.bad)
+        self.out.files += frame.files
+        self.out.lines += frame.lines
+        self.out.let_go += frame.let_go
+
+    def let_go(self, records: int, newest: Mapping[str, float]) -> None:
+        """*records* read and let go at once, and each node's newest time among them."""
+        self.out.let_go += records
+        lut = self.names("nodes", list(newest))
+        self._let_go.append((lut[:-1], np.fromiter(newest.values(), np.float64, len(newest))))
+
+    def each(self, work: Callable[..., None], jobs: Sequence[tuple[Any, ...]]) -> None:
+        """``work(*job)`` for every job, on this builder's threads (numpy's copies let go of
+        the interpreter, and the memory they write is the kernel's to give on every core)."""
+        if self.threads > 1 and len(jobs) > 1:
+            if self._pool is None:  # one pool for every part: a segment is read in many
+                self._pool = ThreadPoolExecutor(self.threads)
+            list(self._pool.map(lambda job: work(*job), jobs))
+        else:
+            for job in jobs:
+                work(*job)
+
+    def mark(self) -> tuple[dict[str, int], dict[str, int], int]:
+        """Where the frame stands, for :meth:`undo`."""
+        return dict(self._filled), {t: len(getattr(self.out, t)) for t in TABLES}, len(self._let_go)
+
+    def undo(self, mark: tuple[dict[str, int], dict[str, int], int]) -> None:
+        """Forget the records and names added since *mark* (a part that could not be read
+        whole); input counts are added only once a part is whole, so there are none."""
+        filled, tables, let_go = mark
+        self._filled.update(filled)
+        for table, size in tables.items():
+            names = getattr(self.out, table)
+            for name in names[size:]:
+                del self._merged[table][name]
+            del names[size:]
+        del self._let_go[let_go:]
+
+    def frame(self) -> Frame:
+        """The frame: each kind's columns as far as they were filled."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        out = self.out
+        for kind, cols in self._cols.items():
+            out.cols[kind] = {name: col[: self._filled[kind]] for name, col in cols.items()}
+        if self._let_go:
+            out.let_go_newest = np.full(len(out.nodes), -np.inf)
+            for lut, times in self._let_go:
+                np.maximum.at(out.let_go_newest, lut[: times.size], times)
+        return out
+
+
+def _write(into: np.ndarray, values: np.ndarray, lut: np.ndarray | None) -> None:
+    if lut is None:
+        into[:] = values
+    else:
+        np.take(lut, values, out=into)
 
 
 def concat(frames: Sequence[Frame], *, consume: bool = False, threads: int = 1) -> Frame:
     """Join frames (one per file) into one, merging their string tables. With *consume*,
-    *frames* are emptied of their records as they are joined, so that each column's parts
-    are let go once it is whole (the caller must hold no other reference to them). With
-    *threads*, that many columns are joined at a time (the copies let go of the interpreter,
-    and the memory they write is the kernel's to give: it gives it on every core)."""
+    *frames* are emptied of their records as they are joined, so that each part is let go
+    once written (the caller must hold no other reference to it). With *threads*, that many
+    columns are written at a time."""
     if len(frames) == 1:  # nothing to merge: no copy (a pass over 100k GPUs reads one segment)
         return frames[0]
-    out = Frame()
-    tables: dict[str, tuple[list[str], dict[str, int]]] = {t: (getattr(out, t), {}) for t in TABLES}
-    parts: dict[str, list[dict[str, np.ndarray]]] = {k: [] for k in schema.KINDS}
-    newest: list[tuple[np.ndarray, np.ndarray]] = []  # (node map, the nodes' let-go newest)
+    builder = Builder({k: sum(f.count(k) for f in frames) for k in schema.KINDS}, threads)
     for frame in frames:
-        maps = {t: _remap(tables[t][0], getattr(frame, t), tables[t][1]) for t in tables}
-        if frame.let_go_newest is not None:
-            newest.append((maps["nodes"], frame.let_go_newest))
-        for kind, cols in frame.cols.items():
-            if not cols["ts"].size:
-                continue
-            cols = dict(cols)
-            for name, table, optional in _STRING_COLS[kind]:
-                cols[name] = _renumber(cols[name], maps[table], optional)
-            parts[kind].append(cols)
+        builder.add(frame)
         if consume:
             frame.cols = {}
-        out.bad.update(frame.bad)
-        out.files += frame.files
-        out.lines += frame.lines
-        out.let_go += frame.let_go
-    if newest:
-        out.let_go_newest = np.full(len(out.nodes), -np.inf)
-        for lut, times in newest:
-            np.maximum.at(out.let_go_newest, lut[: times.size], times)
-    todo: list[tuple[str, str]] = []  # (kind, column) to join
-    for kind, pieces in parts.items():
-        if len(pieces) == 1:  # one frame holds this kind (steps and telemetry mirrors): no copy
-            out.cols[kind] = pieces[0]
-        elif pieces:
-            todo += [(kind, name) for name in pieces[0]]
-    if threads > 1 and len(todo) > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            joined = list(pool.map(lambda at: _joined(parts[at[0]], at[1]), todo))
-    else:
-        joined = [_joined(parts[kind], name) for kind, name in todo]
-    whole: dict[str, dict[str, np.ndarray]] = {}
-    for (kind, name), column in zip(todo, joined, strict=True):
-        whole.setdefault(kind, {})[name] = column
-    out.cols.update(whole)
-    return out
-
-
-def _joined(pieces: list[dict[str, np.ndarray]], name: str) -> np.ndarray:
-    """The column *name* of every piece end to end; the pieces no longer hold it."""
-    return np.concatenate([p.pop(name) for p in pieces])
+    return builder.frame()
 
 
 def newest_per_node(frame: Frame) -> np.ndarray | None:

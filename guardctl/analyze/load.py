@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from guardctl.analyze import mirrors
-from guardctl.analyze.frame import Frame, Parser, concat, cut
+from guardctl.analyze.frame import Builder, Frame, Parser, concat, cut
 from guardctl.errors import InputError
 from guardctl.storage import layout, segments
+from guardctl.telemetry import schema
 from guardctl.telemetry.mirror import read_range
+
+if TYPE_CHECKING:
+    from guardctl.storage.closed import Manifest
 
 # Below this many new bytes, worker processes cost more than they save.
 _PARALLEL_BYTES = 16 << 20
@@ -378,65 +382,94 @@ def read_frame(
     else:
         wanted = segments.needed(groups, since, until)
     root = _closed_root(path, closed_segments)
-    parts: list[Frame] = list(read_before)
+    found = _held(root, wanted, groups)
+    builder = Builder(_rows(read_before, [manifest for manifest, _ in found.values()]), threads)
+    for part in read_before:
+        _add(builder, part)
     tails: list[_Tail] = []
     todo: list[str] = []
     for name in wanted:
-        done = _read_closed(root, name, groups[name], keep_from) if root is not None else None
-        if done is None:
+        segment = found.get(name)
+        if root is None or segment is None or not _read_closed(builder, root, segment, keep_from):
             todo += groups[name]
-        else:
-            parts.append(done[0])
-            tails += done[1]
+            continue
+        held = segment[1]
+        tails += [
+            _Tail(f, f, held[f], size, 0) for f in groups[name] if (size := _size(f)) > held[f]
+        ]
+        builder.out.files += sum(1 for f in groups[name] if held[f] == 0)  # not made from them
     if tails:  # bytes appended to a closed segment's files since it was closed
         late, _, pending = parse_tails(tails, workers)
         late.files = 0  # counted with the segment
         _count_pending(late, pending)
-        parts.append(_cut(late, keep_from))
+        _add(builder, _cut(late, keep_from))
     if todo:
-        parts.append(_read_files(todo, workers, threads, column_files, keep_from))
-    return join(parts, threads)
+        _add(builder, _read_files(todo, workers, threads, column_files, keep_from))
+    return _whole(builder)
 
 
 def _cut(frame: Frame, keep_from: Mapping[str, float] | None) -> Frame:
     return frame if keep_from is None else cut(frame, keep_from)
 
 
-def _read_closed(
-    root: Path, name: str, files: Sequence[str], keep_from: Mapping[str, float] | None
-) -> tuple[Frame, list[_Tail]] | None:
-    """A closed segment's records and its files' bytes past what it holds; None when the
-    segment is not closed or no longer matches its files (they are read instead)."""
+def _held(
+    root: Path | None, wanted: Sequence[str], groups: Mapping[str, Sequence[str]]
+) -> dict[str, tuple[Manifest, dict[str, int]]]:
+    """The closed segments among *wanted* that match their files: their manifests, and how
+    many bytes of each file they hold."""
+    if root is None:
+        return {}
     from guardctl.storage import closed
 
-    found = closed.read_held(root, name, files, keep_from)
-    if found is None:
-        return None
-    frame, held = found
-    tails = []
-    for name_ in files:
-        size = _size(name_)
-        if size > held[name_]:
-            tails.append(_Tail(name_, name_, held[name_], size, 0))
-    frame.files += sum(1 for f in files if held[f] == 0)  # files it was not made from
-    return frame, tails
+    found = {name: closed.held_by(root, name, groups[name]) for name in wanted}
+    return {name: held for name, held in found.items() if held is not None}
+
+
+def _read_closed(
+    builder: Builder,
+    root: Path,
+    segment: tuple[Manifest, dict[str, int]],
+    keep_from: Mapping[str, float] | None,
+) -> bool:
+    """Write a closed segment's records into *builder*; False when it cannot be read whole
+    (its files are read instead)."""
+    from guardctl.storage import closed
+
+    return closed.read_whole(builder, root, segment[0], keep_from)
+
+
+def _rows(parts: Sequence[Frame], manifests: Sequence[Manifest]) -> dict[str, int]:
+    """Per kind, how many records *parts* hold and *manifests* say their segments hold."""
+    return {
+        kind: sum(p.count(kind) for p in parts) + sum(m.kinds.get(kind, 0) for m in manifests)
+        for kind in schema.KINDS
+    }
+
+
+def _add(builder: Builder, part: Frame) -> None:
+    """Write *part* into *builder* and empty it (its records are let go once written)."""
+    if part.records_read:
+        builder.add(part)
+    else:  # nothing read: its names stay out of the frame's tables
+        builder.add_counts(part)
+    part.cols = {}
+
+
+def _whole(builder: Builder) -> Frame:
+    """The builder's frame; a frame of nothing read (only input counts) when none was."""
+    frame = builder.frame()
+    if frame.records_read:
+        return frame
+    return Frame(bad=frame.bad, files=frame.files, lines=frame.lines)
 
 
 def join(parts: Sequence[Frame], threads: int = 1) -> Frame:
     """One frame from every part, input counts summed; the parts are emptied of their records
-    as they are joined (each column's pieces let go once it is whole)."""
-    bad: Counter[str] = Counter()
-    files = lines = 0
+    as they are joined."""
+    builder = Builder(_rows(parts, []), threads)
     for part in parts:
-        bad.update(part.bad)
-        files += part.files
-        lines += part.lines
-    read = [p for p in parts if p.records_read]
-    frame = concat(read, consume=True, threads=threads) if parts else Frame()
-    if not frame.records_read and parts:
-        frame = Frame()
-    frame.bad, frame.files, frame.lines = bad, files, lines
-    return frame
+        _add(builder, part)
+    return _whole(builder)
 
 
 def _read_files(

@@ -21,9 +21,10 @@ if _CHOOSE:
     os.environ[POOL_ENV] = "jemalloc"
 try:
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 finally:
     if _CHOOSE:
         del os.environ[POOL_ENV]
 
-__all__ = ["POOL_ENV", "pa", "pq"]
+__all__ = ["POOL_ENV", "pa", "pc", "pq"]

@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from guardctl.analyze.frame import Frame, concat, cut, newest_per_node
+from guardctl.analyze.frame import Builder, Frame, cut, newest_per_node
 from guardctl.fileio import atomic_write
 from guardctl.storage import layout
-from guardctl.storage.arrow import pa, pq
+from guardctl.storage.arrow import pa, pc, pq
 from guardctl.telemetry import schema
 from guardctl.telemetry.columns import FLOATS, INT_MISSING, INTS, STRINGS, TABLE_OF
 
@@ -176,35 +176,48 @@ def table_of(frame: Frame, kind: str) -> pa.Table:
     return pa.table(arrays)
 
 
-def _indices(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """A dictionary-encoded (or plain string) column as table indices and the table."""
-    if not pa.types.is_dictionary(column.type):
-        column = column.dictionary_encode()
-    column = column.unify_dictionaries()
-    if column.num_chunks == 0:
-        return np.empty(0, np.int32), []
-    names = column.chunk(0).dictionary.to_pylist()
-    parts = [c.indices.fill_null(-1).to_numpy(zero_copy_only=False) for c in column.chunks]
-    return np.concatenate(parts).astype(np.int32, copy=False), names
-
-
 def frame_of(kind: str, table: pa.Table) -> Frame:
     """A frame holding one *kind*'s records from an Arrow table written by :func:`table_of`."""
-    frame = Frame()
-    cols: dict[str, np.ndarray] = {
-        "ts": table.column("ts").to_numpy().astype(np.float64, copy=False)
-    }
-    for name in ("node", *STRINGS[kind]):
-        indices, names = _indices(table.column(name))
-        cols[name] = indices
-        setattr(frame, TABLE_OF[name], names)
-    for name in FLOATS[kind]:
-        cols[name] = table.column(name).to_numpy().astype(np.float64, copy=False)
+    builder = Builder({kind: table.num_rows})
+    _decode(builder, kind, table)
+    return builder.frame()
+
+
+def _decode(builder: Builder, kind: str, table: pa.Table) -> None:
+    """Write the records of *table* (one *kind*'s, as :func:`table_of` writes them) into
+    *builder*: each column copied once, straight from Arrow's buffers into its place."""
+    into = builder.rows(kind, table.num_rows)
+    jobs: list[tuple[np.ndarray, pa.ChunkedArray, list[np.ndarray] | int | None]] = []
+    for name in ("ts", *FLOATS[kind]):
+        jobs.append((into[name], table.column(name), None))
     for name in INTS[kind]:
-        column = table.column(name).fill_null(INT_MISSING)
-        cols[name] = column.to_numpy().astype(np.int64, copy=False)
-    frame.cols[kind] = cols
-    return frame
+        jobs.append((into[name], table.column(name), INT_MISSING))
+    for name in ("node", *STRINGS[kind]):
+        column = table.column(name)
+        if not pa.types.is_dictionary(column.type):
+            column = column.dictionary_encode()
+        # where each chunk's names are in the frame's table (interned here, not in a thread)
+        maps = [builder.names(TABLE_OF[name], c.dictionary.to_pylist()) for c in column.chunks]
+        jobs.append((into[name], column, maps))
+    builder.each(_fill, jobs)
+
+
+def _fill(into: np.ndarray, column: pa.ChunkedArray, fill: list[np.ndarray] | int | None) -> None:
+    """Copy *column* into *into*, a chunk at a time: a float's nulls as NaN, an integer's as
+    *fill*; with maps (*fill*, one per chunk), a dictionary column's indices as they map
+    into the frame's table (null: -1)."""
+    at = 0
+    for i, chunk in enumerate(column.chunks):
+        end = at + len(chunk)
+        if isinstance(fill, list):
+            indices = chunk.indices
+            indices = indices.fill_null(-1) if indices.null_count else indices
+            np.take(fill[i], indices.to_numpy(), out=into[at:end])
+        else:
+            if fill is not None and chunk.null_count:
+                chunk = chunk.fill_null(fill)
+            into[at:end] = chunk.to_numpy(zero_copy_only=False)
+        at = end
 
 
 # --- writing and reading closed segments -----------------------------------------------------
@@ -284,84 +297,121 @@ def read(
     keep_from: Mapping[str, float] | None = None,
 ) -> Frame:
     """The records of a closed segment, those in [since, until] where given (input counts
-    included, as the JSON Lines' own reading would count them). With *keep_from* (per kind),
-    the records stamped before are let go (:func:`guardctl.analyze.frame.cut`): never read
-    where the manifest names each node's newest record (a kind's file none of whose row
-    groups reaches that time is not read past its footer)."""
+    included, as the JSON Lines' own reading would count them); with *keep_from*, less the
+    records stamped before (see :func:`read_into`)."""
+    builder = Builder(manifest.kinds)
+    read_into(builder, root, manifest, since=since, until=until, keep_from=keep_from)
+    return builder.frame()
+
+
+def read_into(
+    builder: Builder,
+    root: Path,
+    manifest: Manifest,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    keep_from: Mapping[str, float] | None = None,
+) -> None:
+    """Write the records of a closed segment into *builder* (see :func:`read`). With
+    *keep_from* (per kind), the records stamped before are let go
+    (:func:`guardctl.analyze.frame.cut`): never read where the manifest names each node's
+    newest record (a kind's file none of whose row groups reaches that time is not read
+    past its footer). Raises OSError, ValueError or ArrowException when the segment cannot
+    be read whole (the builder's :meth:`~Builder.undo` forgets what was written)."""
     skip = keep_from is not None and manifest.newest is not None and since is None and until is None
-    frames = []
+    if keep_from is not None and not skip:  # every record read, then those before let go
+        builder.add(cut(read(root, manifest, since, until), keep_from))
+        return
+    held = 0
     for kind, rows in manifest.kinds.items():
         if not rows or kind not in schema.KINDS:
             continue
         path = layout.parquet_path(root, kind, manifest.segment, manifest.start)
-        low = keep_from.get(kind) if skip and keep_from is not None else since
-        filters = _time_filter(low, until)
-        table = pq.read_table(
-            path,
-            filters=filters,
-            # straight from the pages' dictionaries into the frame's tables: no re-encoding
-            read_dictionary=["node", *STRINGS[kind]],
-        )
-        written = table.num_rows if filters is None else pq.read_metadata(path).num_rows
-        if written != rows:
+        low = keep_from.get(kind) if keep_from is not None else since
+        held += _read_kind(builder, path, kind, rows, low, until)
+    builder.add_counts(
+        Frame(bad=Counter(manifest.bad), lines=manifest.lines, files=len(manifest.files))
+    )
+    if skip and manifest.newest is not None:
+        # the records a kind's time filter left in the files, and each node's newest time
+        # from the manifest (nodes none of whose records were read join the frame's table)
+        builder.let_go(sum(manifest.kinds.values()) - held, manifest.newest)
+
+
+def _read_kind(
+    builder: Builder, path: Path, kind: str, rows: int, low: float | None, high: float | None
+) -> int:
+    """Write the records of one *kind*'s file of a closed segment stamped in [low, high] into
+    *builder*, a row group at a time (Arrow's buffers hold one row group, and are used again
+    for the next); a row group whose time range lies outside is not read. Returns how many
+    records were written."""
+    # straight from the pages' dictionaries into the frame's tables: no re-encoding
+    with pq.ParquetFile(path, read_dictionary=["node", *STRINGS[kind]]) as file:
+        meta = file.metadata
+        if meta.num_rows != rows:
             # Not the file this manifest was written with (two compactions of a segment that
             # grew, their renames interleaved): the segment's files are read instead.
-            raise ValueError(f"{manifest.segment}: {kind} has {written} rows, not {rows}")
-        frames.append(frame_of(kind, table))
-    frame = concat(frames) if frames else Frame()
-    frame.bad = Counter(manifest.bad)
-    frame.lines = manifest.lines
-    frame.files = len(manifest.files)
-    if skip and manifest.newest is not None:
-        _let_go(frame, manifest)
-    elif keep_from is not None:
-        cut(frame, keep_from)
-    return frame
+            raise ValueError(f"{path.name}: {kind} has {meta.num_rows} rows, not {rows}")
+        ts = meta.schema.names.index("ts")
+        written = 0
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(ts).statistics
+            if stats is not None and stats.has_min_max and _outside(stats, low, high):
+                continue
+            table = file.read_row_group(group)
+            if low is not None:
+                table = table.filter(pc.field("ts") >= low)
+            if high is not None:
+                table = table.filter(pc.field("ts") <= high)
+            _decode(builder, kind, table)
+            written += table.num_rows
+    return written
 
 
-def _let_go(frame: Frame, manifest: Manifest) -> None:
-    """Count the records a read with each kind's time filter left in the files, and take each
-    node's newest time from the manifest (names of nodes none of whose records were read
-    join the frame's table)."""
-    assert manifest.newest is not None
-    frame.let_go = sum(manifest.kinds.values()) - frame.records
-    index = {name: i for i, name in enumerate(frame.nodes)}
-    newest = np.full(len(frame.nodes) + len(manifest.newest), -np.inf)
-    for name, ts in manifest.newest.items():
-        i = index.get(name)
-        if i is None:
-            i = index[name] = len(frame.nodes)
-            frame.nodes.append(name)
-        newest[i] = ts
-    frame.let_go_newest = newest[: len(frame.nodes)]
-
-
-def _time_filter(since: float | None, until: float | None) -> list[tuple[str, str, float]] | None:
-    clauses = []
-    if since is not None:
-        clauses.append(("ts", ">=", since))
-    if until is not None:
-        clauses.append(("ts", "<=", until))
-    return clauses or None
+def _outside(stats: Any, low: float | None, high: float | None) -> bool:
+    """Whether a row group's time statistics lie wholly outside [low, high]."""
+    return (low is not None and stats.max < low) or (high is not None and stats.min > high)
 
 
 def read_held(
     root: Path, segment: str, files: Sequence[str], keep_from: Mapping[str, float] | None = None
 ) -> tuple[Frame, dict[str, int]] | None:
-    """The records of closed *segment* (less those before *keep_from*, see :func:`read`) and
-    how many bytes of each of *files* (its paths) it holds (:func:`covered`); None when the
-    segment is not closed, no longer matches its files, or cannot be read (half removed by
-    retention, damaged): the files are read then."""
+    """The records of closed *segment* (less those before *keep_from*, see :func:`read_into`)
+    and how many bytes of each of *files* (its paths) it holds (:func:`covered`); None when
+    the segment is not closed, no longer matches its files, or cannot be read: the files are
+    read then."""
+    found = held_by(root, segment, files)
+    builder = Builder({})
+    if found is None or not read_whole(builder, root, found[0], keep_from):
+        return None
+    return builder.frame(), found[1]
+
+
+def held_by(
+    root: Path, segment: str, files: Sequence[str]
+) -> tuple[Manifest, dict[str, int]] | None:
+    """Closed *segment*'s manifest and how many bytes of each of *files* it holds
+    (:func:`covered`); None when the segment is not closed or no longer matches its files."""
     manifest = read_manifest(root, segment)
     if manifest is None:
         return None
     held = covered(root, manifest, files)
-    if held is None:
-        return None
+    return None if held is None else (manifest, held)
+
+
+def read_whole(
+    builder: Builder, root: Path, manifest: Manifest, keep_from: Mapping[str, float] | None
+) -> bool:
+    """:func:`read_into` *builder*; False, nothing written, when the segment cannot be read
+    whole (half removed by retention, damaged)."""
+    mark = builder.mark()
     try:
-        return read(root, manifest, keep_from=keep_from), held
+        read_into(builder, root, manifest, keep_from=keep_from)
     except (OSError, ValueError, KeyError, pa.ArrowException):
-        return None
+        builder.undo(mark)
+        return False
+    return True
 
 
 def covered(root: Path, manifest: Manifest, files: Sequence[str]) -> dict[str, int] | None:

@@ -12,11 +12,12 @@ import os
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow.dataset as ds
 import pytest
 
 from guardctl.analyze import analyze
-from guardctl.analyze.frame import parse_lines
+from guardctl.analyze.frame import Builder, concat, parse_lines
 from guardctl.analyze.load import read_frame, source_files
 from guardctl.analyze.mirrors import records
 from guardctl.config import load_settings
@@ -76,8 +77,6 @@ def test_round_trip_keeps_absent_values_and_every_kind() -> None:
     ]
     frame = parse_lines(lines)
     back = [closed.frame_of(k, closed.table_of(frame, k)) for k in schema.KINDS]
-    from guardctl.analyze.frame import concat
-
     _same_records(frame, concat(back))
     table = closed.table_of(frame, "gpu")
     assert table.column("power_w").null_count == 1  # absent: null, not NaN
@@ -130,6 +129,48 @@ def test_bytes_appended_after_closing_are_read_once(fleet: Path, tmp_path: Path)
     report = compact(root, LATER)
     assert report.closed == [segments.segment_of(node_file)]  # it grew: written again
     _same_records(raw, read_frame(root))
+
+
+def test_segments_read_into_one_frame_hold_what_each_read_and_joined_holds(
+    fleet: Path, tmp_path: Path
+) -> None:
+    """Closed segments written straight into one frame (no rows given at the start: every
+    column made longer as segments come) hold what each read alone and joined holds; a
+    segment that cannot be read whole leaves no record and no name behind."""
+    root = _copy(fleet, tmp_path / "store")
+    names = sorted(segments.group_files(source_files(root)))
+    node_file = sorted((root / "telemetry" / names[2]).glob("*.jsonl"))[0]
+    ts = segments.file_span(node_file)[0] + 5.0  # type: ignore[index]
+    stray = {"v": 1, "kind": "gpu", "ts": ts, "node": "stray", "gpu": 0, "job": "stray-job"}
+    with open(node_file, "ab") as fh:
+        fh.write(json.dumps(stray).encode() + b"\n")
+    compact(root, LATER)
+    manifests = [closed.read_manifest(root, name) for name in names[:3]]
+    assert all(m is not None for m in manifests)
+    keep = dict.fromkeys(schema.KINDS, START + 300.0)  # half of the second segment kept
+    builder = Builder({}, threads=2)
+    for manifest in manifests[:2]:
+        assert manifest is not None and closed.read_whole(builder, root, manifest, keep)
+    broken = manifests[2]
+    assert broken is not None and list(broken.kinds)[-1] == "step"  # read after the GPUs'
+    layout.parquet_path(root, "step", broken.segment, broken.start).unlink()
+    before = builder.mark()
+    assert not closed.read_whole(builder, root, broken, keep)
+    assert builder.mark() == before
+    one = builder.frame()
+    joined = concat([closed.read(root, m, keep_from=keep) for m in manifests[:2] if m])
+    _same_records(one, joined)
+    assert "stray" not in one.nodes and "stray-job" not in one.jobs
+    assert (one.nodes, one.jobs, one.ports) == (joined.nodes, joined.jobs, joined.ports)
+    assert (one.let_go, one.lines, one.files, one.bad) == (
+        joined.let_go,
+        joined.lines,
+        joined.files,
+        joined.bad,
+    )
+    assert one.let_go > 0 and one.count("gpu") > 0 and one.count("step") > 0
+    assert one.let_go_newest is not None
+    np.testing.assert_array_equal(one.let_go_newest, joined.let_go_newest)
 
 
 def _closed_node_file(fleet: Path, tmp_path: Path) -> tuple[Path, Path, bytes]:
