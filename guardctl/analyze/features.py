@@ -907,9 +907,32 @@ def _shares(job: np.ndarray, threads: int) -> np.ndarray:
     return owner[job + 1]
 
 
+# A job with at least this many step records has them placed on their own: one job's ranks
+# log the same steps, so its records fill a (steps x ranks) matrix, sorted a row at a time,
+# where the records of jobs of unequal sizes together fill none and are sorted all at once
+# (over twice the time). Smaller jobs are placed together: a call per job would cost more.
+_OWN_JOB_ROWS = 1 << 12
+
+
 def _step_ends(ts: np.ndarray, job: np.ndarray, step: np.ndarray) -> np.ndarray:
     if not ts.size:
         return ts
+    by_job = np.argsort(job, kind="stable")
+    out = np.empty(ts.size)
+    small = []
+    for rows in np.split(by_job, np.flatnonzero(np.diff(job[by_job])) + 1):
+        if rows.size >= _OWN_JOB_ROWS:
+            out[rows] = _placed(ts[rows], job[rows], step[rows])
+        else:
+            small.append(rows)
+    if small:
+        rows = np.concatenate(small)
+        out[rows] = _placed(ts[rows], job[rows], step[rows])
+    return out
+
+
+def _placed(ts: np.ndarray, job: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Each record's (job, step) group's median time."""
     gi = GroupIndex(ts, job, step - int(step.min()))
     return gi.median(ts)[gi.inv]
 

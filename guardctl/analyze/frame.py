@@ -530,12 +530,14 @@ class Builder:
                 grown[name][: self._filled[kind]] = col[: self._filled[kind]]
             self._cols[kind] = grown
 
-    def add(self, frame: Frame) -> None:
+    def add(self, frame: Frame, *, consume: bool = False) -> None:
         """Write *frame*'s records (its string indices mapped into this frame's tables) and
         add its input counts. A kind's records that are the only ones coming are taken as
-        they are, not copied."""
+        they are, not copied. With *consume*, *frame* is emptied of its records, each column
+        let go once written (the caller must hold no other reference to them): the part and
+        the frame are never both whole in memory."""
         maps = {t: self.names(t, getattr(frame, t)) for t in TABLES}
-        copies: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
+        copies: list[tuple[np.ndarray, Columns, str, np.ndarray | None, bool]] = []
         for kind, cols in frame.cols.items():
             n = int(cols["ts"].size)
             if not n:
@@ -544,12 +546,15 @@ class Builder:
                 self._take(kind, cols, maps)
                 continue
             into = self.rows(kind, n)
-            for name, col in cols.items():
+            for name in cols:
                 table = _TABLE_OF_COLUMN.get(name)
-                copies.append((into[name], col, None if table is None else maps[table]))
+                lut = None if table is None else maps[table]
+                copies.append((into[name], cols, name, lut, consume))
         self.each(_write, copies)
         if frame.let_go_newest is not None:
             self._let_go.append((maps["nodes"], frame.let_go_newest))
+        if consume:
+            frame.cols = {}
         self.add_counts(frame)
 
     def _take(self, kind: str, cols: Columns, maps: Mapping[str, np.ndarray]) -> None:
@@ -619,7 +624,12 @@ class Builder:
         return out
 
 
-def _write(into: np.ndarray, values: np.ndarray, lut: np.ndarray | None) -> None:
+def _write(
+    into: np.ndarray, cols: Columns, name: str, lut: np.ndarray | None, consume: bool
+) -> None:
+    """Write column *name* of *cols* into *into* (with *lut*, string indices mapped); with
+    *consume*, *cols* no longer holds it."""
+    values = cols.pop(name) if consume and isinstance(cols, dict) else cols[name]
     if lut is None:
         into[:] = values
     else:
@@ -635,9 +645,7 @@ def concat(frames: Sequence[Frame], *, consume: bool = False, threads: int = 1) 
         return frames[0]
     builder = Builder({k: sum(f.count(k) for f in frames) for k in schema.KINDS}, threads)
     for frame in frames:
-        builder.add(frame)
-        if consume:
-            frame.cols = {}
+        builder.add(frame, consume=consume)
     return builder.frame()
 
 

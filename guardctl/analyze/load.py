@@ -449,10 +449,10 @@ def _rows(parts: Sequence[Frame], manifests: Sequence[Manifest]) -> dict[str, in
 def _add(builder: Builder, part: Frame) -> None:
     """Write *part* into *builder* and empty it (its records are let go once written)."""
     if part.records_read:
-        builder.add(part)
+        builder.add(part, consume=True)
     else:  # nothing read: its names stay out of the frame's tables
         builder.add_counts(part)
-    part.cols = {}
+        part.cols = {}
 
 
 def _whole(builder: Builder) -> Frame:
