@@ -502,7 +502,7 @@ class Builder:
         self.out = Frame()  # tables and input counts; columns in frame()
         self._rows = dict(rows)
         self._merged: dict[str, dict[str, int]] = {t: {} for t in TABLES}
-        self._cols: dict[str, Columns] = {}
+        self._cols: dict[str, dict[str, np.ndarray]] = {}
         self._filled = dict.fromkeys(schema.KINDS, 0)
         self._let_go: list[tuple[np.ndarray, np.ndarray]] = []  # (node map, let-go newest)
         self._pool: ThreadPoolExecutor | None = None
@@ -516,40 +516,38 @@ class Builder:
     def rows(self, kind: str, n: int) -> dict[str, np.ndarray]:
         """The next *n* rows of *kind*'s columns, for the caller to write."""
         start = self._filled[kind]
-        self._make_room(kind, start + n)
-        self._filled[kind] = start + n
-        return {name: col[start : start + n] for name, col in self._cols[kind].items()}
-
-    def _make_room(self, kind: str, rows: int) -> None:
         cols = self._cols.get(kind)
         if cols is None:
-            self._cols[kind] = _empty_kind(kind, max(rows, self._rows.get(kind, 0)))
-        elif rows > cols["ts"].size:
-            grown = _empty_kind(kind, rows + rows // 8)
+            cols = self._cols[kind] = _empty_kind(kind, max(start + n, self._rows.get(kind, 0)))
+        elif start + n > cols["ts"].size:
             for name, col in cols.items():
-                grown[name][: self._filled[kind]] = col[: self._filled[kind]]
-            self._cols[kind] = grown
+                cols[name] = _grown(col, start, start + n)
+        self._filled[kind] = start + n
+        return {name: col[start : start + n] for name, col in cols.items()}
 
     def add(self, frame: Frame, *, consume: bool = False) -> None:
         """Write *frame*'s records (its string indices mapped into this frame's tables) and
-        add its input counts. A kind's records that are the only ones coming are taken as
-        they are, not copied. With *consume*, *frame* is emptied of its records, each column
-        let go once written (the caller must hold no other reference to them): the part and
-        the frame are never both whole in memory."""
+        add its input counts. A kind's records that are the first and at least as many as
+        were to come are taken as they are, not copied. With *consume*, *frame* is emptied
+        of its records, each column let go once written (the caller must hold no other
+        reference to them): the part and the frame are never both whole in memory."""
         maps = {t: self.names(t, getattr(frame, t)) for t in TABLES}
-        copies: list[tuple[np.ndarray, Columns, str, np.ndarray | None, bool]] = []
+        copies: list[tuple[dict[str, np.ndarray], str, int, Columns, np.ndarray | None, bool]] = []
         for kind, cols in frame.cols.items():
             n = int(cols["ts"].size)
             if not n:
                 continue
-            if kind not in self._cols and n == self._rows.get(kind):
+            if kind not in self._cols and n >= self._rows.get(kind, 0):
                 self._take(kind, cols, maps)
                 continue
-            into = self.rows(kind, n)
+            if kind not in self._cols:
+                self._cols[kind] = _empty_kind(kind, self._rows[kind])
+            start = self._filled[kind]
+            self._filled[kind] = start + n
             for name in cols:
                 table = _TABLE_OF_COLUMN.get(name)
                 lut = None if table is None else maps[table]
-                copies.append((into[name], cols, name, lut, consume))
+                copies.append((self._cols[kind], name, start, cols, lut, consume))
         self.each(_write, copies)
         if frame.let_go_newest is not None:
             self._let_go.append((maps["nodes"], frame.let_go_newest))
@@ -625,15 +623,32 @@ class Builder:
 
 
 def _write(
-    into: np.ndarray, cols: Columns, name: str, lut: np.ndarray | None, consume: bool
+    into: dict[str, np.ndarray],
+    name: str,
+    start: int,
+    part: Columns,
+    lut: np.ndarray | None,
+    consume: bool,
 ) -> None:
-    """Write column *name* of *cols* into *into* (with *lut*, string indices mapped); with
-    *consume*, *cols* no longer holds it."""
-    values = cols.pop(name) if consume and isinstance(cols, dict) else cols[name]
+    """Write column *name* of *part* into column *name* of *into* from row *start* (with
+    *lut*, string indices mapped), making it longer where it must be; with *consume*, *part*
+    no longer holds it. A column at a time: each part's column is let go before the next
+    is made longer, so the memory it held (malloc keeps it) serves the next."""
+    values = part.pop(name) if consume and isinstance(part, dict) else part[name]
+    end = start + values.size
+    if end > into[name].size:
+        into[name] = _grown(into[name], start, end)
     if lut is None:
-        into[:] = values
+        into[name][start:end] = values
     else:
-        np.take(lut, values, out=into)
+        np.take(lut, values, out=into[name][start:end])
+
+
+def _grown(col: np.ndarray, filled: int, rows: int) -> np.ndarray:
+    """*col* (its first *filled* values) in a column with room for *rows*."""
+    out = np.empty(rows, col.dtype)
+    out[:filled] = col[:filled]
+    return out
 
 
 def concat(frames: Sequence[Frame], *, consume: bool = False, threads: int = 1) -> Frame:
