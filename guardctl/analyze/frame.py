@@ -519,9 +519,9 @@ class Builder:
         cols = self._cols.get(kind)
         if cols is None:
             cols = self._cols[kind] = _empty_kind(kind, max(start + n, self._rows.get(kind, 0)))
-        elif start + n > cols["ts"].size:
+        elif start + n > cols["ts"].size:  # rows not given at the start: twice as long
             for name, col in cols.items():
-                cols[name] = _grown(col, start, start + n)
+                cols[name] = _grown(col, start, max(start + n, 2 * col.size))
         self._filled[kind] = start + n
         return {name: col[start : start + n] for name, col in cols.items()}
 

@@ -382,8 +382,10 @@ def read_held(
     the segment is not closed, no longer matches its files, or cannot be read: the files are
     read then."""
     found = held_by(root, segment, files)
-    builder = Builder({})
-    if found is None or not read_whole(builder, root, found[0], keep_from):
+    if found is None:
+        return None
+    builder = Builder(found[0].kinds)  # as long as the manifest says: no column made longer
+    if not read_whole(builder, root, found[0], keep_from):
         return None
     return builder.frame(), found[1]
 
