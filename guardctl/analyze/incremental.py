@@ -68,6 +68,7 @@ from guardctl.analyze.engine import (
     feature_settings,
     history_needed,
     judge,
+    needed_from,
     nothing_judged,
     steps_needed,
     until_now,
@@ -560,6 +561,10 @@ class Analyzer:
         self._kept = {kind: _Columns(kind) for kind in schema.KINDS}
         # Records before this time were let go: a pass needing them runs cold.
         self._floor = -math.inf
+        # Records of the judged windows' kinds before this were never read (a first pass
+        # reads its closed segments from where its windows need them): a pass needing them
+        # runs cold.
+        self._read_from = -math.inf
         # Windows' figures from earlier passes, by (end, length): a pass takes those of its
         # windows that no record joined or left since (see _touched).
         self._parts: Parts = {}
@@ -574,7 +579,7 @@ class Analyzer:
         cfg = self.settings.analyze
         span = steps_needed(cfg, window_s)
         until = until_now(self.settings, self.clock())
-        if at is not None and at - self._reach(window_s) < self._floor:
+        if at is not None and self._lost(at, window_s):
             return self._cold(at, window_s, until)
         for attempt in range(2):
             try:
@@ -609,7 +614,7 @@ class Analyzer:
         extra = _Pass()
         self.read = dict.fromkeys(_READ, 0)
         before = {kind: cols.n for kind, cols in self._kept.items()}
-        self._read_closed(wanted, ids)
+        self._read_closed(wanted, ids, self._first_end(wanted, at, until), window_s)
         uncovered = self._refresh(files, extra)
         for kind, cols in self._kept.items():
             cols.by_minute(before[kind])
@@ -634,7 +639,7 @@ class Analyzer:
             counts = self._input(hours, extra)
             if end is None:
                 return nothing_judged(counts, cfg, ahead)
-            if end - self._reach(window_s) < self._floor:  # the newest window moved back
+            if self._lost(end, window_s):  # the newest window moved back
                 cold = self._cold(end if self.grid_s else at, window_s, until)  # past the kept
                 return dataclasses.replace(cold, ahead=ahead)
             # Let go of what no window needs before judging, not after: the judging then
@@ -751,6 +756,27 @@ class Analyzer:
         their step records, see _steps_from)."""
         cfg = self.settings.analyze
         return history_needed(cfg, window_s) if self.grid_s else steps_needed(cfg, window_s)
+
+    def _lost(self, end: float, window_s: float | None) -> bool:
+        """Whether records a pass ending at *end* needs were let go or never read."""
+        cfg = self.settings.analyze
+        return (
+            end - self._reach(window_s) < self._floor
+            or end - history_needed(cfg, window_s) < self._read_from
+        )
+
+    def _first_end(
+        self, wanted: dict[str, list[str]], at: float | None, until: float
+    ) -> float | None:
+        """Where the windows of a pass reading closed segments (a first pass) end at the
+        earliest: at *at*, or where the newest segment begins, as a cold pass takes it
+        (:func:`~guardctl.analyze.engine.load_recent`; where they end earlier, most nodes'
+        records stopping before it, :meth:`_lost` sends the pass cold). None: not known (no
+        dated segment)."""
+        if at is not None:
+            return at
+        newest = segments.newest([name for name, files in wanted.items() if files], until)
+        return None if newest is None else newest[0]
 
     def _steps_from(self, end: float, judged: float, length: float) -> float:
         """Where the step records this pass and later ones need begin: the ranks' own history,
@@ -943,12 +969,21 @@ class Analyzer:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def _read_closed(self, wanted: dict[str, list[str]], ids: dict[str, int]) -> None:
+    def _read_closed(
+        self,
+        wanted: dict[str, list[str]],
+        ids: dict[str, int],
+        end: float | None,
+        window_s: float | None,
+    ) -> None:
         """Read each closed segment none of whose files was read yet (a first pass, or one
         after a restart) from its Parquet files, as a cold pass does: faster than its files'
         column mirrors, which ``guardctl store prune`` removes once it can no longer grow
-        (parsing the files instead costs several times more). Its files are then read on from
-        the bytes it holds (:meth:`_seen`)."""
+        (parsing the files instead costs several times more). Only the records that windows
+        ending at *end* or later need are read: a first pass reads an hour of segments for
+        the ranks' own history and clocks apart, of which its windows judge a quarter of an
+        hour (the others are counted, and each node's newest among them kept, as a cold pass
+        counts them). Its files are then read on from the bytes it holds (:meth:`_seen`)."""
         self._held = {}
         if not self.settings.analyze.cache:
             return
@@ -957,15 +992,33 @@ class Analyzer:
             return  # (pyarrow loads only where a segment was closed)
         from guardctl.storage import closed
 
+        cfg = self.settings.analyze
+        needed = None if end is None else needed_from(end, cfg, window_s)
         for seg in todo:
-            found = closed.read_held(self.root, seg, wanted[seg])
+            found = closed.read_held(self.root, seg, wanted[seg], needed)
             if found is None:
                 continue  # open, or no longer matching its files: they are read
             frame, held = found
-            self._counts[ids[seg]].bad.update(frame.bad)
+            counts = self._counts[ids[seg]]
+            counts.bad.update(frame.bad)
             hour = np.full(1, ids[seg], np.int32)
             self._add(frame.cols, _tables(frame), hour, None, True, None)
             self._held.update(held)
+            self._count_let_go(frame, counts)
+        if end is not None and self._held:  # (see _lost)
+            self._read_from = max(self._read_from, end - history_needed(cfg, window_s))
+            self._floor = max(self._floor, end - steps_needed(cfg, window_s))
+
+    def _count_let_go(self, frame: Frame, counts: _Hour) -> None:
+        """Count the records *frame* let go as it was read, and each node's newest among
+        them (where the newest window ends), as :meth:`_note` counts those kept."""
+        counts.records += frame.let_go
+        newest = frame.let_go_times()
+        if newest is None or not newest.size:
+            return
+        nodes = self._names.lut("nodes", frame.nodes)[: newest.size]
+        counts.newest = _grown(counts.newest, len(self._names.lists["nodes"]))
+        np.maximum.at(counts.newest, nodes, newest)
 
     def _refresh(
         self, files: Sequence[tuple[str, int]], extra: _Pass

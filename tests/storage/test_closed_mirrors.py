@@ -17,6 +17,7 @@ import pytest
 from test_closed_segments import (
     LATER,
     SOON,
+    START,
     _append_late_record,
     _copy,
     _same_records,
@@ -24,11 +25,12 @@ from test_closed_segments import (
 )
 
 from guardctl.analyze import analyze, mirrors
+from guardctl.analyze.engine import needed_from
 from guardctl.analyze.incremental import Analyzer
 from guardctl.analyze.load import read_frame, source_files
 from guardctl.config import load_settings
 from guardctl.errors import StoreError
-from guardctl.storage import closed, segments, store
+from guardctl.storage import closed, layout, segments, store
 from guardctl.storage.compact import compact
 from guardctl.storage.writer import LineWriter
 from guardctl.telemetry.mirror import Mirror, mirror_path
@@ -214,4 +216,66 @@ def test_a_first_pass_reads_closed_segments_from_parquet_and_parses_only_late_by
     assert inc.read["parsed_bytes"] == sum(len(_late_line(p)) for p in late)
     assert inc.analyze().to_dict() == analyze(root, settings).to_dict()
     assert inc.read["parsed_bytes"] == 0 and inc.restarts == 0
+    inc.close()
+
+
+def test_a_first_pass_reads_of_closed_segments_the_records_its_windows_need(
+    fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _store(fleet, tmp_path)
+    settings = load_settings(environ={})
+    _close(root)
+    read = []  # per closed segment read: each kind's record times, and the records let go
+    read_held = closed.read_held
+
+    def spy(*args: object, **kwargs: object) -> object:
+        found = read_held(*args, **kwargs)  # type: ignore[arg-type]
+        frame = found[0]  # type: ignore[index]
+        read.append(({k: c["ts"].copy() for k, c in frame.cols.items()}, frame.let_go))
+        return found
+
+    monkeypatch.setattr(closed, "read_held", spy)
+    inc = Analyzer(settings, root, clock=lambda: SOON)
+    # counted whole, each node's newest among the records let go kept: as a cold pass
+    assert inc.analyze().to_dict() == analyze(root, settings).to_dict()
+    # The windows end no earlier than the newest segment begins: of the older segments, the
+    # judged windows' kinds are read from where those windows would begin (the steps whole:
+    # the ranks' own history reaches back before the fleet began).
+    names = layout.closed_segments(root)
+    newest = max(segments.span(name)[0] for name in names)  # type: ignore[index]
+    needed = needed_from(newest, settings.analyze)
+    assert len(read) == len(names) and sum(let_go for _, let_go in read) > 0
+    for times, _ in read:
+        for kind, ts in times.items():
+            assert not (ts < needed[kind]).any(), kind
+    manifests = [closed.read_manifest(root, name) for name in names]
+    assert sum(sum(map(len, times.values())) + let_go for times, let_go in read) == sum(
+        sum(m.kinds.values()) for m in manifests if m is not None
+    )
+    assert inc.analyze().to_dict() == analyze(root, settings).to_dict()
+    assert inc.restarts == 0 and inc.cold_passes == 0
+    inc.close()
+
+
+def test_a_first_pass_whose_windows_end_before_the_newest_segment_runs_cold(
+    fleet: Path, tmp_path: Path
+) -> None:
+    root = _store(fleet, tmp_path)
+    settings = load_settings(environ={})
+    _close(root)
+    # One node's clock runs ahead: its record lies in a segment of its own, newer than the
+    # others' and past where the windows end (beyond the median node's newest by more than
+    # a window): the first pass read its closed segments for windows ending there.
+    first = sorted(source_files(root))[0]
+    node = Path(first).stem
+    ahead = START + 1850.0
+    segment = root / "telemetry" / segments.segment_name(ahead, 10)
+    segment.mkdir()
+    record = {"v": 1, "kind": "host", "ts": ahead, "node": node, "cpu_pct": 3.0}
+    (segment / f"{node}.jsonl").write_bytes(json.dumps(record).encode() + b"\n")
+    inc = Analyzer(settings, root, grid_s=60.0, clock=lambda: SOON)
+    got = inc.analyze().to_dict()
+    end = got["window"]["end"]
+    assert end < START + 1800.0 and inc.cold_passes == 1
+    assert got == analyze(root, settings, end).to_dict()
     inc.close()
