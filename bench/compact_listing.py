@@ -17,16 +17,16 @@ grow looked at). Then an hour of the leader's passes a minute apart, looking at 
 segments every pass (as it was) and by age (``segments.Rechecks``), and the first pass of a
 leader taking over after that hour, going by the last one's looks or with nothing to go by.
 
-The store is synthetic and made fast: *nodes* node directories (the layout earlier
-versions' agents wrote, still read; what is stat'ed is the same in either), each holding every
-10-minute segment of *days* days as an empty ``.jsonl`` and its ``.cols`` mirror (what
-retention keeps at a site), every segment closed (its manifest written as compaction writes
-it for empty files). So each call finds nothing to write: what it costs is finding that out,
-the steady state of every pass. Both calls' reports must agree. Figures: seconds (fastest
-and median of ``--rounds``), directories listed and the entries they held, the segments
-looked at, and the load average. ``--idle S`` waits S seconds before each call, as passes a
-minute apart do: a network filesystem's caches of names and attributes (sshfs: 20 s) have
-expired by then, and what is left of each call is a round trip per file it looks at.
+The store is synthetic and made fast, in the node agents' layout: a directory per 10-minute
+segment of *days* days, each holding *nodes* nodes' files as an empty ``.jsonl`` and its
+``.cols`` mirror (what retention keeps at a site), every segment closed (its manifest
+written as compaction writes it for empty files). So each call finds nothing to write: what
+it costs is finding that out, the steady state of every pass. Both calls' reports must
+agree. Figures: seconds (fastest and median of ``--rounds``), directories listed and the
+entries they held, the segments looked at, and the load average. ``--idle S`` waits S
+seconds before each call, as passes a minute apart do: a network filesystem's caches of
+names and attributes (sshfs: 20 s) have expired by then, and what is left of each call is a
+round trip per file it looks at.
 
 ``--store DIR`` makes the store there, or reuses the one already there (a store made by this
 benchmark: serve DIR over the network filesystem, ``tools/netfs.sh up DIR MOUNT``, and run
@@ -81,7 +81,7 @@ def make_store(
     *,
     raw_days: int | None = None,
     mirrored: int | None = None,
-    by_node: bool = True,
+    by_node: bool = False,
 ) -> None:
     """Every node's empty files of every segment, and each segment's manifest.
 
@@ -89,7 +89,8 @@ def make_store(
     closed segments alone, as a shorter raw retention leaves them); *mirrored*: only the
     newest segments keep their column mirrors (None: every one with its JSON Lines);
     *by_node*: a directory per node, as agents before segments' directories wrote
-    (``telemetry/<node>/<segment>.jsonl``; else ``telemetry/<segment>/<node>.jsonl``)."""
+    (``telemetry/<node>/<segment>.jsonl``; else ``telemetry/<segment>/<node>.jsonl``, as
+    they write now)."""
     shared_store.init(root)
     end = time.time() // SEGMENT_S * SEGMENT_S
     names = segment_names(days, end)
@@ -113,7 +114,7 @@ def make_store(
         layout.manifest_path(root, name).write_text(json.dumps(manifest.to_dict()))
 
 
-def node_file(root: Path, node: str, segment: str, by_node: bool = True) -> Path:
+def node_file(root: Path, node: str, segment: str, by_node: bool = False) -> Path:
     """A node agent's file of *segment*, in either layout."""
     if by_node:
         return layout.telemetry_dir(root) / node / f"{segment}.jsonl"
@@ -179,7 +180,8 @@ def measure(root: Path, rounds: int, idle_s: float) -> dict[str, Any]:
     agree = ("closed", "open", "deferred", "records")
     if any(reports["walk"][key] != reports["from the pass"][key] for key in agree):
         raise SystemExit(f"the two ways disagree: {reports}")
-    out: dict[str, Any] = {"ways": {}, "report": reports["walk"]}
+    nodes = max(map(len, groups.values()), default=0)  # (a file per node and segment)
+    out: dict[str, Any] = {"nodes": nodes, "ways": {}, "report": reports["walk"]}
     for way in ways:
         entries = sum(len(os.listdir(d)) for d in listed[way])  # (after the clock: uncounted)
         out["ways"][way] = {
@@ -277,10 +279,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if temporary:
             shutil.rmtree(root.parent)
-    nodes = sum(1 for _ in (root / "telemetry").iterdir()) if not temporary else args.nodes
     return {
         "filesystem": filesystem(root.parent if temporary else root).split(" ", 1)[0],
-        "nodes": nodes,
         "store_made_s": made,
         "idle_s": args.idle,
         "loadavg": os.getloadavg(),

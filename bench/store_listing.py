@@ -92,9 +92,9 @@ COLD_SPAN_S = 1800.0
 def shapes(days: int) -> dict[str, dict[str, Any]]:
     """Each store shape's name and how make_store makes it."""
     return {
-        f"{days}d": {"raw_days": None, "mirrored": None},
-        f"{RAW_DAYS}d": {"raw_days": RAW_DAYS, "mirrored": None},
-        f"{RAW_DAYS}d-nocols": {"raw_days": RAW_DAYS, "mirrored": 1},
+        f"{days}d": {"raw_days": None, "mirrored": None, "by_node": True},
+        f"{RAW_DAYS}d": {"raw_days": RAW_DAYS, "mirrored": None, "by_node": True},
+        f"{RAW_DAYS}d-nocols": {"raw_days": RAW_DAYS, "mirrored": 1, "by_node": True},
         f"{RAW_DAYS}d-by-segment": {"raw_days": RAW_DAYS, "mirrored": 1, "by_node": False},
     }
 
