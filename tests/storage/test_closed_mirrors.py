@@ -266,8 +266,7 @@ def test_a_first_pass_whose_windows_end_before_the_newest_segment_runs_cold(
     # One node's clock runs ahead: its record lies in a segment of its own, newer than the
     # others' and past where the windows end (beyond the median node's newest by more than
     # a window): the first pass read its closed segments for windows ending there.
-    first = sorted(source_files(root))[0]
-    node = Path(first).stem
+    node = sorted((root / "telemetry").glob("*/*.jsonl"))[0].stem  # (an agent's file)
     ahead = START + 1850.0
     segment = root / "telemetry" / segments.segment_name(ahead, 10)
     segment.mkdir()
