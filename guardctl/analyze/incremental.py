@@ -1088,7 +1088,7 @@ class Analyzer:
             by_hour.setdefault(item[1].hour, []).append(item)
         workers = self.settings.analyze.parsers()
         for hour, items in by_hour.items():
-            tails = [_Tail(name, name, st.offset, size, 0) for name, st, size in items]
+            tails = [_Tail(name, st.offset, size) for name, st, size in items]
             self.read["parsed_bytes"] += sum(t.size - t.offset for t in tails)
             frame, offsets, pending = parse_tails(tails, workers)
             if keep:

@@ -292,10 +292,8 @@ class _Tail:
     """The bytes of one file not parsed yet."""
 
     path: str
-    key: str
     offset: int
     size: int
-    mtime_ns: int
 
 
 def _parse_tails(tails: Sequence[_Tail]) -> tuple[Frame, dict[str, int], dict[str, bool]]:
@@ -306,15 +304,15 @@ def _parse_tails(tails: Sequence[_Tail]) -> tuple[Frame, dict[str, int], dict[st
         try:
             data = read_range(tail.path, tail.offset, tail.size)
         except OSError:
-            offsets[tail.key] = tail.offset  # vanished or unreadable: try again next pass
-            pending[tail.key] = False
+            offsets[tail.path] = tail.offset  # vanished or unreadable: try again next pass
+            pending[tail.path] = False
             continue
         # A last line without its newline is a write in progress (or cut short): it is
         # not consumed, so that a later pass reads it whole, and counted as truncated.
         end = data.rfind(b"\n") + 1
         parser.feed_lines(data[:end].splitlines())
-        pending[tail.key] = bool(data[end:].strip())
-        offsets[tail.key] = tail.offset + end
+        pending[tail.path] = bool(data[end:].strip())
+        offsets[tail.path] = tail.offset + end
     frame = parser.frame()
     frame.files = len(tails)
     return frame, offsets, pending
@@ -394,9 +392,7 @@ def read_frame(
             todo += groups[name]
             continue
         held = segment[1]
-        tails += [
-            _Tail(f, f, held[f], size, 0) for f in groups[name] if (size := _size(f)) > held[f]
-        ]
+        tails += [_Tail(f, held[f], size) for f in groups[name] if (size := _size(f)) > held[f]]
         builder.out.files += sum(1 for f in groups[name] if held[f] == 0)  # not made from them
     if tails:  # bytes appended to a closed segment's files since it was closed
         late, _, pending = parse_tails(tails, workers)
@@ -505,7 +501,7 @@ def read_consumed(
         start = covered if ok else 0
         consumed[p] = (start, size)
         if start < size:
-            tails.append(_Tail(p, p, start, size, 0))
+            tails.append(_Tail(p, start, size))
     rest, offsets, _ = parse_tails(tails, workers)
     for p, offset in offsets.items():
         consumed[p] = (offset, consumed[p][1])
@@ -537,7 +533,7 @@ def _read_mirrored(
     paths, sizes, inodes = _stat_all(files)
     found = mirrors.read_many(paths, sizes, inodes, threads, keep_from)
     tails = [
-        _Tail(p, p, covered, size, 0)
+        _Tail(p, covered, size)
         for p, ok, covered, size in zip(paths, found.usable, found.covered, sizes, strict=True)
         if ok and covered < size
     ]
@@ -550,7 +546,7 @@ def _read_mirrored(
 
 
 def _parse_whole(files: Sequence[str], workers: int) -> Frame:
-    tails = [_Tail(f, str(f), 0, _size(f), 0) for f in files]
+    tails = [_Tail(str(f), 0, _size(f)) for f in files]
     frame, _, pending = parse_tails(tails, workers)
     _count_pending(frame, pending)
     frame.files = len(files)

@@ -21,7 +21,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 ALLOWED_MINUTES = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60)
@@ -157,16 +157,6 @@ def earliest_start(names: Iterable[str]) -> float | None:
     """When the oldest dated segment among *names* starts; None when none is dated."""
     starts = [s[0] for s in map(span, names) if s is not None]
     return min(starts) if starts else None
-
-
-def overlapping(files: Sequence[str], since: float, until: float) -> list[str]:
-    """The *files* whose segment overlaps [since, until] (files without a segment name: none)."""
-    out = []
-    for path in files:
-        bounds = file_span(path)
-        if bounds is not None and bounds[0] <= until and bounds[1] > since:
-            out.append(path)
-    return out
 
 
 def _parse_file(text: str) -> tuple[str, float, float] | None:
