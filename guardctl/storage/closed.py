@@ -357,13 +357,12 @@ def _read_kind(
         written = 0
         for group in range(meta.num_row_groups):
             stats = meta.row_group(group).column(ts).statistics
-            if stats is not None and stats.has_min_max and _outside(stats, low, high):
+            known = stats is not None and stats.has_min_max
+            if known and _outside(stats, low, high):
                 continue
             table = file.read_row_group(group)
-            if low is not None:
-                table = table.filter(pc.field("ts") >= low)
-            if high is not None:
-                table = table.filter(pc.field("ts") <= high)
+            if not (known and _inside(stats, low, high)):  # (a filter copies every column)
+                table = table.filter(_within(low, high))
             _decode(builder, kind, table)
             written += table.num_rows
     return written
@@ -372,6 +371,18 @@ def _read_kind(
 def _outside(stats: Any, low: float | None, high: float | None) -> bool:
     """Whether a row group's time statistics lie wholly outside [low, high]."""
     return (low is not None and stats.max < low) or (high is not None and stats.min > high)
+
+
+def _inside(stats: Any, low: float | None, high: float | None) -> bool:
+    """Whether a row group's time statistics lie wholly inside [low, high]."""
+    return (low is None or stats.min >= low) and (high is None or stats.max <= high)
+
+
+def _within(low: float | None, high: float | None) -> pc.Expression:
+    """The records stamped in [low, high] (a bound that is None: none)."""
+    ts = pc.field("ts")
+    after = ts >= (-math.inf if low is None else low)
+    return after if high is None else after & (ts <= high)
 
 
 def read_held(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from guardctl.analyze import analyze
@@ -171,6 +172,46 @@ def test_segments_read_into_one_frame_hold_what_each_read_and_joined_holds(
     assert one.let_go > 0 and one.count("gpu") > 0 and one.count("step") > 0
     assert one.let_go_newest is not None
     np.testing.assert_array_equal(one.let_go_newest, joined.let_go_newest)
+
+
+def test_a_row_group_is_filtered_only_where_its_times_straddle_a_bound(
+    fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read with a time bound, a closed segment's row groups wholly inside it are taken as
+    they are (a filter copies every column) and those across it filtered: what is read is
+    every record of the segment stamped within the bounds, no more, no less."""
+    root = _copy(fleet, tmp_path / "store")
+    monkeypatch.setattr(closed, "ROW_GROUP", 500)  # several row groups per kind's file
+    compact(root, LATER)
+    manifest = closed.read_manifest(root, sorted(segments.group_files(source_files(root)))[1])
+    assert manifest is not None
+    whole = closed.read(root, manifest)
+    filters = []
+    within = closed._within
+    monkeypatch.setattr(
+        closed, "_within", lambda *bounds: filters.append(bounds) or within(*bounds)
+    )
+    before = dict.fromkeys(schema.KINDS, manifest.start - 1.0)
+    _same_records(closed.read(root, manifest, keep_from=before), whole)
+    assert filters == []
+    low, high = manifest.start + 200.0, manifest.start + 400.0
+    got = closed.read(root, manifest, since=low, until=high)
+    want = Builder(manifest.kinds)
+    for kind in schema.KINDS:
+        ts = whole.cols[kind]["ts"]
+        want.add(
+            closed.frame_of(kind, closed.table_of(whole, kind).filter((ts >= low) & (ts <= high)))
+        )
+    _same_records(got, want.frame())
+    assert 0 < got.count("gpu") < whole.count("gpu")
+    groups = sum(
+        pq.ParquetFile(
+            layout.parquet_path(root, kind, manifest.segment, manifest.start)
+        ).num_row_groups
+        for kind, rows in manifest.kinds.items()
+        if rows
+    )
+    assert 0 < len(filters) <= groups  # (rows in node order: most groups span the segment)
 
 
 def _closed_node_file(fleet: Path, tmp_path: Path) -> tuple[Path, Path, bytes]:
