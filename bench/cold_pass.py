@@ -23,6 +23,13 @@ the node agents' layout (ranks hand their steps to the agent, 10-minute segments
 from ``--store DIR`` (made by an earlier run, kept)::
 
     python bench/cold_pass.py --gpus 10k --minutes 65 --store DIR
+
+Much of a pass's time is the kernel handing it memory it has not touched. On a virtual machine
+whose host takes back the memory its guest frees (free page reporting, ballooning), that is
+the host backing each page anew, many times slower than on hardware. ``--touch GIB`` has a
+process touch and free that much memory just before each pass, so that the pass finds memory
+the host still backs, and reports how fast that process touched it (the host's rate when it
+is low): run with and without to see both.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -118,8 +127,21 @@ def measure(mode: str, store: Path, cache: bool) -> dict[str, Any]:
     }
 
 
-def run_step(mode: str, store: Path, cache: bool, pool: str | None = None) -> dict[str, Any]:
+def touch(gib: float) -> float:
+    """Touch *gib* GiB of memory this process had not touched; GiB a second."""
+    t0 = time.perf_counter()
+    np.ones(int(gib * 2**30) // 8)
+    return gib / (time.perf_counter() - t0)
+
+
+def run_step(
+    mode: str, store: Path, cache: bool, pool: str | None = None, gib: float = 0.0
+) -> dict[str, Any]:
     env = {**os.environ, **({POOL_ENV: pool} if pool else {})}
+    touched = None
+    if gib:  # (in a process of its own, which frees the memory as it ends)
+        run = [sys.executable, __file__, "--toucher", str(gib)]
+        touched = float(subprocess.run(run, check=True, capture_output=True, text=True).stdout)
     out = subprocess.run(
         [sys.executable, __file__, "--measure", mode, str(store), str(int(cache))],
         check=True,
@@ -128,6 +150,8 @@ def run_step(mode: str, store: Path, cache: bool, pool: str | None = None) -> di
         env=env,
     )
     found: dict[str, Any] = json.loads(out.stdout)
+    if touched is not None:
+        found["touched_gib_s"] = round(touched, 2)
     print(f"  {mode} ({'closed' if cache else 'files'}): {found}", file=sys.stderr, flush=True)
     return found
 
@@ -167,7 +191,7 @@ PLANS: dict[str, list[tuple[str, str, str | None]]] = {
 }
 
 
-def bench(store: Path, gpus: int, minutes: int, rounds: int) -> dict[str, Any]:
+def bench(store: Path, gpus: int, minutes: int, rounds: int, gib: float = 0.0) -> dict[str, Any]:
     if not (store / "telemetry").is_dir():
         make_store(store, gpus, minutes)
     result: dict[str, Any] = {"gpus": gpus, "minutes": minutes, "states": {}}
@@ -175,7 +199,7 @@ def bench(store: Path, gpus: int, minutes: int, rounds: int) -> dict[str, Any]:
         if state == "closed":
             result["compact_s"] = round(close_all_but_newest(store), 1)
         runs = {
-            label: [run_step(mode, store, state == "closed", pool) for _ in range(rounds)]
+            label: [run_step(mode, store, state == "closed", pool, gib) for _ in range(rounds)]
             for label, mode, pool in plan
         }
         for first in (False, True):  # (a first pass judges windows on the minute)
@@ -193,6 +217,7 @@ def bench(store: Path, gpus: int, minutes: int, rounds: int) -> dict[str, Any]:
                 "peak_mib": [r["peak_mib"] for r in got],
                 "records": got[0]["records"],
                 "kept": got[0]["kept"],
+                **({"touched_gib_s": [r["touched_gib_s"] for r in got]} if gib else {}),
             }
             for label, got in runs.items()
         }
@@ -209,9 +234,15 @@ def table(result: dict[str, Any]) -> str:
             base = passes[FIRST_PASSES[0] if mode in FIRST_PASSES else "every record"]
             s, m = min(got["seconds"]), min(got["peak_mib"])
             ratio_s, ratio_m = s / min(base["seconds"]), m / min(base["peak_mib"])
+            touched = got.get("touched_gib_s")  # (how fast the memory before it was touched)
             rows.append(
                 f"| {state} | {mode} | {'-'.join(map(str, got['seconds']))} ({ratio_s:.2f}x) "
-                f"| {m} ({ratio_m:.2f}x) | {got['records']:,} / {got['kept']:,} |"
+                + (
+                    f"(memory touched before at {'/'.join(map(str, touched))} GiB/s) "
+                    if touched
+                    else ""
+                )
+                + f"| {m} ({ratio_m:.2f}x) | {got['records']:,} / {got['kept']:,} |"
             )
     return "\n".join(rows)
 
@@ -222,16 +253,23 @@ def main() -> int:
     parser.add_argument("--minutes", type=int, default=65, help="how long the store was written")
     parser.add_argument("--rounds", type=int, default=1, help="each pass this many times")
     parser.add_argument("--store", type=Path, help="the store (kept, used again; required)")
+    parser.add_argument(
+        "--touch", type=float, default=0.0, metavar="GIB", help="memory touched before each pass"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--measure", nargs=3, help=argparse.SUPPRESS)  # MODE STORE CACHE
+    parser.add_argument("--toucher", type=float, help=argparse.SUPPRESS)  # GIB
     args = parser.parse_args()
     if args.measure:
         mode, store, cache = args.measure
         print(json.dumps(measure(mode, Path(store), cache == "1")))
         return 0
+    if args.toucher:
+        print(touch(args.toucher))
+        return 0
     if args.store is None:
         parser.error("--store DIR is required")
-    result = bench(args.store, SIZES[args.gpus], args.minutes, args.rounds)
+    result = bench(args.store, SIZES[args.gpus], args.minutes, args.rounds, args.touch)
     print(json.dumps(result, indent=2) if args.json else table(result))
     return 0
 

@@ -26,13 +26,15 @@ def test_both_passes_agree_on_files_and_on_closed_segments(tmp_path: Path) -> No
     simulate(
         store, nodes=16, duration=3600.0, seed=2, start=START, segment_minutes=10, handoff=True
     )
-    result = bench.bench(store, 128, 60, rounds=1)
+    result = bench.bench(store, 128, 60, rounds=1, gib=0.01)
     assert set(result["states"]) == {"files", "closed"}
     assert any(layout.manifests_dir(store).glob("*.json"))  # the second state was closed
     for passes in result["states"].values():
         records = {got["records"] for got in passes.values()}
         assert len(records) == 1 and records.pop() > 0
+        assert all(got["touched_gib_s"][0] > 0 for got in passes.values())
     assert "| closed | needed records |" in bench.table(result)
+    assert "(memory touched before at " in bench.table(result)
 
 
 def test_passes_that_disagree_stop_the_benchmark(
