@@ -354,14 +354,14 @@ def _read_kind(
             # grew, their renames interleaved): the segment's files are read instead.
             raise ValueError(f"{path.name}: {kind} has {meta.num_rows} rows, not {rows}")
         ts = meta.schema.names.index("ts")
-        written = 0
+        bounded, written = low is not None or high is not None, 0
         for group in range(meta.num_row_groups):
             stats = meta.row_group(group).column(ts).statistics
             known = stats is not None and stats.has_min_max
             if known and _outside(stats, low, high):
                 continue
             table = file.read_row_group(group)
-            if not (known and _inside(stats, low, high)):  # (a filter copies every column)
+            if bounded and not (known and _inside(stats, low, high)):  # (a filter copies all)
                 table = table.filter(_within(low, high))
             _decode(builder, kind, table)
             written += table.num_rows
