@@ -379,10 +379,11 @@ def _inside(stats: Any, low: float | None, high: float | None) -> bool:
 
 
 def _within(low: float | None, high: float | None) -> pc.Expression:
-    """The records stamped in [low, high] (a bound that is None: none)."""
+    """The records stamped in [low, high] (one bound may be None: none)."""
     ts = pc.field("ts")
-    after = ts >= (-math.inf if low is None else low)
-    return after if high is None else after & (ts <= high)
+    if low is None:
+        return ts <= high
+    return ts >= low if high is None else (ts >= low) & (ts <= high)
 
 
 def read_held(
