@@ -9,13 +9,13 @@ records. :class:`Analyzer` keeps, from pass to pass:
 - per source file, how far it has read it (bytes of the JSON Lines file, rows of
   its column mirror, the mirror's string rows and its last mark row), so that a
   pass reads only the rows written since, with one read per file;
-- the records of the hours a pass still needs, as growing numpy columns (with
-  the hour bucket each came from), each in a ring of its own (one memory file
+- the records of the segments a pass still needs, as growing numpy columns (with
+  the segment each came from), each in a ring of its own (one memory file
   mapped twice, back to back: ``guardctl.analyze.ring``) fitted to the records
   and a pass more, so that the pages a pass lets go of are the ones the next
   pass writes (see ``_Columns``), in the order of their minutes (a window on
   the minute grid is then one run of records, which its tables read in place),
-  and per hour the input counts and every node's newest timestamp (for where
+  and per segment the input counts and every node's newest timestamp (for where
   the newest window ends);
 - each window's tables (``features.WindowPart``), taken as they are by a later
   pass that judges the same window when no record of theirs joined or left it
@@ -28,7 +28,7 @@ exactly as a cold pass judges its own. The result is what
 ``engine.analyze(path, settings, at)`` returns for the same files.
 
 What it cannot carry over, it reads again: a file that shrank or was replaced
-(another inode), a file deleted from an hour still in use, or a mirror rewritten
+(another inode), a file deleted from a segment still in use, or a mirror rewritten
 behind its last mark start the state over (a pass that reads everything, as a
 cold pass does). Bytes a mirror does not cover yet (a batch being written) are
 parsed for that pass only, as a cold pass parses them, and read from the mirror
@@ -125,7 +125,7 @@ class _Restart(Exception):
 class _File:
     """How far one source file has been read into the kept records."""
 
-    hour: int
+    segment: int  # its segment's number (see Analyzer._segment_id)
     ino: int
     offset: int = 0  # bytes of the JSON Lines file whose records are kept
     mirror: bool = True  # read from its column mirror (else parsed)
@@ -139,8 +139,8 @@ class _File:
 
 
 @dataclass
-class _Hour:
-    """Counts of one hourly bucket's kept input, and each node's newest record in it."""
+class _Segment:
+    """Counts of one segment's kept input, and each node's newest record in it."""
 
     records: int = 0
     bad: Counter[str] = field(default_factory=Counter)
@@ -167,7 +167,7 @@ class _Names:
         return np.array([*idx, -1], np.int32)
 
 
-_OWN = ("hour", "end")  # the kept columns' own, not the frame's
+_OWN = ("segment", "end")  # the kept columns' own, not the frame's
 # Columns the pass reads as they are kept (times, keys, the kept columns' own), not packed:
 # the others are read a window's rows at a time, by its tables (see features._rows).
 _AS_READ = frozenset(("ts", "node", "job", "step", *_OWN))
@@ -272,7 +272,7 @@ class _Column:
 
 
 class _Columns:
-    """One kind's kept records: numpy columns in rings, and each record's hour.
+    """One kind's kept records: numpy columns in rings, and each record's segment.
 
     The records are values ``start`` to ``start + n`` of each column (``start`` within
     the ring's first half): letting go of the oldest (a pass a minute lets go of a
@@ -282,7 +282,7 @@ class _Columns:
 
     def __init__(self, kind: str) -> None:
         dtypes = {name: col.dtype for name, col in Frame().cols[kind].items()}
-        dtypes["hour"] = np.dtype(np.uint8)  # the hour's tag (see _tag)
+        dtypes["segment"] = np.dtype(np.uint8)  # its segment's tag (see _tag)
         if kind == "step":  # each step's time as its job's ranks ended it, kept between passes
             dtypes["end"] = np.dtype(np.float64)
         self._cols = {
@@ -341,9 +341,9 @@ class _Columns:
 
     def fit(self, per_pass: int = 0) -> None:
         """Once a pass: a ring far longer than its records and a pass more (a first pass
-        reads whole hours) is made that long once the records stop growing (a store younger
-        than the span a pass keeps), so that the pages let go are written again a pass
-        later; and what was added is counted afresh.
+        reads an hour of segments) is made that long once the records stop growing (a store
+        younger than the span a pass keeps), so that the pages let go are written again a
+        pass later; and what was added is counted afresh.
 
         *per_pass*: the records a pass is expected to add, where the caller can tell. The
         first pass's fit then fits the ring at once: a copy of every column in the first
@@ -382,7 +382,7 @@ class _Columns:
         shift = gone - (kept - (self.n - gone))  # records that go, all before *gone*
         lo = self.start
         # Pages let go are kept when the next pass or two write them again (the ring fits
-        # the records), else given back (a first pass lets go of most of the hours it read).
+        # the records), else given back (a first pass lets go of most of the segments it read).
         soon = self.room - kept <= 2 * self._pass + 2 * _SMALLEST
         for col in self._cols.values():
             values = col.array
@@ -554,9 +554,9 @@ class Analyzer:
         self._close_all()
         self._files = {}
         self._held = {}
-        self._hours: dict[str, int] = {}
-        self._next_hour = 0
-        self._counts: dict[int, _Hour] = {}
+        self._segment_ids: dict[str, int] = {}
+        self._next_segment = 0
+        self._counts: dict[int, _Segment] = {}
         self._names = _Names()
         self._kept = {kind: _Columns(kind) for kind in schema.KINDS}
         # Records before this time were let go: a pass needing them runs cold.
@@ -605,11 +605,11 @@ class Analyzer:
             return self._idle(at, window_s, until, wanted)
         if self._past_raw(wanted, at, span):  # some lie in closed segments alone
             return self._cold(at, window_s, until)
-        ids = {hour: self._hour_id(hour) for hour in wanted}  # (per hour: 97,500 files a pass)
-        files = [(name, ids[hour]) for hour, names in wanted.items() for name in names]
+        ids = {seg: self._segment_id(seg) for seg in wanted}  # (per segment: 12,500 files a pass)
+        files = [(name, ids[seg]) for seg, names in wanted.items() for name in names]
         seen = (self._listing.version, tuple(wanted))
         if seen != self._files_seen:  # the same files as last pass: nothing to let go of
-            self._forget({name for name, _ in files}, {self._hours[h] for h in wanted})
+            self._forget({name for name, _ in files}, {self._segment_ids[h] for h in wanted})
             self._files_seen = seen
         extra = _Pass()
         self.read = dict.fromkeys(_READ, 0)
@@ -631,20 +631,20 @@ class Analyzer:
                     if kind != "step"
                 }
             )
-            hours = [self._hours[h] for h in wanted]
-            newest_frame = self._newest_frame(hours, extra)
+            numbers = [self._segment_ids[seg] for seg in wanted]
+            newest_frame = self._newest_frame(numbers, extra)
             newest = default_at(newest_frame, length, until)
             ahead = ahead_of(newest_frame, until) if at is None else {}
             end = at if at is not None else self._on_grid(newest)
-            counts = self._input(hours, extra)
+            counts = self._input(numbers, extra)
             if end is None:
                 return nothing_judged(counts, cfg, ahead)
             if self._lost(end, window_s):  # the newest window moved back
                 cold = self._cold(end if self.grid_s else at, window_s, until)  # past the kept
                 return dataclasses.replace(cold, ahead=ahead)
             # Let go of what no window needs before judging, not after: the judging then
-            # neither holds nor copies the records it would skip (a first pass reads whole
-            # hours, of which a pass judges a quarter of an hour).
+            # neither holds nor copies the records it would skip (a first pass reads an
+            # hour of segments, of which a pass judges a quarter of an hour).
             judged = end - history_needed(cfg, window_s)
             start = self._steps_from(end, judged, length)
             self._prune(start, judged, length, marks)
@@ -935,37 +935,37 @@ class Analyzer:
             self._groups = (self._listing.version, segments.group_files(files))
         return self._groups[1]
 
-    def _hour_id(self, hour: str) -> int:
-        found = self._hours.get(hour)
+    def _segment_id(self, segment: str) -> int:
+        found = self._segment_ids.get(segment)
         if found is None:
-            found = self._next_hour
+            found = self._next_segment
             if any(_tag(h) == _tag(found) for h in self._counts):
-                raise _Restart(hour)  # 256 hours read since an hour still read: never, but sure
-            self._hours[hour] = found
-            self._next_hour += 1
-            self._counts[found] = _Hour()
+                raise _Restart(segment)  # 256 read since one still read: never, but sure
+            self._segment_ids[segment] = found
+            self._next_segment += 1
+            self._counts[found] = _Segment()
         return found
 
-    def _forget(self, files: set[str], hours: set[int]) -> None:
-        """Let go of hours no longer read; a file gone from an hour still read restarts."""
+    def _forget(self, files: set[str], numbers: set[int]) -> None:
+        """Let go of segments no longer read; a file gone from a segment still read restarts."""
         for name, state in list(self._files.items()):
             if name in files:
                 continue
-            if state.hour in hours:
-                raise _Restart(name)  # its records cannot be told from its hour's others
+            if state.segment in numbers:
+                raise _Restart(name)  # its records cannot be told from its segment's others
             self._close(state)
             del self._files[name]
-        gone = [h for h in self._counts if h not in hours]
+        gone = [h for h in self._counts if h not in numbers]
         if any(self._counts[h].records for h in gone):
             tags = np.array([_tag(h) for h in gone], np.uint8)
             for kind, cols in self._kept.items():
-                leaving = np.isin(cols.data["hour"][: cols.n], tags)
+                leaving = np.isin(cols.data["segment"][: cols.n], tags)
                 if leaving.any():  # (their records may lie in any window: mostly in none)
                     self._touched({kind: _times_of(kind, cols, leaving)})
                     cols.keep(~leaving)
         for h in gone:
             del self._counts[h]
-        self._hours = {name: h for name, h in self._hours.items() if h not in gone}
+        self._segment_ids = {name: h for name, h in self._segment_ids.items() if h not in gone}
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -1001,15 +1001,15 @@ class Analyzer:
             frame, held = found
             counts = self._counts[ids[seg]]
             counts.bad.update(frame.bad)
-            hour = np.full(1, ids[seg], np.int32)
-            self._add(frame.cols, _tables(frame), hour, None, True, None)
+            number = np.full(1, ids[seg], np.int32)
+            self._add(frame.cols, _tables(frame), number, None, True, None)
             self._held.update(held)
             self._count_let_go(frame, counts)
         if end is not None and self._held:  # (see _lost)
             self._read_from = max(self._read_from, end - history_needed(cfg, window_s))
             self._floor = max(self._floor, end - steps_needed(cfg, window_s))
 
-    def _count_let_go(self, frame: Frame, counts: _Hour) -> None:
+    def _count_let_go(self, frame: Frame, counts: _Segment) -> None:
         """Count the records *frame* let go as it was read, and each node's newest among
         them (where the newest window ends), as :meth:`_note` counts those kept."""
         counts.records += frame.let_go
@@ -1030,8 +1030,8 @@ class Analyzer:
         """
         mirrored: list[tuple[str, _File, int]] = []
         parsed: list[tuple[str, _File, int]] = []
-        for name, hour in files:
-            self._look(name, hour, extra, mirrored, parsed)
+        for name, segment in files:
+            self._look(name, segment, extra, mirrored, parsed)
         uncovered = self._read_here(mirrored, parsed)
         self._parse(parsed, keep=True, extra=extra)
         return uncovered
@@ -1039,7 +1039,7 @@ class Analyzer:
     def _look(
         self,
         name: str,
-        hour: int,
+        segment: int,
         extra: _Pass,
         mirrored: list[tuple[str, _File, int]],
         parsed: list[tuple[str, _File, int]],
@@ -1049,17 +1049,20 @@ class Analyzer:
             st = os.stat(name)
         except OSError:
             return  # vanished since it was listed: a cold pass skips it too
-        state = self._seen(name, hour, st.st_size, st.st_ino, extra)
+        state = self._seen(name, segment, st.st_size, st.st_ino, extra)
         if state is not None:
             (mirrored if state.mirror else parsed).append((name, state, st.st_size))
 
-    def _seen(self, name: str, hour: int, size: int, ino: int, extra: _Pass) -> _File | None:
+    def _seen(self, name: str, segment: int, size: int, ino: int, extra: _Pass) -> _File | None:
         """Count a file found *size* bytes long (inode *ino*); its state if it has new bytes."""
         extra.files += 1
         state = self._files.get(name)
         if state is None:
             state = self._files[name] = _File(
-                hour, ino, mirror=self.settings.analyze.column_files, cols=mirror.mirror_path(name)
+                segment,
+                ino,
+                mirror=self.settings.analyze.column_files,
+                cols=mirror.mirror_path(name),
             )
             held = self._held.get(name)
             if held:  # its closed segment's records were read: what it gained since is parsed
@@ -1082,23 +1085,23 @@ class Analyzer:
         return uncovered
 
     def _parse(self, todo: Sequence[tuple[str, _File, int]], *, keep: bool, extra: _Pass) -> None:
-        """Parse the unread bytes of *todo*, hour by hour (kept, or for this pass only)."""
-        by_hour: dict[int, list[tuple[str, _File, int]]] = {}
+        """Parse the unread bytes of *todo*, segment by segment (kept, or for this pass only)."""
+        by_segment: dict[int, list[tuple[str, _File, int]]] = {}
         for item in todo:
-            by_hour.setdefault(item[1].hour, []).append(item)
+            by_segment.setdefault(item[1].segment, []).append(item)
         workers = self.settings.analyze.parsers()
-        for hour, items in by_hour.items():
+        for segment, items in by_segment.items():
             tails = [_Tail(name, st.offset, size) for name, st, size in items]
             self.read["parsed_bytes"] += sum(t.size - t.offset for t in tails)
             frame, offsets, pending = parse_tails(tails, workers)
             if keep:
                 for name, st, _ in items:
                     st.offset, st.pending = offsets[name], pending[name]
-                self._counts[hour].bad.update(frame.bad)
+                self._counts[segment].bad.update(frame.bad)
             else:
                 extra.bad.update(frame.bad)
                 extra.bad["truncated"] += sum(pending.values())
-            self._add(frame.cols, _tables(frame), np.full(1, hour, np.int32), None, keep, extra)
+            self._add(frame.cols, _tables(frame), np.full(1, segment, np.int32), None, keep, extra)
 
     # --- reading here ----------------------------------------------------------------------
 
@@ -1159,7 +1162,7 @@ class Analyzer:
         used_end = first + decoded.rows_used
         file_of = np.repeat(np.arange(len(files)), counts)
         used = (np.arange(rows.size) < used_end[file_of]) & decoded.usable[file_of]
-        hours = np.array([f[1].hour for f in files], np.int32)
+        numbers = np.array([f[1].segment for f in files], np.int32)
         per_kind = {
             kind: np.bincount(file_of[used & (rows["kind"] == code)], minlength=len(files))
             for kind, code in mirror.KIND_CODE.items()
@@ -1212,14 +1215,14 @@ class Analyzer:
         # The rows are decoded: a buffer not kept goes before the records are copied
         # into the kept columns.
         del buf, rows, raw
-        self._add(decoded.cols, decoded.frame_tables, hours, per_kind, True, None)
+        self._add(decoded.cols, decoded.frame_tables, numbers, per_kind, True, None)
         return uncovered
 
     def _add(
         self,
         cols: dict[str, Columns] | dict[str, dict[str, np.ndarray]],
         tables: dict[str, list[str]],
-        hours: np.ndarray,
+        numbers: np.ndarray,
         per_kind: dict[str, np.ndarray] | None,
         keep: bool,
         extra: _Pass | None,
@@ -1238,17 +1241,17 @@ class Analyzer:
             for name, table in TABLE_OF.items():
                 if name in out:
                     out[name] = luts[table][out[name]]
-            hour = hours if per_kind is None else np.repeat(hours, per_kind[kind])
-            out["hour"] = np.broadcast_to(hour, (n,)) if hour.size == 1 else hour
-            self._kept[kind].append({**out, "hour": _tags(out["hour"])})
+            number = numbers if per_kind is None else np.repeat(numbers, per_kind[kind])
+            out["segment"] = np.broadcast_to(number, (n,)) if number.size == 1 else number
+            self._kept[kind].append({**out, "segment": _tags(out["segment"])})
             self._note(out, keep, extra)
 
     def _note(self, cols: dict[str, np.ndarray], keep: bool, extra: _Pass | None) -> None:
-        """Count appended records and each node's newest, per hour."""
+        """Count appended records and each node's newest, per segment."""
         size = len(self._names.lists["nodes"])
-        hour = cols["hour"]
-        for h in np.unique(hour).tolist():
-            mine = hour == h
+        segment = cols["segment"]
+        for h in np.unique(segment).tolist():
+            mine = segment == h
             if keep:
                 counts = self._counts[h]
                 counts.records += int(np.count_nonzero(mine))
@@ -1262,23 +1265,23 @@ class Analyzer:
 
     # --- what a pass judges ----------------------------------------------------------------
 
-    def _input(self, hours: Sequence[int], extra: _Pass) -> tuple[int, int, dict[str, int]]:
+    def _input(self, numbers: Sequence[int], extra: _Pass) -> tuple[int, int, dict[str, int]]:
         """Files, records and bad lines, counted as a cold pass counts them."""
         bad: Counter[str] = Counter(extra.bad)
         records = extra.records
-        for h in hours:
+        for h in numbers:
             bad.update(self._counts[h].bad)
             records += self._counts[h].records
-        pending = sum(1 for st in self._files.values() if st.pending and st.hour in hours)
+        pending = sum(1 for st in self._files.values() if st.pending and st.segment in numbers)
         if pending:
             bad["truncated"] += pending
         return extra.files, records, dict(bad)
 
-    def _newest_frame(self, hours: Sequence[int], extra: _Pass) -> Frame:
+    def _newest_frame(self, numbers: Sequence[int], extra: _Pass) -> Frame:
         """A frame of one record per node: its newest time (what :func:`default_at` reads)."""
         size = len(self._names.lists["nodes"])
         per = np.full(size, -np.inf)
-        for h in hours:
+        for h in numbers:
             per = np.maximum(per, _grown(self._counts[h].newest, size))
             if h in extra.newest:
                 per = np.maximum(per, _grown(extra.newest[h], size))
@@ -1293,7 +1296,7 @@ class Analyzer:
         for table in TABLES:  # every string table the layout has (agent records' too)
             setattr(frame, table, names[table])
         for kind, cols in self._kept.items():
-            frame.cols[kind] = cols.view()  # every hour kept is one this pass reads
+            frame.cols[kind] = cols.view()  # every segment kept is one this pass reads
         return frame
 
     def _place_steps(self, kept: int) -> np.ndarray:
@@ -1416,16 +1419,16 @@ def _times_of(kind: str, cols: _Columns, which: np.ndarray) -> np.ndarray:
     return np.concatenate((times, cols.data["end"][:placed][which[:placed]]))
 
 
-def _tag(hour: int) -> int:
-    """What the kept records hold of their hour's number: its low byte (a byte a record, not
-    four: 80 MB at 100k GPUs). The hours read at once are a few of the last ones numbered,
-    so their tags differ (_hour_id makes sure)."""
-    return hour & 0xFF
+def _tag(segment: int) -> int:
+    """What the kept records hold of their segment's number: its low byte (a byte a record,
+    not four: 80 MB at 100k GPUs). The segments read at once are a few of the last ones
+    numbered, so their tags differ (_segment_id makes sure)."""
+    return segment & 0xFF
 
 
-def _tags(hours: np.ndarray) -> np.ndarray:
-    """:func:`_tag` of each of *hours*, a byte each."""
-    return (hours & 0xFF).astype(np.uint8)
+def _tags(numbers: np.ndarray) -> np.ndarray:
+    """:func:`_tag` of each of segment *numbers*, a byte each."""
+    return (numbers & 0xFF).astype(np.uint8)
 
 
 def _groups_of(todo: list[_T], sizes: Sequence[int], limit: int) -> list[list[_T]]:

@@ -595,7 +595,7 @@ def test_kept_columns_let_go_grow_and_wrap_as_plain_arrays_would(
                 "cpu_pct": new_load,
                 "load1": new_load,
                 "mem_used_pct": new_load,
-                "hour": np.zeros(m, np.int32),
+                "segment": np.zeros(m, np.int32),
             }
         )
         ts += new_ts.tolist()
@@ -628,7 +628,7 @@ def test_kept_columns_write_again_the_pages_let_go_and_give_back_a_first_passs_h
     cols, minute = incremental._Columns("host"), 40_000
     minutes = _Minutes(cols, minute)
     minutes(60)
-    # ts, node, the hour's tag; the figures packed: zeros in a byte each, load1 (the times,
+    # ts, node, the segment's tag; the figures packed: zeros in a byte each, load1 (the times,
     # not all of them decimals) as read
     row_bytes = sum(col.dtype.itemsize for col in cols._cols.values())
     assert row_bytes == 8 + 4 + 1 + 1 + 8 + 1
@@ -658,7 +658,7 @@ class _Minutes:
                 "cpu_pct": z,
                 "load1": ts,
                 "mem_used_pct": z,
-                "hour": z.astype(np.int32),
+                "segment": z.astype(np.int32),
             }
         )
         self.cols.keep(~(self.cols.view()["ts"] < self.clock - 600.0))  # ten minutes kept
@@ -697,7 +697,7 @@ def test_kept_columns_grow_by_a_copy_when_a_view_outlives_its_pass() -> None:
         "cpu_pct": zeros,
         "load1": first,
         "mem_used_pct": zeros,
-        "hour": zeros.astype(np.int32),
+        "segment": zeros.astype(np.int32),
     }
     cols.append(row)
     held = cols.view()["ts"]  # a frame still held somewhere (a column kept as read: a view)
@@ -718,7 +718,7 @@ def test_tails_read_behind_string_rows_get_them_and_a_mark_standing_for_what_wen
     w = mirror.WIDTH
     files = []
     for k, strings in enumerate((b"", bytes(range(1, w + 1)) * 2, b"\x07" * w)):
-        state = incremental._File(hour=0, ino=k, offset=1000 * (k + 1), rows=5 + k)
+        state = incremental._File(segment=0, ino=k, offset=1000 * (k + 1), rows=5 + k)
         state.strings = strings
         state.strings_sum = mirror.checksum(strings) if strings else 2**63 - 1  # (it wraps)
         state.mark = _mark_row(7, 9 + k, 3, 11 * k)
@@ -751,7 +751,7 @@ def test_a_passs_records_are_put_in_the_order_of_their_minutes() -> None:
         "cpu_pct": zeros,
         "load1": zeros,
         "mem_used_pct": zeros,
-        "hour": zeros.astype(np.int32),
+        "segment": zeros.astype(np.int32),
     }
     cols.append(row)
     cols.by_minute(1)  # the first record stays where it is
@@ -864,19 +864,19 @@ def test_gpu_records_that_name_their_job_give_a_kept_windows_peers_as_a_cold_pas
     assert "suspect" not in flagged[:11] and flagged[-1] == "suspect", "judged once in B's group"
 
 
-def test_kept_records_know_their_hour_by_a_tag_no_two_hours_read_share(tmp_path: Path) -> None:
-    """The kept records hold a byte of their hour's number: letting go of an hour lets go of
-    its records only (and of the kept tables of the windows they lay in), and an hour
+def test_kept_records_know_their_segment_by_a_tag_no_two_read_share(tmp_path: Path) -> None:
+    """The kept records hold a byte of their segment's number: letting go of a segment lets
+    go of its records only (and of the kept tables of the windows they lay in), and a segment
     numbered 256 after one still read starts the state over rather than share its tag."""
     inc = Analyzer(Settings(), tmp_path)
-    older, newer = inc._hour_id("2026-12-04T10"), inc._hour_id("2026-12-04T11")
+    older, newer = inc._segment_id("2026-12-04T10"), inc._segment_id("2026-12-04T11")
     tables = {t: [] for t in incremental.TABLES} | {"nodes": ["node1"]}
-    for hour, times in ((older, [1.0, 2.0]), (newer, [3.0, 4.0, 5.0])):
+    for number, times in ((older, [1.0, 2.0]), (newer, [3.0, 4.0, 5.0])):
         host = {"ts": np.array(times), "node": np.zeros(len(times), np.int32)}
         host |= {name: np.full(len(times), 1.0) for name in ("cpu_pct", "load1", "mem_used_pct")}
-        inc._add({"host": host}, tables, np.array([hour], np.int32), None, True, None)
-    assert inc._kept["host"].data["hour"].dtype == np.uint8
-    # kept windows' tables: only the one the older hour's records lay in goes with them
+        inc._add({"host": host}, tables, np.array([number], np.int32), None, True, None)
+    assert inc._kept["host"].data["segment"].dtype == np.uint8
+    # kept windows' tables: only the one the older segment's records lay in goes with them
     table = Table({"node": np.zeros(1, np.int64)})
     for key in ((2.5, 2.0), (5.0, 2.0)):
         inc._parts[key] = WindowPart(tables={"host": table, "rank": table}, history=table)
@@ -887,8 +887,8 @@ def test_kept_records_know_their_hour_by_a_tag_no_two_hours_read_share(tmp_path:
     assert set(older_window.tables) == {"rank"} and older_window.history is table
     assert set(newer_window.tables) == {"host", "rank"}
     assert list(inc._counts) == [newer]
-    inc._next_hour = newer + 256
+    inc._next_segment = newer + 256
     with pytest.raises(incremental._Restart):
-        inc._hour_id("2026-12-04T12")
-    inc._next_hour = newer + 255
-    assert inc._hour_id("2026-12-04T12") == newer + 255
+        inc._segment_id("2026-12-04T12")
+    inc._next_segment = newer + 255
+    assert inc._segment_id("2026-12-04T12") == newer + 255

@@ -134,7 +134,7 @@ def test_kept_columns_pack_anew_when_a_value_does_not_fit(
         monkeypatch.setattr(incremental, "Ring", no_ring)
     rng = np.random.default_rng(3)
     cols = incremental._Columns("gpu")
-    names = [name for name in cols._cols if name not in ("hour", "end")]
+    names = [name for name in cols._cols if name not in ("segment", "end")]
     kept: dict[str, list[np.ndarray]] = {name: [] for name in names}
     stored: list[tuple[str, str]] = []
     clock = 0.0
@@ -153,7 +153,7 @@ def test_kept_columns_pack_anew_when_a_value_does_not_fit(
             ecc[rng.integers(0, m)] = 300 if step < 45 else 2**40
         new["ecc_sbe_volatile"] = np.where(rng.random(m) < 0.01, INT_MISSING, ecc)
         clock += 60.0
-        cols.append({**new, "hour": np.zeros(m, np.int32)})
+        cols.append({**new, "segment": np.zeros(m, np.int32)})
         for name in names:
             kept[name].append(new[name])
         keep = ~(cols.view()["ts"] < clock - 600.0)  # ten minutes kept
