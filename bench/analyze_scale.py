@@ -54,7 +54,9 @@ simulator just wrote them), so ``read`` is memory bandwidth, not disk.
 
 ``--handoff`` writes the store as where ranks hand their steps to the node agent (one file
 per node and segment, ``guardctl simulate --handoff``) instead of a file per rank; a steady
-pass reports how many files' new rows it read (``mirror_files``).
+pass reports how many files' new rows it read (``mirror_files``) and how many of them it
+opened (``files_opened``: not kept open from the pass before), with this process's
+open-files limit raised as the controller's unit raises it where it may.
 
 ``--variants`` (with ``--steady``) passes over the same store again per variant, cut back
 between them: the kept records without their rings (plain memory twice as long, as where a
@@ -68,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -170,6 +173,7 @@ def _incremental(root: Path, grid_s: float, without: Sequence[str] = ()) -> dict
     if "packing" in without:  # every kept column as the frame has it
         setattr(incremental, "choose", lambda values: Packing.plain(values.dtype))  # noqa: B010
     shutil.rmtree(root / "cache", ignore_errors=True)
+    limit = _open_files_limit()
     analyzer = Analyzer(Settings(), root, grid_s=grid_s)
     t0 = time.perf_counter()
     analyzer.analyze()
@@ -177,6 +181,7 @@ def _incremental(root: Path, grid_s: float, without: Sequence[str] = ()) -> dict
     passes: list[float] = []
     kept: list[int] = []
     mirrored: list[int] = []
+    opened: list[int] = []
     unmapped = 0
     peaks: list[float] = []  # per pass, its own peak resident size (MiB), where it can be told
     first_peak = _peak_mib()  # (before a pass's peak is started over)
@@ -192,6 +197,7 @@ def _incremental(root: Path, grid_s: float, without: Sequence[str] = ()) -> dict
         cpu.append(_cpu_s() - c0)
         kept.append(analyzer.read["tables_kept"])
         mirrored.append(analyzer.read["mirror_files"])
+        opened.append(analyzer.read["files_opened"])
         unmapped = max(unmapped, analyzer.held_bytes() - _status_kib("RssShmem") * 1024)
     # The kept records' rings hold pages let go for the next pass's records without mapping
     # them: not in the resident size, so added to its peak (an upper bound).
@@ -210,9 +216,25 @@ def _incremental(root: Path, grid_s: float, without: Sequence[str] = ()) -> dict
         "restarts": analyzer.restarts,
         "tables_kept": kept,
         "mirror_files": mirrored,  # files whose new rows each pass read
+        "files_opened": opened,  # of those, the files each pass opened (not kept open)
+        "open_files_limit": limit,
         "kept": analyzer.kept_records(),
         "end": result.window_end,
     }
+
+
+def _open_files_limit() -> int:
+    """This process's soft limit on open files, raised as the controller's unit raises it
+    (LimitNOFILE, hard limit too) where it may (as root), else as the daemon raises itself
+    within the hard limit: its analyzer keeps mirrors open within a quarter of it."""
+    from guardctl.limits import CONTROLLER_OPEN_FILES, raise_open_files_limit
+
+    want = CONTROLLER_OPEN_FILES
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < want:
+        with contextlib.suppress(OSError, ValueError):  # (not root: the hard limit stands)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+    return raise_open_files_limit(want)
 
 
 def _profiled(analyze: Any, n: int) -> Any:
@@ -486,6 +508,8 @@ def bench(
         "incremental_passes_cpu_s": steps["incremental"][0]["passes_cpu_s"],
         "tables_kept": steps["incremental"][0]["tables_kept"],
         "mirror_files": steps["incremental"][0]["mirror_files"],
+        "files_opened": steps["incremental"][0]["files_opened"],
+        "open_files_limit": steps["incremental"][0]["open_files_limit"],
         "passes_peak_mib": max(s["passes_peak_mib"] for s in steps["incremental"]),
         "passes_mib": steps["incremental"][0]["passes_mib"],
         # after the last pass: per kind, the records kept and how far back (minutes)
@@ -576,8 +600,9 @@ def steady_table(rows: list[dict[str, Any]]) -> str:
         "| peak MiB cold / incremental (passes a minute apart, the last pass resident) "
         "| load average "
         "| processor s, each pass "
+        "| files each pass read / opened (open-files limit) "
         "| kept after the last pass: step records (minutes back) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         times = r["incremental_passes_s"]
@@ -586,6 +611,10 @@ def steady_table(rows: list[dict[str, Any]]) -> str:
         cpu = " / ".join(f"{own:.2f}" for own in pairs)
         passes = " / ".join(f"{p:.2f}" for p in times)
         steps, back = r["kept"]["step"]
+        read_opened = list(zip(r["mirror_files"], r["files_opened"], strict=True))
+        read_opened = read_opened if len(read_opened) <= 8 else read_opened[-1:]
+        files = "; ".join(f"{n:,}/{o:,}" for n, o in read_opened)
+        files += f" ({r['open_files_limit']:,})"
         if len(times) > 8:  # a long run: its spread
             low, mid, high = min(times), sorted(times)[len(times) // 2], max(times)
             passes = f"{len(times)} passes {low:.2f} / median {mid:.2f} / {high:.2f}"
@@ -596,7 +625,8 @@ def steady_table(rows: list[dict[str, Any]]) -> str:
             f"| {_range(r, 'incremental')} ({r['incremental_x']:.2f}x) "
             f"| {r['inc_mib']:.0f} / {r['incremental_mib']:.0f} "
             f"({r['passes_peak_mib']:.0f}, the last {r['passes_mib'][-1]:.0f}) "
-            f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} | {cpu} | {steps:,} ({back:.1f}) |"
+            f"| {r['load_1min'][0]:.1f}-{r['load_1min'][1]:.1f} | {cpu} | {files} "
+            f"| {steps:,} ({back:.1f}) |"
         )
     return "\n".join(lines)
 

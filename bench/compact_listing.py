@@ -60,7 +60,7 @@ from guardctl.analyze.incremental import Analyzer  # noqa: E402
 from guardctl.config import Layer, build_settings  # noqa: E402
 from guardctl.storage import closed, layout, segments  # noqa: E402
 from guardctl.storage import store as shared_store  # noqa: E402
-from guardctl.storage.compact import GRACE_S, CompactReport, compact  # noqa: E402
+from guardctl.storage.compact import CompactReport, compact  # noqa: E402
 
 SEGMENT_S = 600
 # The module, not the package's ``load`` function of the same name: its directory listing is
@@ -126,7 +126,7 @@ def store_now(root: Path) -> float:
     segment is closed, and the newest within the recheck window, as after a leader's pass."""
     names = [p.stem for p in layout.manifests_dir(root).iterdir()]
     ends = [s[1] for s in map(segments.span, names) if s is not None]
-    return max(ends) + GRACE_S + 1.0
+    return max(ends) + segments.GRACE_S + 1.0
 
 
 @contextmanager
@@ -219,7 +219,7 @@ def closed_by_a_leader(root: Path) -> None:
     for path in layout.manifests_dir(root).iterdir():
         bounds = segments.span(path.stem)
         if bounds is not None:
-            os.utime(path, (bounds[1] + GRACE_S, bounds[1] + GRACE_S))
+            os.utime(path, (bounds[1] + segments.GRACE_S, bounds[1] + segments.GRACE_S))
 
 
 def leader_passes(

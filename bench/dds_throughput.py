@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from guardctl.config import load_settings
 from guardctl.dds import Client
-from guardctl.dds.service import raise_open_files_limit
+from guardctl.limits import raise_open_files_limit
 
 JOB = "bench"
 

@@ -112,9 +112,17 @@ _TAIL_FROM = mirror.PREAMBLE_SIZE - mirror.WIDTH
 
 _T = TypeVar("_T")
 # What a pass counts of its reading (Analyzer.read): mirror rows decoded, JSON Lines bytes
-# parsed, step records placed again, window tables taken from earlier passes, and files
-# whose mirror rows were decoded.
-_READ = ("mirror_rows", "parsed_bytes", "steps_placed", "tables_kept", "mirror_files")
+# parsed, step records placed again, window tables taken from earlier passes, files whose
+# mirror rows were decoded, and the agents' files it opened (mirrors not kept open from an
+# earlier pass, JSON Lines parsed; a first pass's closed segments not counted).
+_READ = (
+    "mirror_rows",
+    "parsed_bytes",
+    "steps_placed",
+    "tables_kept",
+    "mirror_files",
+    "files_opened",
+)
 
 
 class _Restart(Exception):
@@ -464,6 +472,7 @@ class _Pass:
     records: int = 0
     bad: Counter[str] = field(default_factory=Counter)
     newest: dict[int, np.ndarray] = field(default_factory=dict)
+    ended: frozenset[int] = frozenset()  # segments ended a grace ago: their files are done
 
 
 class Analyzer:
@@ -502,8 +511,9 @@ class Analyzer:
         self._groups: tuple[int, dict[str, list[str]]] = (-1, {})  # by the listing's version
         self._buffer: np.ndarray | None = None  # the last group's read buffer, its pages mapped
         # Mirrors kept open between passes (an open and a close less per file and pass), up to
-        # a quarter of the open-files limit: the process has other files to open.
-        self._fd_room = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
+        # a quarter of the open-files limit as the first pass finds it (a daemon raises it
+        # first): the process has other files to open.
+        self._fd_room: int | None = None
         self._files: dict[str, _File] = {}
         self._held: dict[str, int] = {}  # files of closed segments read this pass: bytes held
         self._reset()
@@ -548,7 +558,7 @@ class Analyzer:
         if state.fd >= 0:
             os.close(state.fd)
             state.fd = -1
-            self._fd_room += 1
+            self._fd_room = (self._fd_room or 0) + 1
 
     def _reset(self) -> None:
         self._close_all()
@@ -611,7 +621,7 @@ class Analyzer:
         if seen != self._files_seen:  # the same files as last pass: nothing to let go of
             self._forget({name for name, _ in files}, {self._segment_ids[h] for h in wanted})
             self._files_seen = seen
-        extra = _Pass()
+        extra = _Pass(ended=self._ended(wanted, ids))
         self.read = dict.fromkeys(_READ, 0)
         before = {kind: cols.n for kind, cols in self._kept.items()}
         self._read_closed(wanted, ids, self._first_end(wanted, at, until), window_s)
@@ -704,6 +714,17 @@ class Analyzer:
         since = cutoffs(max(start, later), judged, length)
         for kind, cols in self._kept.items():
             cols.fit(self._per_pass(cols, since[kind], end))
+
+    def _ended(self, wanted: dict[str, list[str]], ids: dict[str, int]) -> frozenset[int]:
+        """The segments of *wanted* that ended :data:`~guardctl.storage.segments.GRACE_S`
+        before now: the agents have moved on to newer files."""
+        now = self.clock()
+        spans = {seg: segments.span(seg) for seg in wanted}
+        return frozenset(
+            ids[seg]
+            for seg, bounds in spans.items()
+            if bounds and bounds[1] + segments.GRACE_S < now
+        )
 
     def _on_grid(self, newest: float | None) -> float | None:
         if newest is None or not self.grid_s:
@@ -1072,6 +1093,8 @@ class Analyzer:
         if size > state.offset:
             return state
         state.pending = False
+        if state.segment in extra.ended:  # done growing: its room goes to a file that grows
+            self._close(state)
         return None
 
     def _read_here(
@@ -1093,6 +1116,7 @@ class Analyzer:
         for segment, items in by_segment.items():
             tails = [_Tail(name, st.offset, size) for name, st, size in items]
             self.read["parsed_bytes"] += sum(t.size - t.offset for t in tails)
+            self.read["files_opened"] += len(tails)
             frame, offsets, pending = parse_tails(tails, workers)
             if keep:
                 for name, st, _ in items:
@@ -1119,6 +1143,8 @@ class Analyzer:
         # Room for the new rows (fewer bytes than the lines they mirror) and, in front of
         # each file's, the string rows and the mark a tail is read behind.
         expected = sum(size - st.offset + len(st.strings) + mirror.WIDTH for _, st, size in todo)
+        if self._fd_room is None:
+            self._fd_room = resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4
         reader = _TailReader(expected, self._buffer, self._fd_room)
         files: list[tuple[str, _File, int, int]] = []  # name, state, size, prefix rows
         try:
@@ -1131,6 +1157,7 @@ class Analyzer:
                     files.append((name, state, size, got))
         finally:
             self._fd_room = reader.fd_room
+            self.read["files_opened"] += reader.opened
         # The next group, and the next pass, read into the same pages (see READ_BYTES).
         self._buffer = reader.buf if reader.buf.size <= KEEP_BUFFER else None
         if not files:
@@ -1504,6 +1531,7 @@ class _TailReader(RowBuffer):
         # (A new one with room to spare: the next group's files may hold a little more.)
         super().__init__(0 if reuse else expected + expected // 4)
         self.fd_room = fd_room
+        self.opened = 0  # mirrors opened (not kept open from an earlier pass)
         self.behind: list[tuple[int, _File]] = []  # tails read behind string rows: _put_behind
         if reuse:
             assert spare is not None
@@ -1519,6 +1547,7 @@ class _TailReader(RowBuffer):
                 fd = os.open(state.cols, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 return None
+            self.opened += 1
             if self.fd_room > 0:
                 state.fd, self.fd_room = fd, self.fd_room - 1
         kept = state.fd == fd

@@ -74,6 +74,7 @@ from guardctl.errors import (
     SourceError,
     UsageError,
 )
+from guardctl.limits import CONTROLLER_OPEN_FILES, raise_open_files_limit
 from guardctl.nodeops import NodeOps
 from guardctl.nodeops.ownership import NODE_ACTIONS, REQUEUE
 from guardctl.slurm import make_client
@@ -289,6 +290,10 @@ class Controller:
         check_lease(self.cfg.lease_s, interval_s, "--interval")
         self.interval_s = interval_s
         self.polled = True
+        # The analyzer keeps every node's column mirror open from pass to pass, within a
+        # quarter of the limit: a daemon started by hand, not by the unit (LimitNOFILE),
+        # would open most of them every pass.
+        raise_open_files_limit(CONTROLLER_OPEN_FILES)
         if self.cfg.align:
             self.analyzer.grid_s = interval_s
 

@@ -16,7 +16,6 @@ import ipaddress
 import json
 import logging
 import math
-import resource
 import signal
 import socket
 import time
@@ -34,6 +33,7 @@ from guardctl.dds.ledger import ConflictError, Ledger
 from guardctl.dds.status import read_status
 from guardctl.dds.store import CommitProcess, StateDB
 from guardctl.errors import ConfigError, GuardctlError, StoreError, UsageError
+from guardctl.limits import raise_open_files_limit
 
 try:  # an optional accelerator: the same JSON, parsed and written about twice as fast
     import orjson
@@ -609,19 +609,6 @@ def listen_address(bind: str) -> str:
     return address
 
 
-def raise_open_files_limit(want: int) -> int:
-    """Lift the soft limit on open files toward *want* (at most the hard limit).
-
-    The common default of 1024 would cap a job at about a thousand ranks.
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        return target
-    return soft
-
-
 def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop where asked for (or, with "auto", where it is installed)."""
     if choice == "asyncio":
@@ -645,6 +632,7 @@ def serve(
 ) -> None:
     """Run the service in this process until it is told to stop (or lingered after the end)."""
     started = time.monotonic()
+    # (the common default of 1024 would cap a job at about a thousand ranks)
     raise_open_files_limit(settings.dds.max_connections + FILES_MARGIN)
     paths = dds_paths.job_paths(settings, job)
     dds_paths.prepare(paths)

@@ -21,9 +21,6 @@ from guardctl.analyze.load import is_store, read_consumed, source_files
 from guardctl.errors import InputError, StoreError
 from guardctl.storage import closed, layout, segments
 
-# A segment is left open this long after it ends: the agents' last batch (every 10 s by
-# default) and their clocks' differences.
-GRACE_S = 120.0
 # Files read and written at a time: bounds the memory of closing a segment of a large fleet
 # (an hour of 1,000 nodes is about 2 GiB of JSON Lines).
 FILES_AT_ONCE = 500
@@ -55,7 +52,7 @@ def compact(
     root: Path,
     now: float,
     *,
-    grace_s: float = GRACE_S,
+    grace_s: float = segments.GRACE_S,
     workers: int = 1,
     threads: int = 1,
     progress: Callable[[str], None] | None = None,

@@ -33,6 +33,10 @@ OTHER = "other"
 ENV_MINUTES = "GUARDCTL_SEGMENT_MINUTES"
 # Clock skew between nodes: a record may sit in the neighbouring segment's file.
 SKEW_S = 900.0
+# How long after a segment ends its files still get the agents' last batch (every 10 s by
+# default) and their clocks' differences: a segment is closed after this, and a reader stops
+# holding its files open.
+GRACE_S = 120.0
 # How long after a segment ends its files may still grow: an agent's backlog after an outage
 # lands within its buffer (about 1.6 h at the defaults). Until then a closed segment is looked
 # at again and keeps its files' column mirrors, which closing it again reads.

@@ -33,6 +33,7 @@ from guardctl.analyze.load import Listing, source_files
 from guardctl.analyze.ring import Ring
 from guardctl.config import Settings, load_settings
 from guardctl.simulate import simulate
+from guardctl.storage import segments
 from guardctl.telemetry import mirror
 from guardctl.telemetry.schema import dumps, make_record
 
@@ -556,6 +557,43 @@ def test_a_mirror_replaced_behind_the_one_kept_open(
     assert os.fstat(state.fd).st_ino == os.stat(state.cols).st_ino
     inc.close()
     assert state.fd == -1
+
+
+@pytest.mark.parametrize("room", [None, 0], ids=["room", "no room"])
+def test_a_pass_opens_only_the_files_it_does_not_hold_open(
+    trace: Path, tmp_path: Path, replays: Replays, room: int | None
+) -> None:
+    """Mirrors stay open from pass to pass: after the first, a pass opens only the files new
+    since the last (a new segment's), and lets go of those of a segment that ended a grace
+    ago once they stop growing. Without room to keep files open, it opens every file it
+    reads, every pass."""
+    store, replay, settings, _ = _start(replays, trace, tmp_path)
+    now = [START]
+    inc = Analyzer(settings, store, clock=lambda: now[0])
+    inc._fd_room = room  # (None: a quarter of this process's limit, as a daemon's)
+    for minute in range(6, 16):  # the hour's segment turns at minute 10
+        before = {rel for rel, n in replay.done.items() if n}
+        now[0] = START + 60 * minute
+        replay.advance(now[0])
+        _same(inc, store, settings)
+        new = {rel for rel, n in replay.done.items() if n} - before
+        if room == 0:
+            assert inc.read["files_opened"] == inc.read["mirror_files"] > 0
+        elif minute > 6:
+            assert inc.read["files_opened"] == len(new), minute
+    if room == 0:
+        return
+    ended = [st for st in inc._files.values() if st.segment == _segment_at(inc, START + 599)]
+    growing = [st for st in inc._files.values() if st.segment == _segment_at(inc, START + 600)]
+    assert ended and growing
+    assert all(st.fd < 0 for st in ended), "an ended segment's files are let go"
+    assert all(st.fd >= 0 for st in growing), "a growing segment's files stay open"
+
+
+def _segment_at(inc: Analyzer, t: float) -> int:
+    """The number the analyzer gave the segment that holds time *t*."""
+    spans = {num: segments.span(name) for name, num in inc._segment_ids.items()}
+    return next(num for num, b in spans.items() if b is not None and b[0] <= t < b[1])
 
 
 # --- the kept columns --------------------------------------------------------------------

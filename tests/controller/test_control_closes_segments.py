@@ -25,7 +25,6 @@ from guardctl.controller.loop import Controller
 from guardctl.slurm.memory import MemorySlurm
 from guardctl.storage import closed, layout, segments
 from guardctl.storage import store as shared_store
-from guardctl.storage.compact import GRACE_S
 from guardctl.storage.source import StoreSource
 from guardctl.telemetry import schema
 
@@ -55,7 +54,7 @@ def settings(store: Path) -> Settings:
 def ended(store: Path) -> list[str]:
     names = segments.group_files(source_files(store))
     now = time.time()
-    return sorted(n for n in names if (segments.span(n) or (0, now))[1] + GRACE_S <= now)
+    return sorted(n for n in names if (segments.span(n) or (0, now))[1] + segments.GRACE_S <= now)
 
 
 def test_the_leader_closes_ended_segments_after_its_pass(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import resource
 import time
 from pathlib import Path
 
@@ -10,6 +12,7 @@ from controltools import ShardedTrace, fleet_trace
 
 from guardctl.config import load_settings
 from guardctl.controller.loop import Controller
+from guardctl.limits import CONTROLLER_OPEN_FILES
 from guardctl.slurm.memory import MemorySlurm
 from guardctl.slurm.types import SubmitRequest
 from guardctl.storage import layout
@@ -256,3 +259,30 @@ def test_a_daemon_judges_windows_ending_on_its_interval_and_one_pass_the_newest(
         c = controller(tmp_path, slurm, align=align)
         c.as_daemon(interval)
         assert c.analysis().window_end == want
+
+
+def test_a_daemon_raises_its_open_files_limit_for_the_mirrors_its_analyzer_keeps_open(
+    tmp_path: Path,
+) -> None:
+    """A daemon started by hand, not by the unit (LimitNOFILE), would find the common soft
+    limit of 1024: its analyzer, keeping mirrors open within a quarter of it, would open most
+    of a large fleet's files every pass. It raises its soft limit, within the hard one."""
+    fleet_trace(tmp_path, NODES, slow={"node2": 1.3})
+    before, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # never below what this test process holds open (a long run may hold more than 1024)
+    inherited = max(min(1024, hard), len(os.listdir("/proc/self/fd")) + 64)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (inherited, hard))
+    try:
+        c = controller(tmp_path, MemorySlurm(NODES, start=time.time()))
+        c.as_daemon(60.0)
+        raised = resource.getrlimit(resource.RLIMIT_NOFILE)
+        c.analysis()
+        room = c.analyzer._fd_room
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (before, hard))
+    want = CONTROLLER_OPEN_FILES
+    want = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    assert raised == (max(inherited, want), hard)
+    # its analyzer's room to keep files open: a quarter of the raised limit
+    kept = sum(st.fd >= 0 for st in c.analyzer._files.values())
+    assert room is not None and room + kept == raised[0] // 4
