@@ -18,10 +18,14 @@ CONTROLLER_OPEN_FILES = 524288
 
 def raise_open_files_limit(want: int) -> int:
     """Lift the soft limit on open files toward *want* (at most the hard limit); the soft
-    limit now."""
+    limit now. A limit the kernel refuses (past ``fs.nr_open`` under an unlimited hard
+    limit) leaves it as it was: the service runs, opening files more often."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = want if hard == resource.RLIM_INFINITY else min(want, hard)
     if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (OSError, ValueError):
+            return soft
         return target
     return soft
