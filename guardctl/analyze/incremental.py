@@ -619,7 +619,7 @@ class Analyzer:
         files = [(name, ids[seg]) for seg, names in wanted.items() for name in names]
         seen = (self._listing.version, tuple(wanted))
         if seen != self._files_seen:  # the same files as last pass: nothing to let go of
-            self._forget({name for name, _ in files}, {self._segment_ids[h] for h in wanted})
+            self._forget({name for name, _ in files}, set(ids.values()))
             self._files_seen = seen
         extra = _Pass(ended=self._ended(wanted, ids))
         self.read = dict.fromkeys(_READ, 0)
@@ -641,7 +641,7 @@ class Analyzer:
                     if kind != "step"
                 }
             )
-            numbers = [self._segment_ids[seg] for seg in wanted]
+            numbers = list(ids.values())
             newest_frame = self._newest_frame(numbers, extra)
             newest = default_at(newest_frame, length, until)
             ahead = ahead_of(newest_frame, until) if at is None else {}
@@ -960,7 +960,7 @@ class Analyzer:
         found = self._segment_ids.get(segment)
         if found is None:
             found = self._next_segment
-            if any(_tag(h) == _tag(found) for h in self._counts):
+            if any(_tag(n) == _tag(found) for n in self._counts):
                 raise _Restart(segment)  # 256 read since one still read: never, but sure
             self._segment_ids[segment] = found
             self._next_segment += 1
@@ -976,17 +976,17 @@ class Analyzer:
                 raise _Restart(name)  # its records cannot be told from its segment's others
             self._close(state)
             del self._files[name]
-        gone = [h for h in self._counts if h not in numbers]
-        if any(self._counts[h].records for h in gone):
-            tags = np.array([_tag(h) for h in gone], np.uint8)
+        gone = [n for n in self._counts if n not in numbers]
+        if any(self._counts[n].records for n in gone):
+            tags = np.array([_tag(n) for n in gone], np.uint8)
             for kind, cols in self._kept.items():
                 leaving = np.isin(cols.data["segment"][: cols.n], tags)
                 if leaving.any():  # (their records may lie in any window: mostly in none)
                     self._touched({kind: _times_of(kind, cols, leaving)})
                     cols.keep(~leaving)
-        for h in gone:
-            del self._counts[h]
-        self._segment_ids = {name: h for name, h in self._segment_ids.items() if h not in gone}
+        for n in gone:
+            del self._counts[n]
+        self._segment_ids = {name: n for name, n in self._segment_ids.items() if n not in gone}
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -1277,17 +1277,17 @@ class Analyzer:
         """Count appended records and each node's newest, per segment."""
         size = len(self._names.lists["nodes"])
         segment = cols["segment"]
-        for h in np.unique(segment).tolist():
-            mine = segment == h
+        for n in np.unique(segment).tolist():
+            mine = segment == n
             if keep:
-                counts = self._counts[h]
+                counts = self._counts[n]
                 counts.records += int(np.count_nonzero(mine))
                 counts.newest = _grown(counts.newest, size)
                 newest = counts.newest
             else:
                 assert extra is not None
                 extra.records += int(np.count_nonzero(mine))
-                newest = extra.newest[h] = _grown(extra.newest.get(h, np.empty(0)), size)
+                newest = extra.newest[n] = _grown(extra.newest.get(n, np.empty(0)), size)
             np.maximum.at(newest, cols["node"][mine], cols["ts"][mine])
 
     # --- what a pass judges ----------------------------------------------------------------
@@ -1296,9 +1296,9 @@ class Analyzer:
         """Files, records and bad lines, counted as a cold pass counts them."""
         bad: Counter[str] = Counter(extra.bad)
         records = extra.records
-        for h in numbers:
-            bad.update(self._counts[h].bad)
-            records += self._counts[h].records
+        for n in numbers:
+            bad.update(self._counts[n].bad)
+            records += self._counts[n].records
         pending = sum(1 for st in self._files.values() if st.pending and st.segment in numbers)
         if pending:
             bad["truncated"] += pending
@@ -1308,10 +1308,10 @@ class Analyzer:
         """A frame of one record per node: its newest time (what :func:`default_at` reads)."""
         size = len(self._names.lists["nodes"])
         per = np.full(size, -np.inf)
-        for h in numbers:
-            per = np.maximum(per, _grown(self._counts[h].newest, size))
-            if h in extra.newest:
-                per = np.maximum(per, _grown(extra.newest[h], size))
+        for n in numbers:
+            per = np.maximum(per, _grown(self._counts[n].newest, size))
+            if n in extra.newest:
+                per = np.maximum(per, _grown(extra.newest[n], size))
         frame = Frame(nodes=self._names.lists["nodes"])
         seen = np.flatnonzero(np.isfinite(per))
         frame.cols["host"] = {**frame.cols["host"], "ts": per[seen], "node": seen.astype(np.int32)}
